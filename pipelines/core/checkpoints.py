@@ -1,0 +1,157 @@
+"""Checkpoints per (SSP, key bucket) and their migration from one job model to the next.
+
+A checkpoint is the *next* offset to read for one key bucket of one partition
+under one elasticity factor. Offsets are strings on the wire (Kinesis sequence
+numbers outgrow 64 bits) and are ordered by the input system's ``offset_key``.
+
+The migration rule (DESIGN.md): for every partition p the new model reads,
+``new(p, b', X') = min{ old(p, b, X) : b ≡ b' (mod gcd(X, X')) }``.
+
+Why it is safe for *any* pair of factors: a key with hash h lands in bucket
+``h mod X`` before and ``h mod X'`` after; both are congruent to h modulo
+``g = gcd(X, X')``, so every old bucket that may have held one of the new
+bucket's keys satisfies ``b ≡ b' (mod g)``. Starting from the minimum of those
+re-reads some records (at-least-once) but skips none. When X divides X' there
+is exactly one such b (inheritance from the parent bucket); when X' divides X
+it is the minimum over the merged buckets (SEP-32's merge).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from math import gcd
+from typing import Any
+
+from pipelines.core.hashing import validate_factor
+from pipelines.core.ssp import SystemStreamPartition
+from pipelines.errors import ModelError
+
+Offset = str
+OffsetKey = Callable[[Offset], Any]
+
+
+def integer_offset(offset: Offset) -> int:
+    """The comparator of Kafka offsets, embedded-log offsets and Kinesis sequence numbers."""
+    return int(offset)
+
+
+@dataclass(frozen=True)
+class CheckpointMap:
+    """A job model's complete checkpoints: every key bucket of every partition it reads."""
+
+    factor: int
+    offsets: Mapping[SystemStreamPartition, Offset]
+
+    def partitions(self) -> set[SystemStreamPartition]:
+        return {ssp.whole() for ssp in self.offsets}
+
+    def offset(self, ssp: SystemStreamPartition, bucket: int) -> Offset:
+        key = ssp.whole() if self.factor == 1 else ssp.whole().bucket(bucket)
+        try:
+            return self.offsets[key]
+        except KeyError:
+            # a factor-1 map written with explicit bucket 0 is accepted too
+            if self.factor == 1 and ssp.whole().bucket(0) in self.offsets:
+                return self.offsets[ssp.whole().bucket(0)]
+            raise ModelError(f"checkpoint map (factor {self.factor}) has no offset for {key}") from None
+
+    def check_complete(self) -> None:
+        """A partial map would let migration skip buckets; refuse it with the missing bucket named."""
+        self.by_partition()
+
+    def by_partition(self) -> dict[SystemStreamPartition, list[Offset]]:
+        """Offsets of each whole partition, indexed by key bucket; raises if any bucket is missing."""
+        table: dict[SystemStreamPartition, list[Offset | None]] = {}
+        for ssp, offset in self.offsets.items():
+            bucket = ssp.key_bucket or 0
+            if bucket >= self.factor:
+                raise ModelError(f"checkpoint for {ssp} has key bucket >= factor {self.factor}")
+            table.setdefault(ssp.whole(), [None] * self.factor)[bucket] = offset
+        for whole, offsets in table.items():
+            if None in offsets:
+                self.offset(whole, offsets.index(None))  # raises, naming the missing bucket
+        return table  # type: ignore[return-value]  # no None is left
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "factor": self.factor,
+            "checkpoints": [
+                {"ssp": ssp.to_json(), "offset": off}
+                for ssp, off in sorted(self.offsets.items(), key=lambda kv: _sort_key(kv[0]))
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> CheckpointMap:
+        if not isinstance(value, dict) or "checkpoints" not in value:
+            raise ModelError(
+                'checkpoint map must be an object {"factor": X, "checkpoints": [{"ssp": [...], "offset": "..."}]}'
+            )
+        try:
+            factor = validate_factor(value.get("factor", 1))
+        except Exception as e:
+            raise ModelError(f"checkpoint map: {e}") from None
+        offsets: dict[SystemStreamPartition, Offset] = {}
+        for i, row in enumerate(value["checkpoints"]):
+            if not isinstance(row, dict) or "ssp" not in row or "offset" not in row:
+                raise ModelError(f"checkpoint #{i} must have 'ssp' and 'offset', got {row!r}")
+            ssp = SystemStreamPartition.from_json(row["ssp"])
+            offset = row["offset"]
+            if isinstance(offset, bool) or not isinstance(offset, (int, str)):
+                raise ModelError(f"checkpoint #{i} offset must be a string or integer, got {offset!r}")
+            if ssp in offsets:
+                raise ModelError(f"checkpoint map has two offsets for {ssp}")
+            offsets[ssp] = str(offset)
+        result = cls(factor, offsets)
+        result.check_complete()
+        return result
+
+    @classmethod
+    def loads(cls, text: str) -> CheckpointMap:
+        try:
+            return cls.from_json(json.loads(text))
+        except ValueError as e:
+            if isinstance(e, ModelError):
+                raise
+            raise ModelError(f"checkpoint map is not valid JSON: {e}") from None
+
+
+def migrate_checkpoints(
+    old: CheckpointMap,
+    new_factor: int,
+    new_partitions: Iterable[SystemStreamPartition],
+    earliest: Mapping[SystemStreamPartition, Offset],
+    offset_key: OffsetKey = integer_offset,
+) -> CheckpointMap:
+    """The new model's complete checkpoint map, computed from the old model's complete map.
+
+    ``new_partitions`` are the whole partitions the new model reads;
+    partitions the old map does not cover are new (partition expansion) and
+    start at their ``earliest`` offset.
+    """
+    x_new = validate_factor(new_factor)
+    old_offsets = old.by_partition()
+    g = gcd(old.factor, x_new)
+    result: dict[SystemStreamPartition, Offset] = {}
+    for ssp in sorted({s.whole() for s in new_partitions}, key=_sort_key):
+        offsets = old_offsets.get(ssp)
+        if offsets is None:
+            try:
+                start = earliest[ssp]
+            except KeyError:
+                raise ModelError(f"{ssp} is new and no earliest offset was given for it") from None
+            starts = [start] * g
+        else:  # bucket b' starts at the minimum over its residue class modulo g
+            starts = [min(offsets[r::g], key=offset_key) for r in range(g)]
+        if x_new == 1:
+            result[ssp] = starts[0]
+        else:
+            for b_new in range(x_new):
+                result[ssp.bucket(b_new)] = starts[b_new % g]
+    return CheckpointMap(x_new, result)
+
+
+def _sort_key(ssp: SystemStreamPartition) -> tuple[str, str, int, int]:
+    return (ssp.system, ssp.stream, ssp.partition, -1 if ssp.key_bucket is None else ssp.key_bucket)

@@ -1,0 +1,233 @@
+"""Groupers: input partitions -> (virtual) tasks -> containers.
+
+An SSP grouper decides which task reads which partitions; with elasticity
+factor X each task becomes X virtual tasks, one per key bucket. The task-name
+grouper then places virtual tasks in containers. ``plan_job_model`` ties them
+together and is the only way job models are made.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from pipelines.core.hashing import validate_factor
+from pipelines.core.model import (
+    ContainerModel,
+    JobModel,
+    TaskModel,
+    TaskName,
+    check_model,
+    partition_task_base,
+    ssp_task_base,
+)
+from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.errors import ConfigError, PartitionChangeError
+
+# base task name -> the whole partitions (no key bucket) it reads
+BaseGrouping = dict[str, set[SystemStreamPartition]]
+
+
+class SspGrouper(Protocol):
+    """SEP-5's grouper interface: the previous SSP -> task mapping comes in with the SSPs."""
+
+    name: str
+    supports_elasticity: bool
+
+    def group(self, ssps: set[SystemStreamPartition], previous: Mapping[SystemStreamPartition, str]) -> BaseGrouping:
+        """Group whole partitions into base tasks; elasticity is applied afterwards."""
+        ...
+
+
+class GroupByPartition:
+    """Task ``Partition i`` reads partition i of every input stream."""
+
+    name = "GroupByPartition"
+    supports_elasticity = True
+
+    def group(self, ssps: set[SystemStreamPartition], previous: Mapping[SystemStreamPartition, str]) -> BaseGrouping:
+        groups: BaseGrouping = defaultdict(set)
+        for ssp in ssps:
+            groups[partition_task_base(ssp.partition)].add(ssp)
+        return dict(groups)
+
+
+class GroupBySystemStreamPartition:
+    """One task per input partition of each stream."""
+
+    name = "GroupBySystemStreamPartition"
+    supports_elasticity = True
+
+    def group(self, ssps: set[SystemStreamPartition], previous: Mapping[SystemStreamPartition, str]) -> BaseGrouping:
+        return {ssp_task_base(ssp): {ssp} for ssp in ssps}
+
+
+class AllSspToSingleTask:
+    """Every partition in one task: for jobs that must see all input in one place.
+
+    It cannot be elastic: splitting its single task by key bucket would make it
+    something other than a single task, so a factor above 1 is refused.
+    """
+
+    name = "AllSspToSingleTask"
+    supports_elasticity = False
+
+    def group(self, ssps: set[SystemStreamPartition], previous: Mapping[SystemStreamPartition, str]) -> BaseGrouping:
+        return {"Task-0": set(ssps)} if ssps else {}
+
+
+class GroupByPartitionFixedTaskNum:
+    """SEP-5: after partition expansion, keys stay with the task that read them.
+
+    With no previous mapping (first model) this is GroupByPartition. After a
+    stream grows from N to kN partitions, partition p goes to task
+    ``Partition (p mod N)``, where N is the number of tasks that read the stream
+    before. Kafka's partitioner (``h mod kN``) keeps ``p' mod N == p`` for every
+    key that moved, so each key is still read by the same task.
+    """
+
+    name = "GroupByPartitionFixedTaskNum"
+    supports_elasticity = True
+
+    def group(self, ssps: set[SystemStreamPartition], previous: Mapping[SystemStreamPartition, str]) -> BaseGrouping:
+        previous_tasks: dict[SystemStream, set[str]] = defaultdict(set)
+        for ssp, task in previous.items():
+            previous_tasks[ssp.system_stream].add(task)
+        groups: BaseGrouping = defaultdict(set)
+        for ssp in ssps:
+            tasks = previous_tasks.get(ssp.system_stream)
+            task_count = len(tasks) if tasks else None
+            partition = ssp.partition if task_count is None else ssp.partition % task_count
+            groups[partition_task_base(partition)].add(ssp)
+        return dict(groups)
+
+
+GROUPERS: dict[str, Callable[[], SspGrouper]] = {
+    g.name: g
+    for g in (GroupByPartition, GroupBySystemStreamPartition, AllSspToSingleTask, GroupByPartitionFixedTaskNum)
+}
+
+
+def grouper_by_name(name: str) -> SspGrouper:
+    try:
+        return GROUPERS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown grouper {name!r}; choose one of {', '.join(sorted(GROUPERS))}") from None
+
+
+def expand_to_virtual_tasks(groups: BaseGrouping, factor: int) -> dict[TaskName, frozenset[SystemStreamPartition]]:
+    """Split each base task into ``factor`` virtual tasks, bucket b reading bucket b of each of its SSPs."""
+    if factor == 1:
+        return {TaskName(base): frozenset(ssps) for base, ssps in groups.items()}
+    return {
+        TaskName.virtual(base, b, factor): frozenset(s.bucket(b) for s in ssps)
+        for base, ssps in groups.items()
+        for b in range(factor)
+    }
+
+
+def group_into_containers(
+    tasks: Mapping[TaskName, frozenset[SystemStreamPartition]], containers: int
+) -> dict[str, list[TaskName]]:
+    """Balance tasks over containers, keeping the virtual tasks of one SSP together.
+
+    Tasks are ordered by the partitions they read, then by bucket, so the
+    virtual tasks of one SSP are adjacent; the order is then cut into
+    ``containers`` runs whose sizes differ by at most one. Balance is exact and
+    at most ``containers - 1`` partitions are read by two containers (each cut
+    can split one group), the SEP-32 consumption optimisation where it can
+    hold. Containers with no task are not created.
+    """
+    if not isinstance(containers, int) or isinstance(containers, bool) or containers < 1:
+        raise ConfigError(f"container count must be a whole number >= 1, got {containers!r}")
+    ordered = sorted(tasks, key=lambda t: (_locality_key(tasks[t]), t.key_bucket, t.name))
+    count = min(containers, len(ordered)) or 1
+    size, extra = divmod(len(ordered), count)
+    result: dict[str, list[TaskName]] = {}
+    start = 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        if end > start:
+            result[str(i)] = ordered[start:end]
+        start = end
+    return result
+
+
+def plan_job_model(
+    job_name: str,
+    version: int,
+    inputs: Mapping[SystemStream, int],
+    *,
+    factor: object = 1,
+    grouper: str = "GroupByPartition",
+    containers: int = 1,
+    previous: JobModel | None = None,
+    config: Mapping[str, str] | None = None,
+) -> JobModel:
+    """Make job model ``version`` for the given input partition counts.
+
+    With ``previous`` the change of input is checked first: a stream may not
+    lose partitions, and (for the fixed-task-num grouper) may only grow to a
+    multiple of its previous count.
+    """
+    x = validate_factor(factor)
+    impl = grouper_by_name(grouper)
+    if x > 1 and not impl.supports_elasticity:
+        raise ConfigError(f"{impl.name} cannot be elastic: it needs elasticity factor 1, got {x}")
+    if not inputs:
+        raise ConfigError("a job needs at least one input stream")
+    for stream, count in inputs.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"input {stream} must have a whole number of partitions >= 1, got {count!r}")
+    mapping: dict[SystemStreamPartition, str] = {}
+    if previous is not None:
+        check_partition_change(
+            previous.partitions(), inputs, fixed_task_num=impl.name == GroupByPartitionFixedTaskNum.name
+        )
+        if version <= previous.version:
+            raise ConfigError(f"new model version {version} must be above the previous {previous.version}")
+        mapping = previous.previous_mapping()
+    ssps = {SystemStreamPartition(s.system, s.stream, p) for s, n in inputs.items() for p in range(n)}
+    groups = impl.group(ssps, mapping)
+    tasks = expand_to_virtual_tasks(groups, x)
+    placement = group_into_containers(tasks, containers)
+    container_models = {
+        cid: ContainerModel(
+            cid,
+            {name: TaskModel(name, tasks[name], _changelog_partition(name)) for name in names},
+        )
+        for cid, names in placement.items()
+    }
+    model = JobModel(job_name, version, x, impl.name, container_models, dict(config or {}))
+    check_model(model)
+    return model
+
+
+def check_partition_change(
+    before: Mapping[SystemStream, int], after: Mapping[SystemStream, int], *, fixed_task_num: bool
+) -> None:
+    """Refuse input changes that would lose data or break key-to-task stability."""
+    for stream, old in sorted(before.items()):
+        new = after.get(stream)
+        if new is None:
+            continue  # an input removed from the job's config is the user's choice
+        if new < old:
+            raise PartitionChangeError(
+                f"input {stream} shrank from {old} to {new} partitions; partitions cannot be removed "
+                "without losing their unread records, so the job stays on its current model"
+            )
+        if fixed_task_num and new % old:
+            raise PartitionChangeError(
+                f"input {stream} grew from {old} to {new} partitions, which is not a multiple of {old}; "
+                "GroupByPartitionFixedTaskNum keeps keys with their tasks only when the count is multiplied"
+            )
+
+
+def _locality_key(ssps: frozenset[SystemStreamPartition]) -> tuple[tuple[str, str, int], ...]:
+    return tuple(sorted({(s.system, s.stream, s.partition) for s in ssps}))
+
+
+def _changelog_partition(name: TaskName) -> int:
+    partition = name.partition
+    return partition if partition is not None else 0

@@ -1,0 +1,88 @@
+"""SystemStreamPartition: the unit of input, optionally narrowed to one key bucket.
+
+Serialized as a JSON list: three parts ``[system, stream, partition]`` for a
+whole partition, four parts ``[system, stream, partition, key_bucket]`` for one
+key bucket of it (SEP-32, "Public Interfaces"). Three-part SSPs written before
+elasticity existed still load.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.errors import ConfigError, ModelError
+
+# Kafka topic names, Kinesis stream names and our embedded streams all fit this;
+# it also keeps task names such as "SystemStreamPartition [a, b, 0]" unambiguous.
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def validate_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{kind} name {name!r} is invalid: use 1-249 characters of letters, digits, '.', '_' or '-'")
+    return name
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class SystemStream:
+    system: str
+    stream: str
+
+    def __str__(self) -> str:
+        return f"{self.system}.{self.stream}"
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class SystemStreamPartition:
+    system: str
+    stream: str
+    partition: int
+    key_bucket: int | None = None
+
+    @property
+    def system_stream(self) -> SystemStream:
+        return SystemStream(self.system, self.stream)
+
+    def whole(self) -> SystemStreamPartition:
+        """The partition this key bucket belongs to (itself if it has no bucket)."""
+        if self.key_bucket is None:
+            return self
+        return SystemStreamPartition(self.system, self.stream, self.partition)
+
+    def bucket(self, key_bucket: int) -> SystemStreamPartition:
+        return SystemStreamPartition(self.system, self.stream, self.partition, key_bucket)
+
+    def to_json(self) -> list[Any]:
+        parts: list[Any] = [self.system, self.stream, self.partition]
+        if self.key_bucket is not None:
+            parts.append(self.key_bucket)
+        return parts
+
+    @classmethod
+    def from_json(cls, value: Any) -> SystemStreamPartition:
+        """Read a 3- or 4-part list, or Samza's dict form with optional ``keyBucket``."""
+        if isinstance(value, dict):
+            try:
+                value = [value["system"], value["stream"], value["partition"]] + (
+                    [value["keyBucket"]] if value.get("keyBucket") is not None else []
+                )
+            except KeyError as missing:
+                raise ModelError(f"SSP {value!r} lacks field {missing}") from None
+        if not isinstance(value, list) or len(value) not in (3, 4):
+            raise ModelError(f"SSP must be [system, stream, partition(, key_bucket)], got {value!r}")
+        system, stream, partition, *rest = value
+        if not isinstance(system, str) or not isinstance(stream, str):
+            raise ModelError(f"SSP system and stream must be strings, got {value!r}")
+        if not _is_index(partition) or (rest and not _is_index(rest[0])):
+            raise ModelError(f"SSP partition and key bucket must be integers >= 0, got {value!r}")
+        return cls(system, stream, partition, rest[0] if rest else None)
+
+    def __str__(self) -> str:
+        base = f"[{self.system}, {self.stream}, {self.partition}"
+        return base + (f", {self.key_bucket}]" if self.key_bucket is not None else "]")
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipelines.core.groupers import group_into_containers, plan_job_model
+from pipelines.core.hashing import key_bucket
+from pipelines.core.model import TaskName
+from pipelines.core.partitioner import kafka_partition
+from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.errors import ConfigError, PartitionChangeError
+
+from .strategies import containers, elastic_groupers, factors, inputs, partition_counts
+
+EVENTS = SystemStream("deltalog", "events")
+
+
+@given(inputs(), factors, elastic_groupers, containers)
+def test_every_key_bucket_is_read_by_exactly_one_virtual_task(ins, factor, grouper, c) -> None:
+    model = plan_job_model("j", 1, ins, factor=factor, grouper=grouper, containers=c)
+    owners: dict[SystemStreamPartition, list[TaskName]] = {}
+    for task in model.tasks():
+        for ssp in task.ssps:
+            owners.setdefault(ssp, []).append(task.task_name)
+    expected = {
+        SystemStreamPartition(s.system, s.stream, p, None if factor == 1 else b)
+        for s, n in ins.items()
+        for p in range(n)
+        for b in range(factor)
+    }
+    assert set(owners) == expected
+    assert all(len(tasks) == 1 for tasks in owners.values())
+
+
+@given(partition_counts, factors, containers)
+def test_task_count_is_partitions_times_factor(n: int, factor: int, c: int) -> None:
+    model = plan_job_model("j", 1, {EVENTS: n}, factor=factor, containers=c)
+    assert model.task_count == n * factor
+
+
+@given(inputs(), factors)
+def test_group_by_ssp_makes_one_task_per_partition_and_bucket(ins, factor) -> None:
+    model = plan_job_model("j", 1, ins, factor=factor, grouper="GroupBySystemStreamPartition")
+    assert model.task_count == sum(ins.values()) * factor
+
+
+@given(inputs(), factors, elastic_groupers)
+def test_task_names_parse_back_to_partition_bucket_and_factor(ins, factor, grouper) -> None:
+    model = plan_job_model("j", 1, ins, factor=factor, grouper=grouper)
+    for task in model.tasks():
+        name = TaskName(task.task_name.name)
+        assert name.factor == factor
+        assert {s.partition for s in task.ssps} == {name.partition}
+        buckets = {s.key_bucket for s in task.ssps}
+        assert buckets == ({None} if factor == 1 else {name.key_bucket})
+
+
+def test_sep32_names() -> None:
+    one = plan_job_model("j", 1, {EVENTS: 2}, factor=1)
+    assert sorted(t.task_name.name for t in one.tasks()) == ["Partition 0", "Partition 1"]
+    four = plan_job_model("j", 1, {EVENTS: 1}, factor=4)
+    assert sorted(t.task_name.name for t in four.tasks()) == [f"Partition 0-{b}-4" for b in range(4)]
+    ssp = plan_job_model("j", 1, {EVENTS: 1}, factor=2, grouper="GroupBySystemStreamPartition")
+    assert sorted(t.task_name.name for t in ssp.tasks()) == [
+        "SystemStreamPartition [deltalog, events, 0]-0-2",
+        "SystemStreamPartition [deltalog, events, 0]-1-2",
+    ]
+
+
+def test_group_by_partition_joins_the_same_partition_of_each_stream() -> None:
+    clicks = SystemStream("deltalog", "clicks")
+    model = plan_job_model("j", 1, {EVENTS: 2, clicks: 3}, factor=2)
+    task = next(t for t in model.tasks() if t.task_name.name == "Partition 1-1-2")
+    assert task.ssps == {
+        SystemStreamPartition("deltalog", "events", 1, 1),
+        SystemStreamPartition("deltalog", "clicks", 1, 1),
+    }
+
+
+def test_all_ssp_to_single_task_refuses_elasticity() -> None:
+    model = plan_job_model("j", 1, {EVENTS: 3}, grouper="AllSspToSingleTask")
+    assert model.task_count == 1
+    with pytest.raises(ConfigError, match="AllSspToSingleTask cannot be elastic"):
+        plan_job_model("j", 1, {EVENTS: 3}, factor=2, grouper="AllSspToSingleTask")
+
+
+def test_unknown_grouper_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"unknown grouper 'GroupByMagic'.*GroupByPartition"):
+        plan_job_model("j", 1, {EVENTS: 3}, grouper="GroupByMagic")
+
+
+@given(
+    st.integers(1, 6), st.sampled_from([2, 4, 8]), factors, st.lists(st.binary(min_size=1, max_size=12), max_size=40)
+)
+def test_fixed_task_num_keeps_every_key_with_its_task_after_expansion(n, k, factor, keys) -> None:
+    first = plan_job_model("j", 1, {EVENTS: n}, factor=factor, grouper="GroupByPartitionFixedTaskNum")
+    grown = plan_job_model(
+        "j", 2, {EVENTS: n * k}, factor=factor, grouper="GroupByPartitionFixedTaskNum", previous=first
+    )
+    assert grown.task_count == first.task_count
+    before, after = first.ssp_to_task(), grown.ssp_to_task()
+    for key in keys:
+        b = key_bucket(key, 0, factor)
+        old = SystemStreamPartition("deltalog", "events", kafka_partition(key, n), None if factor == 1 else b)
+        new = SystemStreamPartition("deltalog", "events", kafka_partition(key, n * k), None if factor == 1 else b)
+        assert before[old] == after[new]
+
+
+def test_fixed_task_num_twice_keeps_the_original_task_count() -> None:
+    g = "GroupByPartitionFixedTaskNum"
+    m1 = plan_job_model("j", 1, {EVENTS: 2}, grouper=g)
+    m2 = plan_job_model("j", 2, {EVENTS: 4}, grouper=g, previous=m1)
+    m3 = plan_job_model("j", 3, {EVENTS: 8}, grouper=g, previous=m2)
+    assert m3.task_count == 2
+    assert m3.ssp_to_task()[SystemStreamPartition("deltalog", "events", 7)].name == "Partition 1"
+
+
+def test_shrinking_partitions_is_refused() -> None:
+    m1 = plan_job_model("j", 1, {EVENTS: 4})
+    with pytest.raises(PartitionChangeError, match="shrank from 4 to 2"):
+        plan_job_model("j", 2, {EVENTS: 2}, previous=m1)
+
+
+def test_fixed_task_num_refuses_a_non_multiple_expansion() -> None:
+    m1 = plan_job_model("j", 1, {EVENTS: 4}, grouper="GroupByPartitionFixedTaskNum")
+    with pytest.raises(PartitionChangeError, match="not a multiple of 4"):
+        plan_job_model("j", 2, {EVENTS: 6}, grouper="GroupByPartitionFixedTaskNum", previous=m1)
+
+
+def test_new_version_must_grow() -> None:
+    m1 = plan_job_model("j", 3, {EVENTS: 1})
+    with pytest.raises(ConfigError, match="version 3 must be above"):
+        plan_job_model("j", 3, {EVENTS: 1}, previous=m1)
+
+
+@pytest.mark.parametrize("bad", [0, -2, True, "x"])
+def test_bad_container_count(bad: object) -> None:
+    with pytest.raises(ConfigError, match="container count"):
+        plan_job_model("j", 1, {EVENTS: 1}, containers=bad)  # type: ignore[arg-type]
+
+
+def test_bad_partition_count() -> None:
+    with pytest.raises(ConfigError, match="partitions >= 1"):
+        plan_job_model("j", 1, {EVENTS: 0})
+
+
+@given(partition_counts, factors, containers)
+def test_containers_are_balanced_and_keep_virtual_tasks_of_an_ssp_together(n, factor, c) -> None:
+    model = plan_job_model("j", 1, {EVENTS: n}, factor=factor, containers=c)
+    sizes = [len(cm.tasks) for cm in model.containers.values()]
+    assert max(sizes) - min(sizes) <= 1
+    assert len(sizes) == min(c, n * factor)
+    homes: dict[int, set[str]] = {}
+    for cid, cm in model.containers.items():
+        for task in cm.tasks.values():
+            for ssp in task.ssps:
+                homes.setdefault(ssp.partition, set()).add(cid)
+    split = sum(1 for h in homes.values() if len(h) > 1)
+    assert split <= len(sizes) - 1
+    if c == 1 or (factor > 1 and c <= n and n % c == 0):
+        assert split == 0  # whole partitions fit evenly: none is split
+
+
+def test_group_into_containers_of_nothing() -> None:
+    assert group_into_containers({}, 3) == {}
