@@ -1,0 +1,685 @@
+"""The embedded input system: a partitioned, append-only Delta table per stream.
+
+It is the input that runs with no server (DESIGN, "embedded input"), so a job,
+its tests and its demos need nothing but a directory. It behaves like a Kafka
+topic where that matters to the platform: records are placed by Kafka's own
+default partitioner, offsets are dense per partition, and the partition count
+can grow by a multiple (SEP-5).
+
+Layout
+    ``<root>/<stream>/`` is a Delta table (written with ``deltalake``, no Spark)
+    with columns ``partition`` (int32), ``offset`` (int64), ``key`` (binary,
+    nullable), ``value`` (binary), ``timestamp`` (timestamp[us, UTC]) and
+    ``headers`` (JSON object of strings, nullable). It is partitioned by
+    ``partition``, and every producer commit adds one parquet file per
+    partition it touched, named ``partition=<p>/<first offset>-<uuid>.parquet``,
+    with Delta statistics (min/max of ``offset``) that this module writes
+    itself. Readers plan from those statistics alone: a range read opens only
+    the files whose offsets overlap the range, and end offsets come from the
+    log, never from data files.
+
+Dense offsets with several producers (processes, machines)
+    A producer reads the table at version ``v``, numbers its records from the
+    end offsets at ``v``, writes its files and commits them with a Delta
+    application transaction ``(app_id="deltalog-writer", version=v + 1)``.
+    delta-rs's conflict checker rejects a commit when a commit that won in the
+    meantime carries an app id this commit also carries ("Concurrent
+    transaction failed", ``CommitFailedError``), so two producers that read the
+    same end offsets cannot both commit; the loser re-reads, renumbers and
+    retries with jittered backoff, and gives up with a ``StreamError`` after
+    ``max_attempts``. Expansions commit the same way, so a producer that
+    numbered its records under the old partition count cannot commit after the
+    expansion. Verified with deltalake 1.6.6 (4 and 8 spawned processes,
+    10 commits of 50 records each, 2 partitions): with the app transaction,
+    offsets were dense and unique and every lost race surfaced as
+    ``CommitFailedError``; without it, the same run committed all 40 blind
+    appends and left 434 duplicate offsets in one partition, because delta-rs
+    lets concurrent appends through unchecked. The mechanism needs only the
+    Delta protocol's atomic "put if absent" of the next log entry, which local
+    and HDFS-like filesystems give; on S3 delta-rs needs its locking or
+    conditional-put configuration, as for any concurrent Delta writer (object
+    stores are not wired in here yet: roots are local paths). Throughput is
+    bounded by Delta's commit rate (tens of commits a second); batch records
+    into few ``produce`` calls. Files of a lost attempt are deleted before the
+    retry, after checking that the commit really did not land.
+
+Stream metadata (partition count and expansion history)
+    Stored as JSON in the field metadata of the ``partition`` column
+    (key ``deltalog.stream``), i.e. inside the Delta ``metaData`` action: it is
+    written atomically with the table's creation, survives checkpoints and log
+    cleanup, and every snapshot carries the partition count that was in force
+    at that version. A table property would be the more usual place, but
+    deltalake 1.6.6 refuses unknown properties when creating a table (only a
+    later ``set_table_properties(raise_if_not_exists=False)`` accepts them),
+    which would make ``create`` two commits and leave a half-created stream
+    after a crash between them.
+
+Expansion point
+    ``expand`` records, for every old partition, its end offset at the
+    snapshot the expansion commits on top of. Because the expansion and all
+    producers share the app id, no producer commit can slip in between: every
+    record of old partition ``p`` below ``end_offsets[p]`` was placed with the
+    old count, every record at or after it with the new count. A consumer that
+    holds back the new partitions until each old partition is consumed past
+    its expansion point therefore sees a key's old records before its new ones
+    (DESIGN, "Order across repartitioning"). The guarantee is per key across
+    producers only as far as producers themselves order a key's records: two
+    producers writing the same key concurrently have no order to preserve.
+
+Null keys
+    Round-robin over the partitions, continuing across calls of one
+    ``DeltaLog`` object, starting at a random partition so that many
+    short-lived producers do not all fill partition 0. Kafka's newer clients
+    stick to one partition per batch instead; round-robin spreads a single
+    large call evenly, which is what the embedded log's users (tests, demos,
+    benchmarks) want.
+
+Record timestamps
+    One timestamp per commit attempt (log append time), truncated to
+    milliseconds so the Delta statistics, which have millisecond precision,
+    are exact.
+
+Limits and future work
+    Every commit adds up to one small file per partition; a long-lived stream
+    fed by small calls accumulates many files and a long log (delta-rs writes
+    a checkpoint every 100 commits). Compaction that keeps files
+    offset-contiguous and retention (which would make ``earliest`` non-zero)
+    are not implemented. The table is created with ``delta.appendOnly=true``.
+    Delta's Rust runtime does not survive ``fork``: use the ``spawn`` start
+    method for processes that use this module. A ``DeltaLog`` object caches
+    table snapshots and is not thread-safe; it pickles without them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import random
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction
+
+from pipelines.core.partitioner import murmur2
+from pipelines.core.ssp import validate_name
+from pipelines.errors import ConfigError, PartitionChangeError, StreamError
+from pipelines.systems.base import Expansion, PartitionMetadata, StreamMetadata
+
+SYSTEM = "deltalog"
+APP_ID = "deltalog-writer"
+META_KEY = "deltalog.stream"
+META_FORMAT = 1
+
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary(), nullable=False),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("headers", pa.string()),
+    ]
+)
+# Delta keeps partition values in the log, not in the data files.
+_FILE_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name != "partition"])
+
+Record = tuple[bytes | None, bytes, Mapping[str, str] | None]
+
+_BACKOFF_BASE_S = 0.005
+_BACKOFF_CAP_S = 0.25
+
+
+@dataclass
+class _PartitionFiles:
+    """One partition's files ordered by first offset; offsets are contiguous across them."""
+
+    mins: list[int] = field(default_factory=list)
+    maxs: list[int] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+
+    @property
+    def earliest(self) -> int:
+        return self.mins[0] if self.mins else 0
+
+    @property
+    def end(self) -> int:
+        return self.maxs[-1] + 1 if self.maxs else 0
+
+    def overlapping(self, start: int, end: int) -> list[str]:
+        """Files holding any offset of ``[start, end)``, found by bisection rather than a scan."""
+        if start >= end or not self.mins:
+            return []
+        i = max(bisect.bisect_right(self.mins, start) - 1, 0)
+        selected = []
+        while i < len(self.mins) and self.mins[i] < end:
+            if self.maxs[i] >= start:
+                selected.append(self.paths[i])
+            i += 1
+        return selected
+
+
+@dataclass
+class _Snapshot:
+    """What a reader or writer needs from one table version, built once per version from the log."""
+
+    version: int
+    partitions: int
+    expansions: list[Expansion]
+    files: dict[int, _PartitionFiles]
+    paths: frozenset[str]
+
+    def partition_files(self, partition: int) -> _PartitionFiles:
+        return self.files.get(partition) or _PartitionFiles()
+
+    def end(self, partition: int) -> int:
+        return self.partition_files(partition).end
+
+
+class DeltaLog:
+    """Admin, producer and consumer of the streams under one root directory.
+
+    Every method that answers "what is there now" (``describe``,
+    ``end_offsets``, ``produce``, ``expand``) reads the latest table version;
+    ``read`` reuses the cached snapshot when it already covers the range, so a
+    consumer reading behind the end does not list the log on every call.
+    """
+
+    system: str = SYSTEM
+
+    def __init__(self, root: str | os.PathLike[str], *, max_attempts: int = 64, app_id: str = APP_ID) -> None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigError(f"max_attempts must be a whole number >= 1, got {max_attempts!r}")
+        self.root = Path(os.fspath(root)).absolute()
+        self.max_attempts = max_attempts
+        self.app_id = app_id
+        self._tables: dict[str, tuple[DeltaTable, _Snapshot]] = {}
+        self._round_robin: dict[str, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # DeltaTable handles belong to one process's Rust runtime; ship only the configuration.
+        return {"root": self.root, "max_attempts": self.max_attempts, "app_id": self.app_id}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["root"], max_attempts=state["max_attempts"], app_id=state["app_id"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"DeltaLog({str(self.root)!r})"
+
+    # ----------------------------------------------------------------- admin
+
+    def path(self, stream: str) -> str:
+        """The Delta table directory of a stream (which need not exist)."""
+        return str(self.root / validate_name("stream", stream))
+
+    def list_streams(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(e.name for e in os.scandir(self.root) if e.is_dir() and Path(e.path, "_delta_log").is_dir())
+
+    def create(self, stream: str, partitions: int) -> StreamMetadata:
+        path = self.path(stream)
+        count = _validate_count(partitions)
+        if DeltaTable.is_deltatable(path):
+            raise StreamError(f"stream {stream!r} already exists in {self.root}")
+        meta = {"format": META_FORMAT, "partitions": count, "expansions": []}
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            DeltaTable.create(
+                path,
+                schema=_table_schema(meta),
+                partition_by=["partition"],
+                mode="error",
+                name=stream,
+                description=f"{SYSTEM} stream: partitioned append-only log, see pipelines/systems/deltalog.py",
+                configuration={"delta.appendOnly": "true"},
+                commit_properties=CommitProperties(custom_metadata={"deltalog.operation": "create"}),
+            )
+        except Exception as error:
+            if DeltaTable.is_deltatable(path):  # another process created it between our check and our commit
+                raise StreamError(f"stream {stream!r} already exists in {self.root}") from error
+            raise
+        return self.describe(stream)
+
+    def expand(self, stream: str, partitions: int) -> StreamMetadata:
+        """Grow the partition count to a multiple of the current one, recording the expansion point.
+
+        Asking for the current count is a no-op, so a retried expansion is safe.
+        """
+        count = _validate_count(partitions)
+        for attempt in range(1, self.max_attempts + 1):
+            table, snap = self._latest(stream)
+            current = snap.partitions
+            if count == current:
+                return _describe(stream, snap)
+            if count < current:
+                raise PartitionChangeError(
+                    f"stream {stream!r} has {current} partitions; shrinking to {count} is not possible "
+                    "(keys would lose their order and partitions their offsets)"
+                )
+            if count % current:
+                raise PartitionChangeError(
+                    f"stream {stream!r} has {current} partitions; the new count must be a multiple of it "
+                    f"(e.g. {2 * current} or {3 * current}), got {count}, so that every key moves from "
+                    f"partition p only to partitions p' with p' mod {current} == p"
+                )
+            expansion = Expansion(
+                from_partitions=current,
+                to_partitions=count,
+                end_offsets={p: str(snap.end(p)) for p in range(current)},
+                at=datetime.now(UTC),
+            )
+            meta = {
+                "format": META_FORMAT,
+                "partitions": count,
+                "expansions": [_expansion_to_json(e) for e in [*snap.expansions, expansion]],
+            }
+            try:
+                table.alter.set_column_metadata(
+                    "partition",
+                    {META_KEY: json.dumps(meta, separators=(",", ":"))},
+                    commit_properties=self._commit_properties(snap.version, "expand"),
+                )
+            except CommitFailedError:
+                _backoff(attempt)
+                continue
+            return self.describe(stream)
+        raise StreamError(
+            f"could not expand stream {stream!r} after {self.max_attempts} attempts: "
+            "concurrent producers or expansions kept committing first; retry later"
+        )
+
+    def describe(self, stream: str) -> StreamMetadata:
+        return _describe(stream, self._latest(stream)[1])
+
+    def end_offsets(self, stream: str) -> dict[int, int]:
+        """The next offset to be written, per partition, from the log's file statistics."""
+        snap = self._latest(stream)[1]
+        return {p: snap.end(p) for p in range(snap.partitions)}
+
+    def offset_key(self, offset: str) -> int:
+        try:
+            value = int(offset)
+        except (TypeError, ValueError):
+            raise StreamError(f"{SYSTEM} offsets are decimal integers, got {offset!r}") from None
+        if value < 0:
+            raise StreamError(f"{SYSTEM} offsets are >= 0, got {offset!r}")
+        return value
+
+    # -------------------------------------------------------------- producer
+
+    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, int]]:
+        """Append records in one Delta commit; returns ``(partition, offset)`` per record, in input order.
+
+        Non-null keys go to ``kafka_partition(key, n)``; null keys round-robin
+        (module docstring). The partition count is re-read on every attempt, so
+        a producer picks up an expansion made by anyone, anywhere.
+        """
+        keys: list[bytes | None] = []
+        values: list[bytes] = []
+        headers: list[str | None] = []
+        # Kafka's partitioner is toPositive(murmur2(key)) mod n; hashing once keeps retries after an
+        # expansion cheap. Null keys are marked -1.
+        hashes: list[int] = []
+        for i, record in enumerate(records):
+            try:
+                key, value, header = record
+            except (TypeError, ValueError):
+                raise StreamError(f"record {i} must be a (key, value, headers) tuple, got {record!r:.80}") from None
+            if key is None:
+                hashes.append(-1)
+            elif isinstance(key, bytes | bytearray | memoryview):
+                hashes.append(murmur2(bytes(key)) & 0x7FFFFFFF)
+            else:
+                raise StreamError(f"record {i}: key must be bytes or None, got {type(key).__name__}")
+            if not isinstance(value, bytes | bytearray | memoryview):
+                raise StreamError(f"record {i}: value must be bytes, got {type(value).__name__}")
+            keys.append(key)
+            values.append(value)
+            headers.append(_encode_headers(i, header))
+        if not values:
+            return []
+        body = pa.table(
+            {
+                "key": pa.array(keys, pa.binary()),
+                "value": pa.array(values, pa.binary()),
+                "headers": pa.array(headers, pa.string()),
+            }
+        )
+        nulls = hashes.count(-1)
+        rr_start = self._round_robin.get(stream)
+        if rr_start is None:
+            rr_start = random.randrange(1 << 30)
+
+        for attempt in range(1, self.max_attempts + 1):
+            table, snap = self._latest(stream)
+            n = snap.partitions
+            groups: dict[int, list[int]] = {}
+            ends: dict[int, int] = {}
+            placed: list[tuple[int, int]] = []
+            rr = rr_start
+            for i, h in enumerate(hashes):
+                if h < 0:
+                    p = rr % n
+                    rr += 1
+                else:
+                    p = h % n
+                group = groups.get(p)
+                if group is None:
+                    groups[p] = group = []
+                    ends[p] = snap.end(p)
+                placed.append((p, ends[p] + len(group)))
+                group.append(i)
+
+            written: list[Path] = []
+            adds: list[AddAction] = []
+            try:
+                adds = self._write_files(stream, body, groups, ends, written)
+                table.create_write_transaction(
+                    adds,
+                    "append",
+                    table.schema(),
+                    partition_by=["partition"],
+                    commit_properties=self._commit_properties(snap.version, "produce"),
+                )
+            except CommitFailedError:
+                if self._landed(stream, [a.path for a in adds]):
+                    break
+                _remove(written)
+                _backoff(attempt)
+                continue
+            except BaseException:
+                _remove(written)
+                raise
+            break
+        else:
+            raise StreamError(
+                f"could not append to stream {stream!r} after {self.max_attempts} attempts: "
+                "other producers kept committing first; batch records into fewer, larger produce calls"
+            )
+        self._round_robin[stream] = rr_start + nulls
+        return placed
+
+    def _write_files(
+        self,
+        stream: str,
+        body: pa.Table,
+        groups: dict[int, list[int]],
+        ends: dict[int, int],
+        written: list[Path],
+    ) -> list[AddAction]:
+        root = Path(self.path(stream))
+        now = datetime.now(UTC)
+        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+        ts = pa.scalar(now, pa.timestamp("us", tz="UTC"))
+        adds = []
+        for p, rows in sorted(groups.items()):
+            n, first = len(rows), ends[p]
+            part = body if n == body.num_rows else body.take(pa.array(rows, pa.int64()))
+            data = pa.Table.from_arrays(
+                [
+                    pa.array(range(first, first + n), pa.int64()),
+                    part["key"],
+                    part["value"],
+                    pa.repeat(ts, n),
+                    part["headers"],
+                ],
+                schema=_FILE_SCHEMA,
+            )
+            rel = f"partition={p}/{first:020d}-{uuid.uuid4().hex}.parquet"
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            written.append(target)
+            pq.write_table(data, target)
+            stats = {
+                "numRecords": n,
+                "minValues": {"offset": first, "timestamp": stamp},
+                "maxValues": {"offset": first + n - 1, "timestamp": stamp},
+                "nullCount": {
+                    "offset": 0,
+                    "key": part["key"].null_count,
+                    "value": 0,
+                    "timestamp": 0,
+                    "headers": part["headers"].null_count,
+                },
+            }
+            adds.append(
+                AddAction(
+                    path=rel,
+                    size=target.stat().st_size,
+                    partition_values={"partition": str(p)},
+                    modification_time=int(time.time() * 1000),
+                    data_change=True,
+                    stats=json.dumps(stats, separators=(",", ":")),
+                )
+            )
+        return adds
+
+    def _landed(self, stream: str, paths: list[str]) -> bool:
+        """Whether a commit reported as failed is in the log anyway; its files must not be deleted then."""
+        try:
+            snap = self._latest(stream)[1]
+        except StreamError:
+            return False
+        return bool(paths) and all(p in snap.paths for p in paths)
+
+    def _commit_properties(self, read_version: int, operation: str) -> CommitProperties:
+        # The shared app id is what makes delta-rs reject a commit that raced another (module docstring).
+        return CommitProperties(
+            app_transactions=[Transaction(app_id=self.app_id, version=read_version + 1)],
+            custom_metadata={"deltalog.operation": operation},
+        )
+
+    # -------------------------------------------------------------- consumer
+
+    def files_for_range(self, stream: str, partition: int, start: int, end: int) -> list[str]:
+        """The data files (paths relative to the table) a read of ``[start, end)`` opens, from statistics only."""
+        return self._plan(stream, partition, start, end)
+
+    def read(self, stream: str, partition: int, start: int, end: int) -> pa.Table:
+        """Records at offsets ``[start, end)`` of one partition, in offset order, as ``RECORD_SCHEMA``.
+
+        The range must lie within ``[earliest, end offset]``; asking past the
+        end is an error rather than a short read, so a caller never mistakes
+        "not written yet" for "no records".
+        """
+        files = self._plan(stream, partition, start, end)
+        if start == end:
+            return RECORD_SCHEMA.empty_table()
+        root = self.path(stream)
+        filters = [("offset", ">=", start), ("offset", "<", end)]
+        parts = [pq.read_table(_local_path(root, rel), schema=_FILE_SCHEMA, filters=filters) for rel in files]
+        data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        offsets = data["offset"].combine_chunks()
+        if (
+            data.num_rows != end - start
+            or offsets[0].as_py() != start
+            or offsets[-1].as_py() != end - 1
+            # with the count and both ends right, strictly increasing means exactly the range
+            or (data.num_rows > 1 and pc.min(pc.pairwise_diff(offsets)).as_py() < 1)
+        ):
+            raise StreamError(
+                f"stream {stream!r} partition {partition}: files {files} do not hold exactly offsets "
+                f"[{start}, {end}) (got {data.num_rows} rows); the table was modified outside {SYSTEM}"
+            )
+        return pa.Table.from_arrays(
+            [pa.repeat(pa.scalar(partition, pa.int32()), data.num_rows), *data.columns],
+            schema=RECORD_SCHEMA,
+        )
+
+    def _plan(self, stream: str, partition: int, start: int, end: int) -> list[str]:
+        for name, value in (("partition", partition), ("start", start), ("end", end)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise StreamError(f"{name} must be an integer >= 0, got {value!r}")
+        if start > end:
+            raise StreamError(f"start offset {start} is after end offset {end}")
+        cached = self._tables.get(stream)
+        snap = cached[1] if cached else self._latest(stream)[1]
+        if partition >= snap.partitions or end > snap.end(partition):
+            snap = self._latest(stream)[1]
+        if partition >= snap.partitions:
+            raise StreamError(f"stream {stream!r} has partitions 0..{snap.partitions - 1}, not {partition}")
+        files = snap.partition_files(partition)
+        if end > files.end:
+            raise StreamError(
+                f"stream {stream!r} partition {partition} ends at offset {files.end}; cannot read up to {end}"
+            )
+        if start < files.earliest:
+            raise StreamError(
+                f"stream {stream!r} partition {partition} starts at offset {files.earliest}; cannot read from {start}"
+            )
+        return files.overlapping(start, end)
+
+    # ------------------------------------------------------------- snapshots
+
+    def _latest(self, stream: str) -> tuple[DeltaTable, _Snapshot]:
+        cached = self._tables.get(stream)
+        if cached is None:
+            path = self.path(stream)
+            if not DeltaTable.is_deltatable(path):
+                existing = self.list_streams()
+                raise StreamError(
+                    f"stream {stream!r} does not exist in {self.root}; existing streams: "
+                    + (", ".join(existing) if existing else "none")
+                )
+            table = DeltaTable(path)
+        else:
+            table, snap = cached
+            table.update_incremental()
+            if table.version() == snap.version:
+                return cached
+        snap = _snapshot(stream, table)
+        self._tables[stream] = (table, snap)
+        return table, snap
+
+
+def _validate_count(partitions: object) -> int:
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise ConfigError(f"partition count must be a whole number >= 1, got {partitions!r}")
+    if partitions < 1:
+        raise ConfigError(f"partition count must be >= 1, got {partitions}")
+    return partitions
+
+
+def _encode_headers(index: int, headers: Mapping[str, str] | None) -> str | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise StreamError(f"record {index}: headers must be a mapping of str to str or None, got {headers!r:.80}")
+    return json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False)
+
+
+def _table_schema(meta: dict[str, Any]) -> pa.Schema:
+    partition = RECORD_SCHEMA.field("partition").with_metadata({META_KEY: json.dumps(meta, separators=(",", ":"))})
+    return RECORD_SCHEMA.set(0, partition)
+
+
+def _expansion_to_json(expansion: Expansion) -> dict[str, Any]:
+    return {
+        "from_partitions": expansion.from_partitions,
+        "to_partitions": expansion.to_partitions,
+        "end_offsets": {str(p): o for p, o in sorted(expansion.end_offsets.items())},
+        "at": expansion.at.isoformat(),
+    }
+
+
+def _read_meta(stream: str, table: DeltaTable) -> tuple[int, list[Expansion]]:
+    raw = None
+    for f in table.schema().fields:
+        if f.name == "partition":
+            raw = f.metadata.get(META_KEY)
+    if raw is None:
+        raise StreamError(f"{table.table_uri} is a Delta table but not a {SYSTEM} stream (no {META_KEY!r} metadata)")
+    try:
+        meta = json.loads(raw)
+        partitions = int(meta["partitions"])
+        expansions = [
+            Expansion(
+                from_partitions=int(e["from_partitions"]),
+                to_partitions=int(e["to_partitions"]),
+                end_offsets={int(p): str(o) for p, o in e["end_offsets"].items()},
+                at=datetime.fromisoformat(e["at"]),
+            )
+            for e in meta["expansions"]
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise StreamError(f"stream {stream!r} has unreadable {META_KEY!r} metadata: {raw!r:.200}") from error
+    return partitions, expansions
+
+
+def _snapshot(stream: str, table: DeltaTable) -> _Snapshot:
+    """Index the live files by partition and first offset, and check offsets are dense across them."""
+    version = table.version()
+    partitions, expansions = _read_meta(stream, table)
+    actions = pa.table(table.get_add_actions(flatten=True))
+    files: dict[int, _PartitionFiles] = {}
+    paths: list[str] = []
+    if actions.num_rows:
+        missing = {"path", "partition.partition", "min.offset", "max.offset"} - set(actions.column_names)
+        if missing:
+            raise StreamError(f"stream {stream!r}: the Delta log lacks {sorted(missing)} for its files")
+        paths = actions["path"].to_pylist()
+        rows = sorted(
+            zip(
+                (int(p) for p in actions["partition.partition"].to_pylist()),
+                actions["min.offset"].to_pylist(),
+                actions["max.offset"].to_pylist(),
+                paths,
+                strict=True,
+            ),
+            key=lambda r: (r[0], -1 if r[1] is None else r[1]),
+        )
+        for p, lo, hi, path in rows:
+            if lo is None or hi is None:
+                raise StreamError(f"stream {stream!r}: file {path} has no offset statistics")
+            if not 0 <= p < partitions:
+                raise StreamError(f"stream {stream!r} has {partitions} partitions but file {path} is in {p}")
+            pf = files.setdefault(p, _PartitionFiles())
+            if pf.maxs and lo != pf.maxs[-1] + 1:
+                raise StreamError(
+                    f"stream {stream!r} partition {p}: offsets are not dense between {pf.paths[-1]} "
+                    f"(ends at {pf.maxs[-1]}) and {path} (starts at {lo})"
+                )
+            pf.mins.append(lo)
+            pf.maxs.append(hi)
+            pf.paths.append(path)
+    return _Snapshot(version, partitions, expansions, files, frozenset(paths))
+
+
+def _describe(stream: str, snap: _Snapshot) -> StreamMetadata:
+    partitions = {}
+    for p in range(snap.partitions):
+        files = snap.partition_files(p)
+        partitions[p] = PartitionMetadata(partition=p, earliest=str(files.earliest), end=str(files.end))
+    return StreamMetadata(system=SYSTEM, stream=stream, partitions=partitions, expansions=list(snap.expansions))
+
+
+def _local_path(root: str, rel: str) -> str:
+    """A data file's local path; the log may hold it percent-encoded or as an absolute file URI."""
+    if "://" in rel:
+        return unquote(urlparse(rel).path)
+    return os.path.join(root, unquote(rel))
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def _backoff(attempt: int) -> None:
+    # Full jitter: racing producers spread out instead of colliding again in lockstep.
+    time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))

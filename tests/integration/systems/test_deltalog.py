@@ -1,0 +1,333 @@
+"""The embedded Delta log against real deltalake tables: dense offsets under concurrency, pruned reads, expansion."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import time
+from collections import Counter
+from collections.abc import Iterator
+from multiprocessing.pool import Pool
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from pipelines.core.partitioner import kafka_partition
+from pipelines.errors import ConfigError, PartitionChangeError, StreamError
+from pipelines.systems.base import SystemAdmin
+from pipelines.systems.deltalog import RECORD_SCHEMA, SYSTEM, DeltaLog
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def producers() -> Iterator[Pool]:
+    """Producer processes shared by the concurrency tests, started once: spawning and importing is the slow part.
+
+    deltalake's Rust runtime does not survive fork, hence spawn.
+    """
+    with multiprocessing.get_context("spawn").Pool(4, initializer=_warm_up) as pool:
+        pool.map(_ready, range(4), chunksize=1)  # wait until the workers are up, so tests time only their work
+        yield pool
+
+
+def _warm_up() -> None:
+    # pyarrow imports pandas on its first conversion; pay for it before the tests' producers race.
+    pa.array([0])
+
+
+def _ready(_: int) -> None:
+    time.sleep(0.1)
+
+
+def _keyed(n: int, prefix: str = "k", start: int = 0) -> list[tuple[bytes | None, bytes, dict[str, str] | None]]:
+    return [(f"{prefix}{i}".encode(), f"v{i}".encode(), None) for i in range(start, start + n)]
+
+
+def _offsets_by_partition(log: DeltaLog, stream: str) -> dict[int, list[int]]:
+    table = DeltaTable(log.path(stream)).to_pyarrow_table(columns=["partition", "offset"])
+    found: dict[int, list[int]] = {}
+    for p, o in zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True):
+        found.setdefault(p, []).append(o)
+    return {p: sorted(o) for p, o in found.items()}
+
+
+def _produce_commits(root: str, stream: str, worker: int, commits: int, size: int) -> list[tuple[bytes, int, int]]:
+    """A producer process: returns (value, partition, offset) for every record it was told it wrote."""
+    log = DeltaLog(root)
+    placed = []
+    for c in range(commits):
+        records = [(f"w{worker}-{c}-{i}".encode(), f"w{worker}-{c}-{i}".encode(), None) for i in range(size)]
+        for (_, value, _), (p, o) in zip(records, log.produce(stream, records), strict=True):
+            placed.append((value, p, o))
+    return placed
+
+
+def _produce_across_expansion(root: str, stream: str, worker: int, size: int) -> int:
+    """Keeps producing until it has committed three times under the expanded count (or gives up)."""
+    log = DeltaLog(root)
+    after = 0
+    for c in range(300):
+        log.produce(stream, [(f"w{worker}-{c}-{i}".encode(), b"x", None) for i in range(size)])
+        if len(log.end_offsets(stream)) > 2:
+            after += 1
+            if after == 3:
+                return c + 1
+    raise AssertionError("the expansion never became visible to the producer")
+
+
+def test_concurrent_producers_in_several_processes_keep_offsets_dense_and_unique(
+    tmp_path: Path, producers: Pool
+) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 3)
+    workers, commits, size = 4, 10, 50
+    results = producers.starmap(
+        _produce_commits, [(str(tmp_path), "events", w, commits, size) for w in range(workers)], chunksize=1
+    )
+
+    offsets = _offsets_by_partition(log, "events")
+    assert sum(len(o) for o in offsets.values()) == workers * commits * size
+    for p, found in offsets.items():
+        assert found == list(range(len(found))), f"partition {p} offsets are not dense and unique"
+    assert log.end_offsets("events") == {p: len(offsets.get(p, [])) for p in range(3)}
+
+    # What each producer was told matches what is stored, and keys sit where Kafka would put them.
+    stored = {}
+    for p in offsets:
+        t = log.read("events", p, 0, len(offsets[p]))
+        stored.update({v: (p, o) for v, o in zip(t["value"].to_pylist(), t["offset"].to_pylist(), strict=True)})
+    told = {value: (p, o) for placed in results for value, p, o in placed}
+    assert told == stored
+    assert all(p == kafka_partition(value, 3) for value, (p, _) in told.items())
+
+
+def test_producers_racing_an_expansion_never_write_old_placements_past_the_expansion_point(
+    tmp_path: Path, producers: Pool
+) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    pending = producers.starmap_async(
+        _produce_across_expansion, [(str(tmp_path), "events", w, 20) for w in range(2)], chunksize=1
+    )
+    deadline = time.monotonic() + 30
+    while sum(log.end_offsets("events").values()) < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    meta = log.expand("events", 4)
+    pending.get(timeout=60)
+
+    point = {p: int(o) for p, o in meta.expansions[0].end_offsets.items()}
+    assert point.keys() == {0, 1} and sum(point.values()) >= 40
+    for found in _offsets_by_partition(log, "events").values():
+        assert found == list(range(len(found)))
+    for p in range(4):
+        t = log.read("events", p, 0, log.end_offsets("events")[p])
+        for key, offset in zip(t["key"].to_pylist(), t["offset"].to_pylist(), strict=True):
+            if p >= 2 or offset >= point[p]:
+                # written under 4 partitions
+                assert kafka_partition(key, 4) == p, (p, offset, point)
+            else:
+                assert kafka_partition(key, 2) == p
+    # Before the point, partition p held keys that now belong to p + 2: the expansion really moved keys.
+    before = log.read("events", 0, 0, point[0])
+    assert any(kafka_partition(k, 4) == 2 for k in before["key"].to_pylist())
+
+
+def test_range_read_returns_exactly_the_range_in_offset_order(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("one", 1)
+    for c in range(5):
+        log.produce("one", [(None, f"r{c * 10 + i}".encode(), {"i": str(i)}) for i in range(10)])
+
+    t = log.read("one", 0, 15, 37)
+    assert t.schema == RECORD_SCHEMA
+    assert t["offset"].to_pylist() == list(range(15, 37))
+    assert t["value"].to_pylist() == [f"r{o}".encode() for o in range(15, 37)]
+    assert t["partition"].to_pylist() == [0] * 22
+    assert t["headers"][0].as_py() == '{"i":"5"}'
+    assert t["timestamp"].null_count == 0
+    assert log.read("one", 0, 20, 20).num_rows == 0
+    assert log.read("one", 0, 0, 50)["offset"].to_pylist() == list(range(50))
+    with pytest.raises(StreamError, match="ends at offset 50"):
+        log.read("one", 0, 40, 51)
+    with pytest.raises(StreamError, match="not 1"):
+        log.read("one", 1, 0, 1)
+    with pytest.raises(StreamError, match="after end"):
+        log.read("one", 0, 30, 20)
+
+
+def test_range_read_opens_only_files_that_overlap_the_range(tmp_path: Path) -> None:
+    writer = DeltaLog(tmp_path)
+    writer.create("one", 1)
+    writer.create("two", 2)
+    for _ in range(10):
+        writer.produce("one", [(None, b"x", None)] * 10)  # one file of ten offsets per commit
+        writer.produce("two", [(None, b"y", None)] * 2)  # round-robin: one record per partition per commit
+
+    log = DeltaLog(tmp_path)  # a fresh reader: planning works from the Delta log alone
+    selected = log.files_for_range("one", 0, 15, 37)
+    assert [Path(f).name.split("-")[0] for f in selected] == [f"{o:020d}" for o in (10, 20, 30)]
+    assert all(f.startswith("partition=0/") for f in selected)
+    assert len(log.files_for_range("one", 0, 20, 30)) == 1
+    assert len(log.files_for_range("one", 0, 0, 100)) == 10
+    assert log.files_for_range("one", 0, 7, 7) == []
+    two = log.files_for_range("two", 1, 3, 5)
+    assert len(two) == 2 and all(f.startswith("partition=1/") for f in two)
+
+    # Remove every data file the plan did not select: the read still succeeds, so it opened no other file.
+    table_dir = Path(log.path("one"))
+    for data_file in table_dir.glob("partition=*/*.parquet"):
+        if str(data_file.relative_to(table_dir)) not in selected:
+            data_file.unlink()
+    assert log.read("one", 0, 15, 37)["offset"].to_pylist() == list(range(15, 37))
+
+
+def test_expansion_keeps_old_data_readable_and_new_records_use_the_new_count(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    stale = DeltaLog(tmp_path)  # another producer, whose cached snapshot predates the expansion
+    stale.produce("events", _keyed(100))
+    before = {p: log.read("events", p, 0, e) for p, e in log.end_offsets("events").items()}
+
+    meta = log.expand("events", 4)
+    assert sorted(meta.partitions) == [0, 1, 2, 3]
+    assert {p: log.read("events", p, 0, int(before[p].num_rows)) for p in (0, 1)} == before
+
+    records = _keyed(200, prefix="new")
+    placed = stale.produce("events", records)
+    assert {p for p, _ in placed} == {0, 1, 2, 3}
+    for (key, _, _), (p, _) in zip(records, placed, strict=True):
+        assert key is not None and p == kafka_partition(key, 4)
+    ends = log.end_offsets("events")
+    counts = Counter(p for p, _ in placed)
+    assert ends == {p: before[p].num_rows + counts[p] if p < 2 else counts[p] for p in range(4)}
+    # New records continue the old partitions' offsets; new partitions start at 0.
+    assert min(o for p, o in placed if p == 0) == before[0].num_rows
+    assert min(o for p, o in placed if p == 3) == 0
+
+
+@pytest.mark.parametrize(("target", "message"), [(1, "shrinking"), (3, "multiple"), (5, "multiple")])
+def test_shrink_or_non_multiple_expansion_is_refused_and_changes_nothing(
+    tmp_path: Path, target: int, message: str
+) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    log.produce("events", _keyed(10))
+    version = DeltaTable(log.path("events")).version()
+    before = log.describe("events")
+
+    with pytest.raises(PartitionChangeError, match=message):
+        log.expand("events", target)
+
+    assert DeltaLog(tmp_path).describe("events") == before
+    assert DeltaTable(log.path("events")).version() == version
+    assert log.expand("events", 2) == before  # the current count is a no-op, not a commit
+    assert DeltaTable(log.path("events")).version() == version
+    with pytest.raises(ConfigError):
+        log.expand("events", 0)
+
+
+def test_expansion_point_is_the_end_offsets_at_expansion_and_is_durable(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 1)
+    log.produce("events", _keyed(7))
+    log.expand("events", 2)
+    first_ends = log.end_offsets("events")
+    log.produce("events", _keyed(30, prefix="b"))
+    second_ends = log.end_offsets("events")
+    log.expand("events", 6)
+
+    history = DeltaLog(tmp_path).describe("events").expansions  # a fresh process sees it too
+    assert [(e.from_partitions, e.to_partitions) for e in history] == [(1, 2), (2, 6)]
+    assert history[0].end_offsets == {0: "7"}
+    assert first_ends == {0: 7, 1: 0}
+    assert history[1].end_offsets == {p: str(o) for p, o in second_ends.items()}
+    assert history[0].at <= history[1].at and history[1].at.tzinfo is not None
+    assert [history[1].source_partition(p) for p in history[1].new_partitions()] == [0, 1, 0, 1]
+
+
+def test_describe_reports_earliest_and_end_per_partition(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    assert isinstance(log, SystemAdmin)
+    meta = log.create("events", 3)
+    assert meta.system == SYSTEM and meta.stream == "events" and meta.partition_count == 3
+    assert {p: (m.earliest, m.end) for p, m in meta.partitions.items()} == {p: ("0", "0") for p in range(3)}
+
+    placed = log.produce("events", _keyed(50)) + log.produce("events", [(None, b"n", None)] * 6)
+    counts = Counter(p for p, _ in placed)
+    meta = log.describe("events")
+    assert {p: (m.earliest, m.end) for p, m in meta.partitions.items()} == {p: ("0", str(counts[p])) for p in range(3)}
+    assert Counter(p for p, _ in placed[50:]) == {0: 2, 1: 2, 2: 2}  # null keys round-robin
+    assert log.offset_key("10") > log.offset_key("9")
+
+
+def test_metadata_survives_a_checkpoint_and_the_log_is_the_only_source(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    for c in range(3):
+        log.produce("events", _keyed(20, start=20 * c))
+    log.expand("events", 4)
+    log.produce("events", _keyed(20, prefix="z"))
+    DeltaTable(log.path("events")).create_checkpoint()
+    for log_file in Path(log.path("events"), "_delta_log").glob("*.json"):
+        log_file.unlink()  # only the checkpoint remains to read from
+
+    fresh = DeltaLog(tmp_path)
+    assert fresh.describe("events") == log.describe("events")
+    assert fresh.end_offsets("events") == log.end_offsets("events")
+    assert fresh.read("events", 1, 0, 5)["offset"].to_pylist() == list(range(5))
+
+
+def test_produce_of_ten_thousand_records_is_fast(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("bulk", 4)
+    records = [(f"key-{i}".encode(), os.urandom(64), {"n": str(i)}) for i in range(10_000)]
+    started = time.perf_counter()
+    placed = log.produce("bulk", records)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 1.0, f"produce of 10k records took {elapsed:.2f}s"
+    assert len(placed) == 10_000
+    assert sum(log.end_offsets("bulk").values()) == 10_000
+    assert len(list(Path(log.path("bulk")).glob("partition=*/*.parquet"))) == 4  # one file per partition
+
+
+def test_errors_name_the_problem(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    with pytest.raises(StreamError, match="existing streams: none"):
+        log.describe("missing")
+    log.create("orders", 1)
+    log.create("clicks", 1)
+    assert log.list_streams() == ["clicks", "orders"]
+    with pytest.raises(StreamError, match=r"'missing' does not exist.*existing streams: clicks, orders"):
+        log.read("missing", 0, 0, 0)
+    with pytest.raises(StreamError, match="already exists"):
+        log.create("orders", 2)
+    for bad in (0, -1, True, "2"):
+        with pytest.raises(ConfigError):
+            log.create("other", bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="stream name"):
+        log.create("no/slashes", 1)
+    with pytest.raises(StreamError, match="value must be bytes"):
+        log.produce("orders", [(b"k", "text", None)])  # type: ignore[list-item]
+    with pytest.raises(StreamError, match="key must be bytes"):
+        log.produce("orders", [("k", b"v", None)])  # type: ignore[list-item]
+    with pytest.raises(StreamError, match="headers"):
+        log.produce("orders", [(b"k", b"v", {"n": 1})])  # type: ignore[dict-item]
+    assert log.end_offsets("orders") == {0: 0}
+    assert log.produce("orders", []) == []
+    with pytest.raises(StreamError, match="decimal"):
+        log.offset_key("abc")
+
+
+def test_a_pickled_log_drops_its_table_handles_and_still_works(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    log.produce("events", _keyed(10))
+    clone = pickle.loads(pickle.dumps(log))
+    assert clone.end_offsets("events") == log.end_offsets("events")
+    assert (
+        pa.concat_tables([clone.read("events", p, 0, e) for p, e in clone.end_offsets("events").items()]).num_rows == 10
+    )
