@@ -1,0 +1,666 @@
+"""``python -m pipelines``: operate streams, job models and the control plane from a shell.
+
+Every user mistake is a ``PipelinesError`` and ends as one ``error: ...`` line
+on stderr with exit code 2 (argparse's own usage errors use 2 as well), so
+scripts and Airflow's BashOperator can tell "fix your input" from a crash,
+which keeps its traceback. ``--json`` prints machine-readable output on
+stdout; progress and notes always go to stderr so stdout stays parseable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, is_dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from pipelines.control.home import Home, resolve_home
+from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
+from pipelines.core.groupers import GROUPERS, plan_job_model
+from pipelines.core.hashing import validate_factor
+from pipelines.core.model import JobModel
+from pipelines.core.ssp import SystemStream, SystemStreamPartition, validate_name
+from pipelines.errors import ConfigError, ModelError, PartitionChangeError, PipelinesError, StreamError
+
+EMBEDDED_SYSTEM = "deltalog"
+DEFAULT_STREAM = "events"
+DEFAULT_JOB = "job"
+PRODUCE_CHUNK = 5_000
+
+
+class Output:
+    """Prints either JSON or a short human table, so every command decides once what it shows."""
+
+    def __init__(self, as_json: bool, out: TextIO, err: TextIO) -> None:
+        self.as_json = as_json
+        self.out = out
+        self.err = err
+
+    def emit(self, data: Any, human: Callable[[], str]) -> None:
+        if self.as_json:
+            json.dump(_plain(data), self.out, indent=2, sort_keys=False)
+            self.out.write("\n")
+        else:
+            self.out.write(human().rstrip("\n") + "\n")
+
+    def note(self, message: str) -> None:
+        self.err.write(message + "\n")
+        self.err.flush()
+
+
+# ---------------------------------------------------------------------- argument types
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Global options are accepted before and after the command; the subcommands' copies default to
+    # SUPPRESS so a value given before the command is not reset by the subparser.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", default=argparse.SUPPRESS, help="state directory (default: $PIPELINES_HOME)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+
+    parser = argparse.ArgumentParser(
+        prog="pipelines", description="Elastic stream processing on Spark: streams, job models, control plane."
+    )
+    parser.add_argument(
+        "--home",
+        default=None,
+        help="state directory (default: $PIPELINES_HOME, else ./.pipelines-home)",
+    )
+    parser.add_argument("--json", action="store_true", default=False, help="machine-readable output on stdout")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{stream,model,job}")
+
+    stream = groups.add_parser("stream", help="embedded Delta-log input streams", parents=[common])
+    sc = stream.add_subparsers(dest="command", required=True)
+    p = sc.add_parser("create", help="create a stream", parents=[common])
+    p.add_argument("name")
+    p.add_argument("--partitions", type=_count(1), required=True)
+    p.set_defaults(func=cmd_stream_create)
+    p = sc.add_parser("produce", help="append test records (JSON with a per-key sequence)", parents=[common])
+    p.add_argument("name")
+    p.add_argument("--records", type=_count(1), required=True)
+    p.add_argument("--keys", type=_count(1), required=True)
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one, printed)")
+    p.add_argument("--chunk", type=_count(1), default=PRODUCE_CHUNK, help="records per commit")
+    p.set_defaults(func=cmd_stream_produce)
+    p = sc.add_parser("expand", help="grow a stream's partition count", parents=[common])
+    p.add_argument("name")
+    p.add_argument("--partitions", type=_count(1), required=True)
+    p.set_defaults(func=cmd_stream_expand)
+    p = sc.add_parser("describe", help="partitions, offsets and expansions of a stream", parents=[common])
+    p.add_argument("name")
+    p.set_defaults(func=cmd_stream_describe)
+
+    model = groups.add_parser("model", help="plan job models and migrate checkpoints", parents=[common])
+    mc = model.add_subparsers(dest="command", required=True)
+    p = mc.add_parser("plan", help="print the job model for an input and elasticity factor", parents=[common])
+    p.add_argument("--partitions", type=_count(1), help="input partitions (default: the embedded stream's count)")
+    p.add_argument("--factor", default="1", help="elasticity factor X >= 1 (default 1)")
+    p.add_argument("--grouper", default="GroupByPartition", help=f"one of {', '.join(sorted(GROUPERS))}")
+    p.add_argument("--containers", type=_count(1), default=1)
+    p.add_argument("--stream", default=DEFAULT_STREAM)
+    p.add_argument("--system", default=EMBEDDED_SYSTEM)
+    p.add_argument("--job", default=DEFAULT_JOB, help="plan on top of this job's active model, if it has one")
+    p.add_argument("--save", action="store_true", help="store the plan in the control plane (not activated)")
+    p.add_argument("--reason", default="planned from the CLI", help="why the model was planned (with --save)")
+    p.set_defaults(func=cmd_model_plan)
+    p = mc.add_parser("migrate", help="migrate a checkpoint map to a new factor / partition count", parents=[common])
+    p.add_argument("--from", dest="source", required=True, help="JSON checkpoint map file ('-': stdin)")
+    p.add_argument("--to-factor", required=True, help="new elasticity factor X'")
+    p.add_argument("--partitions", type=_count(1), help="new partition count (default: unchanged)")
+    p.add_argument("--stream", help="the stream that grew, when the map has several")
+    p.add_argument("--earliest", default="0", help="start offset of new partitions (default 0)")
+    p.set_defaults(func=cmd_model_migrate)
+
+    job = groups.add_parser("job", help="jobs in the control plane", parents=[common])
+    jc = job.add_subparsers(dest="command", required=True)
+    p = jc.add_parser("list", help="jobs with their active and latest versions", parents=[common])
+    p.set_defaults(func=cmd_job_list)
+    p = jc.add_parser("show", help="a job's active model and model history", parents=[common])
+    p.add_argument("job")
+    p.set_defaults(func=cmd_job_show)
+    p = jc.add_parser("checkpoints", help="latest checkpoints of a job's model version", parents=[common])
+    p.add_argument("job")
+    p.add_argument("--version", type=_count(0), help="model version (default: the active one)")
+    p.set_defaults(func=cmd_job_checkpoints)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = build_parser().parse_args(argv)
+    output = Output(args.json, out, err)
+    try:
+        args.func(args, resolve_home(args.home), output)
+    except PipelinesError as e:
+        err.write(f"error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        err.write("interrupted\n")
+        return 130
+    except BrokenPipeError:  # `pipelines ... | head`: the reader is gone, nothing to report
+        if out is sys.stdout:  # keep Python from complaining again when it flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return 0
+
+
+# ---------------------------------------------------------------------- stream
+
+
+def _log(home: Home) -> Any:
+    """The embedded log, imported late: model and job commands must work without it."""
+    from pipelines.systems.deltalog import DeltaLog
+
+    return DeltaLog(home.streams)
+
+
+def cmd_stream_create(args: argparse.Namespace, home: Home, output: Output) -> None:
+    log = _log(home)
+    log.create(validate_name("stream", args.name), args.partitions)
+    _show_stream(log.describe(args.name), output)
+
+
+def cmd_stream_expand(args: argparse.Namespace, home: Home, output: Output) -> None:
+    log = _log(home)
+    log.expand(validate_name("stream", args.name), args.partitions)
+    _show_stream(log.describe(args.name), output)
+
+
+def cmd_stream_describe(args: argparse.Namespace, home: Home, output: Output) -> None:
+    _show_stream(_log(home).describe(validate_name("stream", args.name)), output)
+
+
+def cmd_stream_produce(args: argparse.Namespace, home: Home, output: Output) -> None:
+    summary = produce(
+        _log(home),
+        home,
+        validate_name("stream", args.name),
+        args.records,
+        args.keys,
+        args.seed,
+        chunk=args.chunk,
+        progress=output.note,
+    )
+    output.emit(
+        summary,
+        lambda: (
+            f"produced {summary['records']} records over {summary['keys']} keys to {summary['stream']} "
+            f"(seed {summary['seed']})\n"
+            + _table(
+                ["PARTITION", "PRODUCED", "END"],
+                [[p, summary["per_partition"].get(p, 0), end] for p, end in sorted(summary["end_offsets"].items())],
+            )
+        ),
+    )
+
+
+def _show_stream(meta: Any, output: Output) -> None:
+    def human() -> str:
+        lines = [f"stream {meta.system}.{meta.stream}: {len(meta.partitions)} partitions"]
+        lines.append(
+            _table(
+                ["PARTITION", "EARLIEST", "END"],
+                [[p.partition, p.earliest, p.end] for _, p in sorted(meta.partitions.items())],
+            )
+        )
+        for e in meta.expansions:
+            ends = ", ".join(f"{p}:{o}" for p, o in sorted(e.end_offsets.items()))
+            lines.append(f"expanded {e.from_partitions} -> {e.to_partitions} at {_text(e.at)} (old ends {ends})")
+        return "\n".join(lines)
+
+    output.emit(meta, human)
+
+
+# ---------------------------------------------------------------------- produce
+
+PRODUCER_STATE_FORMAT = 1
+SCAN_WINDOW = 50_000
+
+
+def produce(
+    log: Any,
+    home: Home,
+    stream: str,
+    records: int,
+    keys: int,
+    seed: int | None,
+    *,
+    chunk: int = PRODUCE_CHUNK,
+    progress: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
+    """Append test records over keys ``key-0 .. key-<keys-1>``, continuing every key's sequence.
+
+    Each value is ``{"key": "key-3", "seq": 17, "payload": "..."}``; the
+    per-key ``seq`` is what lets data-quality checks prove per-key order end to
+    end, so it must never repeat or restart. The next seq of a key therefore
+    comes from the stream itself, which is the truth after a crash, another
+    run or a deleted cache; ``<home>/producers/<stream>.json`` only remembers
+    how far each partition has been scanned, so a run reads just the records
+    added since the last one. Records are committed ``chunk`` at a time (one
+    Delta commit each) with progress on stderr.
+    """
+    if seed is None:
+        seed = random.SystemRandom().randrange(1 << 32)
+    rng = random.Random(seed)
+    state = _ProducerState.load(home, log, stream, progress)
+    per_partition: Counter[int] = Counter()
+    done = 0
+    while done < records:
+        n = min(chunk, records - done)
+        batch = []
+        for _ in range(n):
+            key = f"key-{rng.randrange(keys)}"
+            seq = state.next_seq.get(key, 0)
+            state.next_seq[key] = seq + 1
+            value = {"key": key, "seq": seq, "payload": rng.randbytes(8).hex()}
+            batch.append((key.encode(), json.dumps(value, separators=(",", ":")).encode(), None))
+        placed = log.produce(stream, batch)
+        state.advance(placed)
+        state.save()
+        per_partition.update(p for p, _ in placed)
+        done += n
+        if records > chunk:
+            progress(f"produced {done}/{records} records to {stream}")
+    return {
+        "stream": stream,
+        "records": records,
+        "keys": keys,
+        "seed": seed,
+        "per_partition": dict(sorted(per_partition.items())),
+        "end_offsets": log.end_offsets(stream),
+    }
+
+
+class _ProducerState:
+    """The next seq per key, and per partition the offset below which every record is accounted for.
+
+    The cache is trusted only for the same Delta table (its id) and only up to
+    offsets the stream still has; anything else is rescanned. Offsets another
+    producer writes between our chunks are not "covered", so the next run
+    rescans them; seqs of one key written by two concurrent producers have no
+    order to prove anyway.
+    """
+
+    def __init__(self, path: Path, table_id: str, covered: dict[int, int], next_seq: dict[str, int]) -> None:
+        self.path = path
+        self.table_id = table_id
+        self.covered = covered
+        self.next_seq = next_seq
+
+    @classmethod
+    def load(cls, home: Home, log: Any, stream: str, progress: Callable[[str], None]) -> _ProducerState:
+        from deltalake import DeltaTable
+
+        meta = log.describe(stream)  # a StreamError naming the existing streams if there is no such stream
+        table_id = str(DeltaTable(log.path(stream)).metadata().id)
+        path = home.producers / f"{stream}.json"
+        covered, next_seq = cls._cached(path, table_id)
+        ranges = {p: (int(m.earliest), int(m.end)) for p, m in meta.partitions.items()}
+        if any(p not in ranges or covered[p] > ranges[p][1] for p in covered):
+            covered, next_seq = {}, {}  # the stream is not what the cache saw: trust only the stream
+        state = cls(path, table_id, covered, next_seq)
+        scanned = 0
+        for p, (earliest, end) in sorted(ranges.items()):
+            start = max(covered.get(p, earliest), earliest)
+            for lo in range(start, end, SCAN_WINDOW):
+                hi = min(lo + SCAN_WINDOW, end)
+                state._learn(log.read(stream, p, lo, hi).column("value").to_pylist())
+                scanned += hi - lo
+            state.covered[p] = end
+        if scanned > SCAN_WINDOW:
+            progress(f"scanned {scanned} records of {stream} for the per-key sequence numbers")
+        return state
+
+    @staticmethod
+    def _cached(path: Path, table_id: str) -> tuple[dict[int, int], dict[str, int]]:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("format") != PRODUCER_STATE_FORMAT or data.get("table_id") != table_id:
+                return {}, {}
+            return (
+                {int(p): int(o) for p, o in data["covered"].items()},
+                {str(k): int(n) for k, n in data["next_seq"].items()},
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}, {}  # no cache or a broken one: rescanning the stream is always correct
+
+    def _learn(self, values: Iterable[bytes]) -> None:
+        for raw in values:
+            try:
+                doc = json.loads(raw)
+                key, seq = doc["key"], doc["seq"]
+            except (ValueError, TypeError, KeyError):
+                continue  # not one of ours: other producers may share the stream
+            if isinstance(key, str) and isinstance(seq, int) and seq >= self.next_seq.get(key, 0):
+                self.next_seq[key] = seq + 1
+
+    def advance(self, placed: Iterable[tuple[int, int]]) -> None:
+        spans: dict[int, list[int]] = {}
+        for p, offset in placed:
+            span = spans.setdefault(p, [offset, offset])
+            span[0], span[1] = min(span[0], offset), max(span[1], offset)
+        for p, (lo, hi) in spans.items():
+            if self.covered.get(p) == lo:  # contiguous with what we know: nobody wrote in between
+                self.covered[p] = hi + 1
+
+    def save(self) -> None:
+        data = {
+            "format": PRODUCER_STATE_FORMAT,
+            "table_id": self.table_id,
+            "covered": {str(p): o for p, o in sorted(self.covered.items())},
+            "next_seq": self.next_seq,
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+        tmp.replace(self.path)
+
+
+# ---------------------------------------------------------------------- model
+
+
+def cmd_model_plan(args: argparse.Namespace, home: Home, output: Output) -> None:
+    factor = validate_factor(args.factor)  # bad input is reported before the Delta libraries load
+    job = validate_name("job", args.job)
+    stream = SystemStream(validate_name("system", args.system), validate_name("stream", args.stream))
+    from pipelines.control.tables import ControlPlane
+
+    partitions = args.partitions
+    if partitions is None:
+        if stream.system != EMBEDDED_SYSTEM:
+            raise ConfigError(f"give --partitions: only {EMBEDDED_SYSTEM} streams can be described from here")
+        try:
+            partitions = _log(home).describe(stream.stream).partition_count
+        except StreamError as e:
+            raise StreamError(f"{e}; give --partitions N to plan without an embedded stream") from None
+    cp = ControlPlane(home)
+    latest = cp.latest_version(job)
+    previous = cp.active_model(job) if cp.active_version(job) is not None else None
+    version = 1 if latest is None else latest + 1
+    model = plan_job_model(
+        job,
+        version,
+        {stream: partitions},
+        factor=factor,
+        grouper=args.grouper,
+        containers=args.containers,
+        previous=previous,
+    )
+    if args.save:
+        cp.save_job_model(model, args.reason)
+        output.note(f"saved {job} version {version} (planned, not active)")
+    output.emit(model.to_json(), lambda: _model_text(model, previous, saved=args.save))
+
+
+def cmd_model_migrate(args: argparse.Namespace, home: Home, output: Output) -> None:
+    old = _read_checkpoint_map(args.source)
+    factor = validate_factor(args.to_factor)
+    counts = _partition_counts(old)
+    new_counts = dict(counts)
+    if args.partitions is not None:
+        target = _grown_stream(counts, args.stream)
+        if args.partitions < counts[target]:
+            raise PartitionChangeError(
+                f"--partitions {args.partitions} is fewer than the {counts[target]} partitions of {target} in the "
+                "checkpoint map; partitions can be added, never removed (their unread records would be lost)"
+            )
+        new_counts[target] = args.partitions
+    if not isinstance(args.earliest, str) or not args.earliest.strip():
+        raise ConfigError("--earliest must be a non-empty offset")
+    new_partitions = [SystemStreamPartition(s.system, s.stream, p) for s, n in new_counts.items() for p in range(n)]
+    known = old.partitions()
+    earliest = {ssp: args.earliest.strip() for ssp in new_partitions if ssp not in known}
+    new = migrate_checkpoints(old, factor, new_partitions, earliest)
+
+    def human() -> str:
+        rows = [
+            [
+                ssp.system,
+                ssp.stream,
+                ssp.partition,
+                "-" if ssp.key_bucket is None else ssp.key_bucket,
+                offset,
+                "new partition" if ssp.whole() not in known else "",
+            ]
+            for ssp, offset in _sorted_offsets(new)
+        ]
+        head = f"factor {old.factor} -> {new.factor}, {len(known)} -> {len(new.partitions())} partitions"
+        return head + "\n" + _table(["SYSTEM", "STREAM", "PARTITION", "BUCKET", "OFFSET", ""], rows)
+
+    output.emit(new.to_json(), human)
+
+
+def _read_checkpoint_map(source: str) -> CheckpointMap:
+    where = "stdin" if source == "-" else source
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read checkpoint file {where}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ModelError(f"checkpoint file {where} is not UTF-8 text; expected a JSON checkpoint map") from None
+    try:
+        return CheckpointMap.loads(text)
+    except ModelError as e:
+        raise ModelError(f"checkpoint file {where}: {e}") from None
+
+
+def _partition_counts(checkpoints: CheckpointMap) -> dict[SystemStream, int]:
+    counts: dict[SystemStream, int] = {}
+    for ssp in checkpoints.partitions():
+        counts[ssp.system_stream] = max(counts.get(ssp.system_stream, 0), ssp.partition + 1)
+    missing = sorted(
+        str(SystemStreamPartition(s.system, s.stream, p))
+        for s, n in counts.items()
+        for p in range(n)
+        if SystemStreamPartition(s.system, s.stream, p) not in checkpoints.partitions()
+    )
+    if missing:
+        raise ModelError(f"checkpoint map lacks partitions {', '.join(missing)}; a model's map covers all of them")
+    return counts
+
+
+def _grown_stream(counts: Mapping[SystemStream, int], name: str | None) -> SystemStream:
+    candidates = [s for s in counts if name is None or s.stream == name]
+    if len(candidates) == 1:
+        return candidates[0]
+    streams = ", ".join(sorted(s.stream for s in counts))
+    if not candidates:
+        raise ConfigError(f"the checkpoint map has no stream {name!r}; its streams are {streams}")
+    raise ConfigError(f"the checkpoint map has several streams ({streams}); say which one grew with --stream")
+
+
+def _model_text(model: JobModel, previous: JobModel | None, *, saved: bool) -> str:
+    status = "saved, not active" if saved else "not saved"
+    base = f"previous v{previous.version} (factor {previous.elasticity_factor})" if previous else "no previous model"
+    head = (
+        f"job {model.job_name} version {model.version} ({status}; {base})\n"
+        f"factor {model.elasticity_factor}  grouper {model.grouper}  "
+        f"containers {len(model.containers)}  tasks {model.task_count}"
+    )
+    rows = [
+        [cid, task.task_name.name, task.mode, "; ".join(str(s) for s in sorted(task.ssps, key=_ssp_order))]
+        for cid in sorted(model.containers, key=_container_order)
+        for task in sorted(model.containers[cid].tasks.values(), key=lambda t: _task_order(t.ssps, t.task_name.name))
+    ]
+    return head + "\n" + _table(["CONTAINER", "TASK", "MODE", "SSPS"], rows)
+
+
+# ---------------------------------------------------------------------- job
+
+
+def cmd_job_list(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control.tables import ControlPlane
+
+    cp = ControlPlane(home)
+    rows = []
+    for job in cp.jobs():
+        history = cp.model_history(job)
+        active = next((h for h in reversed(history) if h["active"]), None)
+        rows.append(
+            {
+                "job": job,
+                "active_version": active["version"] if active else None,
+                "latest_version": max(h["version"] for h in history),
+                "factor": active["factor"] if active else None,
+                "grouper": active["grouper"] if active else None,
+                "tasks": active["task_count"] if active else None,
+                "activated_at": active["created_at"] if active else None,
+            }
+        )
+
+    def human() -> str:
+        if not rows:
+            return f"no jobs in {home.control}"
+        return _table(
+            ["JOB", "ACTIVE", "LATEST", "FACTOR", "TASKS", "ACTIVATED"],
+            [
+                [
+                    r["job"],
+                    _dash(r["active_version"]),
+                    r["latest_version"],
+                    _dash(r["factor"]),
+                    _dash(r["tasks"]),
+                    _text(r["activated_at"]) if r["activated_at"] else "-",
+                ]
+                for r in rows
+            ],
+        )
+
+    output.emit(rows, human)
+
+
+def cmd_job_show(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control.tables import ControlPlane
+
+    cp = ControlPlane(home)
+    job = validate_name("job", args.job)
+    history = cp.model_history(job)
+    active_version = cp.active_version(job)
+    model = cp.job_model(job, active_version) if active_version is not None else None
+    data = {
+        "job": job,
+        "active_version": active_version,
+        "latest_version": cp.latest_version(job),
+        "active_model": model.to_json() if model else None,
+        "history": history,
+    }
+
+    def human() -> str:
+        if model is None:
+            head = f"job {job}: no active model (latest planned version {data['latest_version']})"
+        else:
+            head = (
+                f"job {job}: active version {model.version}, factor {model.elasticity_factor}, "
+                f"grouper {model.grouper}, {len(model.containers)} containers, {model.task_count} tasks\n"
+                f"inputs: {', '.join(f'{s} ({n} partitions)' for s, n in sorted(model.partitions().items()))}"
+            )
+        rows = [
+            [
+                _text(h["created_at"]),
+                h["version"],
+                h["event"] + (" *" if h["active"] else ""),
+                h["factor"],
+                h["task_count"],
+                h["reason"],
+            ]
+            for h in history
+        ]
+        return (
+            head
+            + "\n\nhistory (* = in force):\n"
+            + _table(["AT", "VERSION", "EVENT", "FACTOR", "TASKS", "REASON"], rows)
+        )
+
+    output.emit(data, human)
+
+
+def cmd_job_checkpoints(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control.tables import ControlPlane
+
+    cp = ControlPlane(home)
+    job = validate_name("job", args.job)
+    version = args.version
+    if version is None:
+        version = cp.active_model(job).version
+    checkpoints = cp.latest_checkpoints(job, version)
+    output.emit(
+        checkpoints.to_json(),
+        lambda: (
+            f"job {job} version {version}, factor {checkpoints.factor}\n"
+            + _table(
+                ["SYSTEM", "STREAM", "PARTITION", "BUCKET", "OFFSET"],
+                [
+                    [s.system, s.stream, s.partition, "-" if s.key_bucket is None else s.key_bucket, off]
+                    for s, off in _sorted_offsets(checkpoints)
+                ],
+            )
+        ),
+    )
+
+
+# ---------------------------------------------------------------------- formatting
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready copy: dataclasses to dicts, datetimes to ISO strings, dict keys to strings."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _text(value: Any) -> str:
+    return value.isoformat(timespec="seconds") if isinstance(value, datetime) else str(value)
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _sorted_offsets(checkpoints: CheckpointMap) -> list[tuple[SystemStreamPartition, str]]:
+    return sorted(checkpoints.offsets.items(), key=lambda kv: _ssp_order(kv[0]))
+
+
+def _ssp_order(ssp: SystemStreamPartition) -> tuple[str, str, int, int]:
+    return (ssp.system, ssp.stream, ssp.partition, -1 if ssp.key_bucket is None else ssp.key_bucket)
+
+
+def _task_order(ssps: Iterable[SystemStreamPartition], name: str) -> tuple[Any, ...]:
+    return (min((_ssp_order(s) for s in ssps), default=("", "", -1, -1)), name)
+
+
+def _container_order(cid: str) -> tuple[int, str]:
+    return (int(cid), cid) if cid.isdigit() else (1 << 30, cid)

@@ -1,0 +1,195 @@
+"""The CLI as operators run it: ``python -m pipelines`` in a subprocess, against a temporary home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from pipelines.control import ControlPlane, Home
+from pipelines.core.checkpoints import CheckpointMap
+from pipelines.core.groupers import plan_job_model
+from pipelines.core.model import JobModel
+from pipelines.core.ssp import SystemStream, SystemStreamPartition
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+EVENTS = SystemStream("deltalog", "events")
+
+
+def run(tmp_path: Path, *args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
+    env["PYTHONPATH"] = str(REPO)
+    argv = [sys.executable, "-m", "pipelines", "--home", str(tmp_path / "home"), *args]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == rc, f"{args}: rc {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def fails(tmp_path: Path, *args: str) -> str:
+    """The one-line error a user sees for bad input: exit code 2, no traceback."""
+    stderr = run(tmp_path, *args, rc=2).stderr
+    assert stderr.startswith("error: ") or ": error: " in stderr, stderr
+    return stderr
+
+
+def ssp(partition: int, bucket: int | None = None) -> SystemStreamPartition:
+    return SystemStreamPartition("deltalog", "events", partition, bucket)
+
+
+def test_model_plan_prints_containers_tasks_and_buckets(tmp_path: Path) -> None:
+    human = run(tmp_path, "model", "plan", "--partitions", "2", "--factor", "2", "--containers", "2").stdout
+    assert "factor 2  grouper GroupByPartition  containers 2  tasks 4" in human
+    assert "Partition 0-1-2" in human and "[deltalog, events, 0, 1]" in human
+    # global options are accepted after the command too
+    out = run(tmp_path, "model", "plan", "--partitions", "3", "--factor", "4", "--stream", "clicks", "--json").stdout
+    model = JobModel.from_json(json.loads(out))
+    assert (model.elasticity_factor, model.task_count) == (4, 12)
+    assert {s.stream for s in model.ssp_to_task()} == {"clicks"}
+    assert not (tmp_path / "home" / "control" / "job_models").exists()  # a plan is not saved unless asked
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--factor", "0"], "elasticity factor must be >= 1, got 0"),
+        (["--factor", "abc"], "elasticity factor must be a whole number >= 1, got 'abc'"),
+        (["--factor", "2", "--grouper", "AllSspToSingleTask"], "AllSspToSingleTask cannot be elastic"),
+        (["--grouper", "Nope"], "unknown grouper 'Nope'; choose one of AllSspToSingleTask, GroupByPartition"),
+        (["--stream", "a b"], "stream name 'a b' is invalid"),
+    ],
+)
+def test_model_plan_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
+    assert message in fails(tmp_path, "model", "plan", "--partitions", "2", *args)
+
+
+def test_model_plan_without_partitions_needs_a_stream(tmp_path: Path) -> None:
+    assert "give --partitions N" in fails(tmp_path, "model", "plan", "--factor", "2")
+
+
+def test_model_migrate_splits_and_adds_partitions(tmp_path: Path) -> None:
+    old = CheckpointMap(2, {ssp(0, 0): "10", ssp(0, 1): "7", ssp(1, 0): "3", ssp(1, 1): "5"})
+    source = tmp_path / "checkpoints.json"
+    source.write_text(json.dumps(old.to_json()))
+    out = run(tmp_path, "--json", "model", "migrate", "--from", str(source), "--to-factor", "4", "--partitions", "3")
+    new = CheckpointMap.from_json(json.loads(out.stdout))
+    assert new.factor == 4
+    assert [new.offset(ssp(0), b) for b in range(4)] == ["10", "7", "10", "7"]  # inherited from bucket b mod 2
+    assert [new.offset(ssp(2), b) for b in range(4)] == ["0"] * 4  # a new partition starts at its earliest
+    human = run(tmp_path, "model", "migrate", "--from", str(source), "--to-factor", "1").stdout
+    assert "factor 2 -> 1, 2 -> 2 partitions" in human
+    assert [line.split()[-1] for line in human.splitlines()[2:]] == ["7", "3"]  # min of the merged buckets
+
+
+def test_model_migrate_bad_input(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"factor": 2, "checkpoints": [')
+    assert f"checkpoint file {corrupt}: checkpoint map is not valid JSON" in fails(
+        tmp_path, "model", "migrate", "--from", str(corrupt), "--to-factor", "2"
+    )
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"factor": 2, "checkpoints": [{"ssp": ["deltalog", "events", 0, 0], "offset": "1"}]}))
+    assert "has no offset for [deltalog, events, 0, 1]" in fails(
+        tmp_path, "model", "migrate", "--from", str(partial), "--to-factor", "4"
+    )
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(CheckpointMap(1, {ssp(0): "1", ssp(1): "2"}).to_json()))
+    assert "partitions can be added, never removed" in fails(
+        tmp_path, "model", "migrate", "--from", str(whole), "--to-factor", "2", "--partitions", "1"
+    )
+    assert "elasticity factor must be >= 1" in fails(
+        tmp_path, "model", "migrate", "--from", str(whole), "--to-factor", "0"
+    )
+    assert "cannot read checkpoint file" in fails(
+        tmp_path, "model", "migrate", "--from", str(tmp_path / "missing.json"), "--to-factor", "2"
+    )
+
+
+def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
+    from pipelines import cli
+    from pipelines.systems import deltalog
+
+    assert cli.EMBEDDED_SYSTEM == deltalog.SYSTEM
+    home = Home(tmp_path / "home")
+    assert "2 partitions" in run(tmp_path, "stream", "create", "events", "--partitions", "2").stdout
+    assert "already exists" in fails(tmp_path, "stream", "create", "events", "--partitions", "2")
+    first = run(
+        tmp_path, "stream", "produce", "events", "--records", "120", "--keys", "7", "--seed", "1", "--chunk", "50"
+    )
+    assert "produced 50/120 records" in first.stderr and "produced 120 records over 7 keys" in first.stdout
+    (home.producers / "events.json").unlink()  # the cache is lost: sequences must continue from the stream
+    run(tmp_path, "stream", "produce", "events", "--records", "30", "--keys", "7")
+    assert "shrinking to 1 is not possible" in fails(tmp_path, "stream", "expand", "events", "--partitions", "1")
+    assert "must be a multiple" in fails(tmp_path, "stream", "expand", "events", "--partitions", "3")
+    run(tmp_path, "stream", "expand", "events", "--partitions", "4")
+    summary = json.loads(
+        run(tmp_path, "--json", "stream", "produce", "events", "--records", "50", "--keys", "9").stdout
+    )
+    assert summary["records"] == 50 and sum(summary["per_partition"].values()) == 50
+    described = json.loads(run(tmp_path, "stream", "describe", "events", "--json").stdout)
+    assert len(described["partitions"]) == 4
+    assert [(e["from_partitions"], e["to_partitions"]) for e in described["expansions"]] == [(2, 4)]
+    assert "does not exist" in fails(tmp_path, "stream", "describe", "nope")
+
+    seqs: dict[str, list[int]] = defaultdict(list)
+    log = deltalog.DeltaLog(home.streams)
+    for p, meta in log.describe("events").partitions.items():
+        for raw in log.read("events", p, 0, int(meta.end)).column("value").to_pylist():
+            doc = json.loads(raw)
+            seqs[doc["key"]].append(doc["seq"])
+    assert sum(len(s) for s in seqs.values()) == 200
+    assert len(seqs) == 9
+    for key, values in seqs.items():
+        assert sorted(values) == list(range(len(values))), key  # no repeat and no gap across all four runs
+
+
+def test_job_list_show_and_checkpoints(tmp_path: Path) -> None:
+    assert "no jobs in" in run(tmp_path, "job", "list").stdout
+    cp = ControlPlane(Home(tmp_path / "home"))
+    cp.save_job_model(plan_job_model("orders", 1, {EVENTS: 2}, factor=2), "first deployment")
+    cp.activate("orders", 1)
+    cp.write_checkpoints("orders", 1, CheckpointMap(2, {ssp(p, b): str(p + b) for p in range(2) for b in range(2)}), -1)
+    cp.save_job_model(plan_job_model("orders", 2, {EVENTS: 2}, factor=4), "rescale to 4, not activated")
+
+    jobs = json.loads(run(tmp_path, "job", "list", "--json").stdout)
+    assert [(j["job"], j["active_version"], j["latest_version"], j["factor"]) for j in jobs] == [("orders", 1, 2, 2)]
+    shown = run(tmp_path, "job", "show", "orders").stdout
+    assert "active version 1, factor 2" in shown and "rescale to 4, not activated" in shown
+    assert "activated *" in shown
+    checkpoints = CheckpointMap.from_json(json.loads(run(tmp_path, "job", "checkpoints", "orders", "--json").stdout))
+    assert checkpoints.offset(ssp(1), 1) == "2"
+    assert "known jobs: orders" in fails(tmp_path, "job", "show", "payments")
+    assert "version 2 has no checkpoints" in fails(tmp_path, "job", "checkpoints", "orders", "--version", "2")
+
+
+def test_model_plan_builds_on_the_active_model(tmp_path: Path) -> None:
+    cp = ControlPlane(Home(tmp_path / "home"))
+    grouper = "GroupByPartitionFixedTaskNum"
+    cp.save_job_model(plan_job_model("orders", 1, {EVENTS: 2}, grouper=grouper), "first")
+    cp.activate("orders", 1)
+    plan = ["model", "plan", "--job", "orders", "--grouper", grouper, "--factor", "2"]
+    assert "grew from 2 to 3 partitions, which is not a multiple" in fails(tmp_path, *plan, "--partitions", "3")
+    out = run(tmp_path, *plan, "--partitions", "4", "--save", "--reason", "input expanded", "--json")
+    model = JobModel.from_json(json.loads(out.stdout))
+    assert model.version == 2
+    by_base: dict[str, set[int]] = defaultdict(set)
+    for s, task in model.ssp_to_task().items():
+        by_base[task.base].add(s.partition)
+    assert by_base == {"Partition 0": {0, 2}, "Partition 1": {1, 3}}  # SEP-5: keys stay with their task
+    assert cp.latest_version("orders") == 2 and cp.active_version("orders") == 1
+
+
+def test_home_comes_from_the_environment(tmp_path: Path) -> None:
+    env = {**os.environ, "PIPELINES_HOME": str(tmp_path / "env-home"), "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines", "job", "list"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"no jobs in {tmp_path / 'env-home' / 'control'}" in done.stdout
