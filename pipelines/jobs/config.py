@@ -1,0 +1,149 @@
+"""A job's configuration, read from YAML (``include/jobs/*.yaml``) and checked before anything runs.
+
+Every field a user can get wrong is checked here with a message naming the
+field, so a bad config fails at ``job create`` rather than inside a Spark task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipelines.core.groupers import GROUPERS
+from pipelines.core.hashing import validate_factor
+from pipelines.core.ssp import SystemStream, validate_name
+from pipelines.errors import ConfigError
+
+SYSTEMS = ("deltalog", "kafka", "kinesis")
+TRIGGERS = ("available-now", "continuous")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str
+    inputs: tuple[SystemStream, ...]
+    process: str  # "package.module:function"
+    sink_table: str
+    dead_letter_table: str
+    grouper: str = "GroupByPartition"
+    elasticity_factor: int = 1
+    containers: int = 1
+    process_options: Mapping[str, Any] = field(default_factory=dict)
+    max_records_per_batch: int = 10_000
+    trigger: str = "continuous"
+    trigger_interval: str = "1 second"
+    source: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML form; stored with every job model so a model says what it was planned for."""
+        return {
+            "name": self.name,
+            "inputs": [{"system": s.system, "stream": s.stream} for s in self.inputs],
+            "grouper": self.grouper,
+            "elasticity_factor": self.elasticity_factor,
+            "containers": self.containers,
+            "process": self.process,
+            "process_options": dict(self.process_options),
+            "sink": {"table": self.sink_table},
+            "dead_letter": {"table": self.dead_letter_table},
+            "batch": {"max_records": self.max_records_per_batch, "trigger_interval": self.trigger_interval},
+            "trigger": self.trigger,
+            "source": dict(self.source),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any, origin: str = "job config") -> JobConfig:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{origin}: must be a mapping of fields, got {type(raw).__name__}")
+
+        def need(key: str) -> Any:
+            if key not in raw:
+                raise ConfigError(f"{origin}: missing required field {key!r}")
+            return raw[key]
+
+        name = validate_name("job", need("name"))
+        inputs_raw = need("inputs")
+        if not isinstance(inputs_raw, list) or not inputs_raw:
+            raise ConfigError(f"{origin}: 'inputs' must be a non-empty list of {{system, stream}}")
+        inputs = []
+        for i, item in enumerate(inputs_raw):
+            if not isinstance(item, dict) or "stream" not in item:
+                raise ConfigError(f"{origin}: inputs[{i}] must have a 'stream' (and optionally 'system')")
+            system = item.get("system", "deltalog")
+            if system not in SYSTEMS:
+                raise ConfigError(f"{origin}: inputs[{i}].system {system!r} is not one of {', '.join(SYSTEMS)}")
+            inputs.append(SystemStream(system, validate_name("stream", item["stream"])))
+        if len(set(inputs)) != len(inputs):
+            raise ConfigError(f"{origin}: an input stream is listed twice")
+        grouper = raw.get("grouper", "GroupByPartition")
+        if grouper not in GROUPERS:
+            raise ConfigError(f"{origin}: unknown grouper {grouper!r}; choose one of {', '.join(sorted(GROUPERS))}")
+        try:
+            factor = validate_factor(raw.get("elasticity_factor", 1))
+        except ConfigError as e:
+            raise ConfigError(f"{origin}: {e}") from None
+        containers = raw.get("containers", 1)
+        if not isinstance(containers, int) or isinstance(containers, bool) or containers < 1:
+            raise ConfigError(f"{origin}: 'containers' must be a whole number >= 1, got {containers!r}")
+        process = need("process")
+        if not isinstance(process, str) or ":" not in process:
+            raise ConfigError(f"{origin}: 'process' must be an import path 'package.module:function', got {process!r}")
+        options = raw.get("process_options", {}) or {}
+        if not isinstance(options, dict):
+            raise ConfigError(f"{origin}: 'process_options' must be a mapping")
+        sink = _table(raw, "sink", origin)
+        dead = _table(raw, "dead_letter", origin, default=f"{sink}_dead_letters")
+        batch = raw.get("batch", {}) or {}
+        if not isinstance(batch, dict):
+            raise ConfigError(f"{origin}: 'batch' must be a mapping")
+        max_records = batch.get("max_records", 10_000)
+        if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
+            raise ConfigError(f"{origin}: 'batch.max_records' must be a whole number >= 1, got {max_records!r}")
+        trigger = raw.get("trigger", "continuous")
+        if trigger not in TRIGGERS:
+            raise ConfigError(f"{origin}: 'trigger' must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
+        source = raw.get("source", {}) or {}
+        if not isinstance(source, dict):
+            raise ConfigError(f"{origin}: 'source' must be a mapping")
+        return cls(
+            name=name,
+            inputs=tuple(inputs),
+            process=process,
+            sink_table=sink,
+            dead_letter_table=dead,
+            grouper=grouper,
+            elasticity_factor=factor,
+            containers=containers,
+            process_options=options,
+            max_records_per_batch=max_records,
+            trigger=trigger,
+            trigger_interval=str(batch.get("trigger_interval", "1 second")),
+            source=source,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> JobConfig:
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"job config {path} does not exist") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"job config {path} is not valid YAML: {e}") from None
+        return cls.from_dict(raw, origin=str(path))
+
+
+def _table(raw: dict[str, Any], key: str, origin: str, default: str | None = None) -> str:
+    value = raw.get(key)
+    if value is None:
+        if default is None:
+            raise ConfigError(f"{origin}: missing required field {key!r} (a mapping with 'table')")
+        return default
+    table = value.get("table") if isinstance(value, dict) else value
+    if not isinstance(table, str) or not table:
+        raise ConfigError(f"{origin}: '{key}.table' must be a table name")
+    return validate_name(f"{key} table", table)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install everything the platform, its demo and its tests need, into ./.venv.
+# Idempotent: a second run only checks. Needs Python 3.11; installs Java with apt if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then log "need root to apt-get install $*; install them yourself"; return 1; fi
+  if [ -z "${_APT_UPDATED:-}" ]; then apt-get update -qq >/dev/null; _APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! command -v java >/dev/null 2>&1; then
+  log "Java not found: installing openjdk-17-jre-headless (Spark runs on the JVM)"
+  apt_install openjdk-17-jre-headless
+fi
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv with $("$PYTHON" --version)"
+  "$PYTHON" -m venv .venv
+fi
+
+stamp=.venv/.requirements.sha
+want=$(cat requirements.txt constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing Python packages (first run takes a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt -c constraints.txt
+  .venv/bin/python -m pip install -q --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+log "ready: $(.venv/bin/python --version), pyspark $(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
