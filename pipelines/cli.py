@@ -143,7 +143,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("--version", type=_count(0), help="model version (default: the active one)")
     p.set_defaults(func=cmd_job_checkpoints)
+    p = jc.add_parser(
+        "create", help="register a job from its YAML config: model v1, start checkpoints, tables", parents=[common]
+    )
+    p.add_argument("job", help="the job's name (must match the config's 'name')")
+    p.add_argument("--config", required=True, help="job YAML, e.g. include/jobs/enrichment.yaml")
+    p.set_defaults(func=cmd_job_create)
+
+    p = groups.add_parser("run", help="run a job's active model with spark-submit", parents=[common])
+    p.add_argument("job")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--available-now", action="store_true", help="process what is there, then exit")
+    mode.add_argument("--continuous", action="store_true", help="run until stopped (the default)")
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--detach", action="store_true", help="run in the background; logs in <home>/run/JOB.log")
+    p.set_defaults(func=cmd_run)
+    p = groups.add_parser("stop", help="stop a running job at its next batch boundary", parents=[common])
+    p.add_argument("job")
+    p.add_argument("--no-wait", action="store_true")
+    p.set_defaults(func=cmd_stop)
     return parser
+
+
+def cmd_job_create(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.jobs.config import JobConfig
+    from pipelines.jobs.registry import create_job
+
+    config = JobConfig.load(args.config)
+    if config.name != args.job:
+        raise ConfigError(f"{args.config} configures job {config.name!r}, not {args.job!r}")
+    model = create_job(home, config)
+    output.emit(
+        {"job": model.job_name, "version": model.version, "factor": model.elasticity_factor, "tasks": model.task_count},
+        lambda: (
+            f"job {model.job_name}: model v{model.version} active, factor {model.elasticity_factor}, "
+            f"{model.task_count} virtual tasks"
+        ),
+    )
+
+
+def cmd_run(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.runtime import launcher
+
+    result = launcher.run(home, args.job, available_now=args.available_now, master=args.master, detach=args.detach)
+    if args.detach:
+        output.emit({"job": args.job, "pid": result}, lambda: f"job {args.job} running as pid {result}")
+    elif result != 0:
+        raise PipelinesError(f"job {args.job} driver exited with code {result}")
+
+
+def cmd_stop(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.runtime import launcher
+
+    stopped = launcher.stop(home, args.job, wait=not args.no_wait)
+    output.emit(
+        {"job": args.job, "stopped": stopped},
+        lambda: f"job {args.job}: " + ("stopped" if stopped else "stop requested"),
+    )
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -27,6 +27,7 @@ class JobConfig:
     name: str
     inputs: tuple[SystemStream, ...]
     process: str  # "package.module:function"
+    output_schema: str  # Spark DDL of the columns the process function emits, e.g. "key STRING, seq BIGINT"
     sink_table: str
     dead_letter_table: str
     grouper: str = "GroupByPartition"
@@ -48,6 +49,7 @@ class JobConfig:
             "containers": self.containers,
             "process": self.process,
             "process_options": dict(self.process_options),
+            "output_schema": self.output_schema,
             "sink": {"table": self.sink_table},
             "dead_letter": {"table": self.dead_letter_table},
             "batch": {"max_records": self.max_records_per_batch, "trigger_interval": self.trigger_interval},
@@ -92,6 +94,9 @@ class JobConfig:
         process = need("process")
         if not isinstance(process, str) or ":" not in process:
             raise ConfigError(f"{origin}: 'process' must be an import path 'package.module:function', got {process!r}")
+        output_schema = need("output_schema")
+        if not isinstance(output_schema, str) or not output_schema.strip():
+            raise ConfigError(f"{origin}: 'output_schema' must be a Spark DDL string such as 'key STRING, seq BIGINT'")
         options = raw.get("process_options", {}) or {}
         if not isinstance(options, dict):
             raise ConfigError(f"{origin}: 'process_options' must be a mapping")
@@ -113,6 +118,7 @@ class JobConfig:
             name=name,
             inputs=tuple(inputs),
             process=process,
+            output_schema=output_schema.strip(),
             sink_table=sink,
             dead_letter_table=dead,
             grouper=grouper,

@@ -1,0 +1,1 @@
+"""The demo job: enrichment with a simulated slow remote call per record."""

@@ -1,0 +1,87 @@
+"""The contract between the runtime and a user's process function.
+
+A job names its function by import path (``package.module:function``). The
+runtime calls it once per virtual task and micro-batch with that task's
+records, in offset order, and writes what it returns to the sink with lineage
+attached. Two forms:
+
+* **Arrow form** (fast): ``fn(records: pyarrow.Table, ctx: TaskContext) -> pyarrow.Table``.
+  ``records`` has the columns of ``INPUT_COLUMNS``. The result may have any
+  columns but must carry ``stream``, ``partition`` and ``offset`` of the input
+  record each row came from, so lineage can be attached; rows must stay in
+  input order for records of the same key.
+* **Per-record form** (convenient): decorate with ``@per_record``;
+  ``fn(record: Record, ctx) -> dict | list[dict] | None``. Each returned dict is
+  one output row; lineage is attached for you.
+
+What a process function may do: anything per record, including slow remote
+calls; keep state only per key. What breaks the guarantees: reordering a key's
+records, emitting rows for records it was not given, or sharing mutable state
+across keys that assumes a global order (virtual tasks run in parallel, and a
+key bucket moves to another task when the factor changes).
+
+A record the function raises on goes to the dead-letter table with its lineage
+and the error; the job goes on. In the Arrow form one bad record fails the whole
+call, so the runtime retries that batch one record at a time to isolate it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pipelines.errors import ConfigError
+
+INPUT_COLUMNS = ("stream", "partition", "offset", "key", "value", "timestamp", "headers")
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Who is calling: the job, the model version and the virtual task, plus the job's process_options."""
+
+    job: str
+    model_version: int
+    task_name: str
+    options: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Record:
+    stream: str
+    partition: int
+    offset: str
+    key: bytes | None
+    value: bytes
+    timestamp: datetime | None
+    headers: str | None
+
+
+ProcessFunction = Callable[..., Any]
+
+
+def per_record(fn: Callable[[Record, TaskContext], Any]) -> Callable[[Record, TaskContext], Any]:
+    """Mark a function as taking one record at a time."""
+    fn.__pipelines_per_record__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_per_record(fn: ProcessFunction) -> bool:
+    return bool(getattr(fn, "__pipelines_per_record__", False))
+
+
+def load_process_function(path: str) -> ProcessFunction:
+    """Import ``package.module:function``, with an error that says what is wrong."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"process function {path!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"process function {path!r}: cannot import {module_name!r}: {e}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"process function {path!r}: {module_name} has no callable {attr!r}")
+    return fn

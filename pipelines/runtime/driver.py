@@ -1,0 +1,184 @@
+"""The job driver: runs a job's active model as a streaming query, and switches models without a restart.
+
+``python -m pipelines.runtime.driver --home H --job J [--available-now] [--master M]``
+is what ``pipelines run`` hands to spark-submit. A continuous driver polls the
+control plane between batches: when another model version is activated it
+stops its query at a batch boundary and starts a query on the new model in the
+same Spark application (no JVM or Python-worker start), and a stop request
+(``pipelines stop``) ends it the same way. Each model version has its own Spark
+checkpoint location; offsets cross versions through the checkpoints table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pipelines.control.home import Home, resolve_home
+from pipelines.control.tables import ControlPlane
+from pipelines.core.model import JobModel
+from pipelines.jobs.output_schema import parse_output_schema
+from pipelines.jobs.registry import ensure_output_tables, job_config
+from pipelines.runtime import schemas
+from pipelines.runtime.processing import make_processor
+
+POLL_S = 0.25
+HEARTBEAT_S = 10.0
+
+
+def stop_request(home: Home, job: str) -> Path:
+    """The file ``pipelines stop`` creates; the driver removes it when it has stopped."""
+    return home.root / "run" / f"{job}.stop"
+
+
+def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool) -> Any:
+    config = job_config(model)
+    output = parse_output_schema(config.output_schema)
+    ensure_output_tables(home, config, output)
+    reader = (
+        spark.readStream.format("elastic")
+        .option("home", str(home.root))
+        .option("job", model.job_name)
+        .option("modelVersion", str(model.version))
+        .option("maxRecords", str(config.max_records_per_batch))
+        .load()
+    )
+    processor = make_processor(model.job_name, config.process, config.process_options, schemas.to_json(output))
+    processed = reader.mapInArrow(processor, schemas.processed_schema(output))
+    writer = (
+        processed.writeStream.format("elastic_delta")
+        .queryName(f"{model.job_name}-v{model.version}")
+        .option("checkpointLocation", str(home.spark_checkpoints / model.job_name / f"v{model.version}"))
+        .option("home", str(home.root))
+        .option("job", model.job_name)
+        .option("modelVersion", str(model.version))
+        .option("factor", str(model.elasticity_factor))
+        .option("sinkPath", str(home.sinks / config.sink_table))
+        .option("deadLetterPath", str(home.sinks / config.dead_letter_table))
+    )
+    writer = (
+        writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=config.trigger_interval)
+    )
+    return writer.start()
+
+
+def run_job(
+    spark: Any,
+    home: Home,
+    job: str,
+    *,
+    available_now: bool,
+    progress: Callable[[str], None] = print,
+    max_seconds: float | None = None,
+) -> int:
+    """Run until done (available-now), stopped, or ``max_seconds``; returns the number of queries run."""
+    control = ControlPlane(home)
+    stop_file = stop_request(home, job)
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    queries = 0
+    while True:
+        model = control.active_model(job)
+        started = time.monotonic()
+        query = start_query(spark, home, model, available_now=available_now)
+        queries += 1
+        progress(f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks")
+        switch = _supervise(query, control, job, model, stop_file, deadline, progress, started)
+        if not switch:
+            stop_file.unlink(missing_ok=True)
+            return queries
+
+
+def _supervise(
+    query: Any,
+    control: ControlPlane,
+    job: str,
+    model: JobModel,
+    stop_file: Path,
+    deadline: float | None,
+    progress: Callable[[str], None],
+    started: float,
+) -> bool:
+    """Watch a query; True when it stopped because another model version became active."""
+    last_batch = -1
+    last_heartbeat = 0.0
+    while True:
+        if not query.isActive:
+            exc = query.exception()
+            if exc is not None:
+                raise RuntimeError(f"query of job {job} v{model.version} failed: {exc}")
+            return False
+        last_batch = _report(query, job, last_batch, progress)
+        now = time.monotonic()
+        if now - last_heartbeat >= HEARTBEAT_S:
+            control.append_metrics(
+                [
+                    {
+                        "job": job,
+                        "model_version": model.version,
+                        "batch_id": max(last_batch, -1),
+                        "metric": "heartbeat",
+                        "value": time.time(),
+                    }
+                ]
+            )
+            last_heartbeat = now
+        if stop_file.exists() or (deadline is not None and now > deadline):
+            _stop_at_batch_boundary(query)
+            progress(f"[{job}] stopped at a batch boundary after {now - started:.1f}s")
+            return False
+        if control.active_version(job) != model.version:
+            _stop_at_batch_boundary(query)
+            progress(f"[{job}] model v{control.active_version(job)} is active: switching")
+            return True
+        time.sleep(POLL_S)
+
+
+def _stop_at_batch_boundary(query: Any, timeout: float = 60.0) -> None:
+    """Wait for the running micro-batch to finish, then stop; a batch cut short is replayed, never lost."""
+    end = time.monotonic() + timeout
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < end:
+        time.sleep(0.05)
+    query.stop()
+
+
+def _report(query: Any, job: str, last_batch: int, progress: Callable[[str], None]) -> int:
+    p = query.lastProgress
+    if not p or p.get("batchId", -1) == last_batch:
+        return last_batch
+    rate = p.get("processedRowsPerSecond") or 0.0
+    progress(f"[{job}] batch {p['batchId']}: {p.get('numInputRows', 0)} records, {rate:,.0f} records/s")
+    return int(p["batchId"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--home")
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--max-seconds", type=float)
+    args = parser.parse_args(argv)
+    from pipelines.runtime.session import build_session
+
+    home = resolve_home(args.home)
+    spark = build_session(args.master, app_name=f"pipelines-{args.job}")
+    try:
+        run_job(
+            spark,
+            home,
+            args.job,
+            available_now=args.available_now,
+            max_seconds=args.max_seconds,
+            progress=lambda m: print(m, file=sys.stderr, flush=True),
+        )
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Starting and stopping job drivers: ``pipelines run`` and ``pipelines stop``.
+
+A job runs as its own Spark application through ``spark-submit`` (so any
+master works: ``local[*]`` by default, ``spark://host:7077`` or a cluster
+manager by flag). A stop is a request the driver honours at its next batch
+boundary, so stopping never cuts a micro-batch short.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipelines.control.home import Home
+from pipelines.control.tables import ControlPlane
+from pipelines.errors import PipelinesError
+from pipelines.runtime.driver import stop_request
+from pipelines.runtime.session import spark_confs, spark_env
+
+DRIVER = str(Path(__file__).with_name("driver.py"))
+
+
+def spark_submit() -> str:
+    beside = Path(sys.executable).parent / "spark-submit"
+    found = str(beside) if beside.exists() else shutil.which("spark-submit")
+    if not found:
+        raise PipelinesError("spark-submit is not on PATH; install pyspark (scripts/setup.sh does) or add Spark's bin/")
+    return found
+
+
+def driver_command(
+    home: Home, job: str, *, available_now: bool, master: str, max_seconds: float | None = None
+) -> list[str]:
+    cmd = [spark_submit(), "--master", master]
+    for key, value in spark_confs(master).items():
+        if key != "spark.master":
+            cmd += ["--conf", f"{key}={value}"]
+    cmd += [DRIVER, "--home", str(home.root), "--job", job, "--master", master]
+    if available_now:
+        cmd.append("--available-now")
+    if max_seconds is not None:
+        cmd += ["--max-seconds", str(max_seconds)]
+    return cmd
+
+
+def pid_file(home: Home, job: str) -> Path:
+    return home.root / "run" / f"{job}.pid"
+
+
+def run(
+    home: Home, job: str, *, available_now: bool, master: str, detach: bool, max_seconds: float | None = None
+) -> int:
+    """Run the job's driver; in the foreground returns its exit code, detached returns its pid."""
+    ControlPlane(home).active_model(job)  # an unknown job fails here, with the known jobs listed
+    (home.root / "run").mkdir(parents=True, exist_ok=True)
+    stop_request(home, job).unlink(missing_ok=True)
+    cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
+    if not detach:
+        return subprocess.call(cmd, env=spark_env())
+    log = open(home.root / "run" / f"{job}.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(cmd, env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    pid_file(home, job).write_text(str(proc.pid))
+    return proc.pid
+
+
+def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> bool:
+    """Ask the job's driver to stop at its next batch boundary; True once it has exited (or none ran)."""
+    ControlPlane(home).active_model(job)
+    request = stop_request(home, job)
+    request.parent.mkdir(parents=True, exist_ok=True)
+    request.touch()
+    pid = _pid(home, job)
+    if not wait or pid is None:
+        return pid is None
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _alive(pid):
+            pid_file(home, job).unlink(missing_ok=True)
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def kill(home: Home, job: str) -> None:
+    """The hard way (tests and emergencies): SIGKILL the driver's whole process group."""
+    pid = _pid(home, job)
+    if pid is not None and _alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _pid(home: Home, job: str) -> int | None:
+    try:
+        return int(pid_file(home, job).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,259 @@
+"""The processing step: the user's function over one virtual task's records, in order, with lineage.
+
+It runs inside ``mapInArrow``, which is narrow: one Spark partition in, the
+same partition out, so a virtual task's records stay in one Python worker in
+offset order. Rows leave tagged with their kind: ``data`` (the user's output
+with lineage), ``dead`` (a record the function raised on, with the error) or
+``marker`` (the task's end offsets and counters, passed on to the sink).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.jobs.process import Record, TaskContext, is_per_record, load_process_function
+from pipelines.runtime import schemas
+
+_FUNCTIONS: dict[str, Any] = {}
+
+
+def make_processor(
+    job: str, process_path: str, options: Mapping[str, Any], output_json: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of a job; everything it captures is plain data, so it pickles small."""
+    options = dict(options)
+
+    def process_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        output = schemas.from_json(output_json)
+        out_schema = schemas.arrow(schemas.processed_schema(output))
+        user_schema = schemas.arrow(output)
+        fn = _FUNCTIONS.get(process_path) or _FUNCTIONS.setdefault(process_path, load_process_function(process_path))
+        batch_id = _batch_id()
+        state = _TaskState()
+        for incoming in batches:
+            # Spark re-chunks Arrow batches, so a task's marker row may share a batch with its last records.
+            for batch, is_marker in _split_markers(incoming):
+                if is_marker:
+                    yield _marker_row(batch, state, batch_id, out_schema)
+                    continue
+                ctx = TaskContext(
+                    job, batch.column("model_version")[0].as_py(), batch.column("virtual_task")[0].as_py(), options
+                )
+                t0 = time.perf_counter_ns()
+                rows, dead = _conform(*_run(fn, batch, ctx, user_schema), user_schema)
+                state.process_ns += time.perf_counter_ns() - t0
+                state.records_in += batch.num_rows
+                state.records_out += len(rows)
+                state.dead += len(dead)
+                if rows or dead:
+                    yield _assemble(batch, rows, dead, user_schema, out_schema, batch_id, state)
+
+    return process_partition
+
+
+def _split_markers(batch: pa.RecordBatch) -> Iterator[tuple[pa.RecordBatch, bool]]:
+    """Runs of record rows and single marker rows, in order."""
+    if batch.num_rows == 0:
+        return
+    markers = batch.column("marker")
+    if markers.null_count == batch.num_rows:
+        yield batch, False
+        return
+    start = 0
+    for i, is_null in enumerate(markers.is_null().to_pylist()):
+        if not is_null:
+            if i > start:
+                yield batch.slice(start, i - start), False
+            yield batch.slice(i, 1), True
+            start = i + 1
+    if start < batch.num_rows:
+        yield batch.slice(start, batch.num_rows - start), False
+
+
+class _TaskState:
+    def __init__(self) -> None:
+        self.seq = 0
+        self.records_in = self.records_out = self.dead = self.process_ns = 0
+
+
+def _batch_id() -> int:
+    from pyspark import TaskContext as SparkTaskContext
+
+    ctx = SparkTaskContext.get()
+    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    return int(value) if value is not None else -1
+
+
+def _run(
+    fn: Any, batch: pa.RecordBatch, ctx: TaskContext, user_schema: pa.Schema
+) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """(input row index, output row) pairs and (input row index, error) pairs, in input order."""
+    if is_per_record(fn):
+        return _run_per_record(fn, batch, ctx)
+    try:
+        result = fn(pa.Table.from_batches([batch]).drop_columns(["marker"]), ctx)
+        return _rows_from_table(result, batch), []
+    except Exception:
+        rows: list[tuple[int, dict[str, Any]]] = []
+        dead: list[tuple[int, str]] = []
+        for i in range(batch.num_rows):
+            one = batch.slice(i, 1)
+            try:
+                result = fn(pa.Table.from_batches([one]).drop_columns(["marker"]), ctx)
+                rows.extend((i, row) for _, row in _rows_from_table(result, one))
+            except Exception as e:
+                dead.append((i, _describe(e)))
+        return rows, dead
+
+
+def _conform(
+    rows: list[tuple[int, dict[str, Any]]], dead: list[tuple[int, str]], user_schema: pa.Schema
+) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """Rows that do not fit the job's output_schema become dead letters instead of failing the task."""
+    names = user_schema.names
+    try:
+        pa.Table.from_pylist([{n: r.get(n) for n in names} for _, r in rows], schema=user_schema)
+        return rows, dead
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        pass
+    kept = []
+    dead = list(dead)
+    for i, row in rows:
+        try:
+            pa.Table.from_pylist([{n: row.get(n) for n in names}], schema=user_schema)
+            kept.append((i, row))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+            dead.append((i, f"output row does not match output_schema: {_describe(e)}"))
+    return kept, dead
+
+
+def _run_per_record(fn: Any, batch: pa.RecordBatch, ctx: TaskContext) -> tuple[list, list]:
+    rows: list[tuple[int, dict[str, Any]]] = []
+    dead: list[tuple[int, str]] = []
+    cols = {name: batch.column(name).to_pylist() for name in ("stream", "partition", "offset", "key", "value")}
+    stamps = batch.column("timestamp").to_pylist()
+    headers = batch.column("headers").to_pylist()
+    for i in range(batch.num_rows):
+        record = Record(
+            cols["stream"][i],
+            cols["partition"][i],
+            cols["offset"][i],
+            cols["key"][i],
+            cols["value"][i],
+            stamps[i],
+            headers[i],
+        )
+        try:
+            out = fn(record, ctx)
+        except Exception as e:
+            dead.append((i, _describe(e)))
+            continue
+        if out is None:
+            continue
+        for row in out if isinstance(out, list) else [out]:
+            if not isinstance(row, dict):
+                dead.append((i, f"TypeError: process function returned {type(row).__name__}, expected dict"))
+                break
+            rows.append((i, row))
+    return rows, dead
+
+
+def _rows_from_table(result: Any, batch: pa.RecordBatch) -> list[tuple[int, dict[str, Any]]]:
+    if not isinstance(result, pa.Table | pa.RecordBatch):
+        raise TypeError(f"an Arrow process function must return a pyarrow.Table, got {type(result).__name__}")
+    missing = {"stream", "partition", "offset"} - set(result.schema.names)
+    if missing:
+        raise ValueError(f"process function output lacks lineage columns {sorted(missing)}")
+    index = {
+        (s, p, o): i
+        for i, (s, p, o) in enumerate(
+            zip(
+                batch.column("stream").to_pylist(),
+                batch.column("partition").to_pylist(),
+                batch.column("offset").to_pylist(),
+                strict=True,
+            )
+        )
+    }
+    rows = []
+    for row in result.to_pylist():
+        key = (row["stream"], row["partition"], str(row["offset"]))
+        if key not in index:
+            raise ValueError(f"process function emitted a row for a record it was not given: {key}")
+        rows.append((index[key], row))
+    return rows
+
+
+def _assemble(
+    batch: pa.RecordBatch,
+    rows: list[tuple[int, dict[str, Any]]],
+    dead: list[tuple[int, str]],
+    user_schema: pa.Schema,
+    out_schema: pa.Schema,
+    batch_id: int,
+    state: _TaskState,
+) -> pa.RecordBatch:
+    """Data and dead-letter rows interleaved in input order, each with its lineage and task sequence."""
+    order = sorted([(i, 0, k) for k, (i, _) in enumerate(rows)] + [(i, 1, k) for k, (i, _) in enumerate(dead)])
+    take = pa.array([i for i, _, _ in order], pa.int64())
+    lineage = batch.select([f.name for f in schemas.LINEAGE]).take(take)
+    n = len(order)
+    kinds, errors, values, user_rows = [], [], [], []
+    source_values = batch.column("value")
+    for i, is_dead, k in order:
+        if is_dead:
+            kinds.append(schemas.DEAD)
+            errors.append(dead[k][1])
+            values.append(source_values[i].as_py())
+            user_rows.append({})
+        else:
+            kinds.append(schemas.DATA)
+            errors.append(None)
+            values.append(None)
+            user_rows.append({name: rows[k][1].get(name) for name in user_schema.names})
+    user = pa.Table.from_pylist(user_rows, schema=user_schema)
+    arrays = [lineage.column(j) for j in range(lineage.num_columns)]
+    arrays += [
+        pa.repeat(pa.scalar(batch_id, pa.int64()), n),
+        pa.array(range(state.seq, state.seq + n), pa.int64()),
+    ]
+    state.seq += n
+    arrays += [user.column(j).combine_chunks() for j in range(user.num_columns)]
+    arrays += [
+        pa.array(kinds, pa.string()),
+        pa.array(errors, pa.string()),
+        pa.array(values, pa.binary()),
+        pa.nulls(n, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+
+def _marker_row(batch: pa.RecordBatch, state: _TaskState, batch_id: int, out_schema: pa.Schema) -> pa.RecordBatch:
+    marker = json.loads(batch.column("marker")[0].as_py())
+    marker.update(
+        records_processed=state.records_in,
+        records_out=state.records_out,
+        dead_letters=state.dead,
+        process_ns=state.process_ns,
+    )
+    row = {name: None for name in out_schema.names}
+    row.update(
+        virtual_task=batch.column("virtual_task")[0].as_py(),
+        model_version=batch.column("model_version")[0].as_py(),
+        batch_id=batch_id,
+        _kind=schemas.MARKER,
+        _marker=json.dumps(marker, separators=(",", ":")),
+    )
+    return pa.RecordBatch.from_pylist([row], schema=out_schema)
+
+
+def _describe(error: BaseException) -> str:
+    where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+    place = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
+    return f"{type(error).__name__}: {error}{place}"[:2000]

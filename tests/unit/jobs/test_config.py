@@ -1,0 +1,256 @@
+"""JobConfig: the shipped demo config loads, and every field a user can get wrong fails naming that field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelines.core.ssp import SystemStream
+from pipelines.errors import ConfigError
+from pipelines.jobs.config import JobConfig
+
+ENRICHMENT_YAML = Path(__file__).resolve().parents[3] / "include" / "jobs" / "enrichment.yaml"
+
+VALID: dict[str, Any] = {
+    "name": "orders",
+    "inputs": [{"system": "deltalog", "stream": "events"}],
+    "process": "pipelines.demo.enrich:process",
+    "output_schema": "key STRING, seq BIGINT",
+    "sink": {"table": "enriched"},
+}
+
+
+def config(**changes: Any) -> dict[str, Any]:
+    """A valid raw config with some top-level fields replaced; a value of ``...`` removes the field."""
+    raw = copy.deepcopy(VALID)
+    for key, value in changes.items():
+        if value is ...:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    return raw
+
+
+def error_of(raw: Any, *, names_origin: bool = True) -> str:
+    with pytest.raises(ConfigError) as info:
+        JobConfig.from_dict(raw, origin="test.yaml")
+    message = str(info.value)
+    if names_origin:  # the message says which config file it is about
+        assert message.startswith("test.yaml: "), message
+    return message
+
+
+# --- happy path ----------------------------------------------------------------------------------------------------
+
+
+def test_the_shipped_enrichment_config_loads() -> None:
+    raw = yaml.safe_load(ENRICHMENT_YAML.read_text())  # the demo's tuning values change; compare with the file
+    job = JobConfig.load(ENRICHMENT_YAML)
+    assert job.name == "enrichment"
+    assert job.inputs == (SystemStream("deltalog", "events"),)
+    assert job.grouper == "GroupByPartition"
+    assert job.elasticity_factor == raw["elasticity_factor"]
+    assert job.containers == raw["containers"]
+    assert job.process == "pipelines.demo.enrich:process"
+    assert job.output_schema == raw["output_schema"].strip()
+    assert "seq BIGINT" in job.output_schema
+    assert dict(job.process_options) == raw["process_options"]
+    assert job.sink_table == "enriched"
+    assert job.dead_letter_table == "enriched_dead_letters"
+    assert job.max_records_per_batch == raw["batch"]["max_records"]
+    assert job.trigger_interval == raw["batch"]["trigger_interval"]
+    assert job.trigger == raw["trigger"]
+
+
+def test_to_dict_round_trips() -> None:
+    job = JobConfig.load(ENRICHMENT_YAML)
+    assert JobConfig.from_dict(job.to_dict()) == job
+
+
+def test_defaults_of_a_minimal_config() -> None:
+    job = JobConfig.from_dict(config())
+    assert job.grouper == "GroupByPartition"
+    assert job.elasticity_factor == 1
+    assert job.containers == 1
+    assert dict(job.process_options) == {}
+    assert job.dead_letter_table == "enriched_dead_letters"
+    assert job.max_records_per_batch == 10_000
+    assert job.trigger == "continuous"
+    assert job.trigger_interval == "1 second"
+    assert dict(job.source) == {}
+
+
+def test_system_defaults_to_the_embedded_log_and_inputs_keep_their_order() -> None:
+    job = JobConfig.from_dict(config(inputs=[{"stream": "b"}, {"system": "kafka", "stream": "a"}]))
+    assert job.inputs == (SystemStream("deltalog", "b"), SystemStream("kafka", "a"))
+
+
+def test_the_same_stream_name_on_two_systems_is_two_inputs() -> None:
+    job = JobConfig.from_dict(config(inputs=[{"system": "kafka", "stream": "s"}, {"system": "kinesis", "stream": "s"}]))
+    assert len(job.inputs) == 2
+
+
+def test_a_digit_string_factor_is_accepted() -> None:
+    assert JobConfig.from_dict(config(elasticity_factor="4")).elasticity_factor == 4
+
+
+def test_sink_may_be_a_bare_table_name() -> None:
+    assert JobConfig.from_dict(config(sink="enriched")).sink_table == "enriched"
+
+
+def test_available_now_trigger_and_batch_options() -> None:
+    job = JobConfig.from_dict(
+        config(trigger="available-now", batch={"max_records": 5, "trigger_interval": "2 seconds"})
+    )
+    assert (job.trigger, job.max_records_per_batch, job.trigger_interval) == ("available-now", 5, "2 seconds")
+
+
+# --- errors: each message names the field --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["name", "inputs", "process", "output_schema", "sink"])
+def test_a_missing_required_field_is_named(field: str) -> None:
+    assert f"missing required field {field!r}" in error_of(config(**{field: ...}))
+
+
+def test_not_a_mapping() -> None:
+    assert "must be a mapping" in error_of(["name", "orders"])
+
+
+@pytest.mark.parametrize("name", ["", "has space", "slash/ed", 42])
+def test_bad_job_name(name: Any) -> None:
+    assert "job name" in error_of(config(name=name), names_origin=False)
+
+
+@pytest.mark.parametrize("inputs", [[], {"stream": "events"}, "events"])
+def test_inputs_must_be_a_non_empty_list(inputs: Any) -> None:
+    assert "'inputs' must be a non-empty list" in error_of(config(inputs=inputs))
+
+
+@pytest.mark.parametrize("item", [{"system": "deltalog"}, "events"])
+def test_an_input_without_a_stream(item: Any) -> None:
+    assert "inputs[1]" in error_of(config(inputs=[{"stream": "ok"}, item]))
+
+
+def test_bad_system() -> None:
+    message = error_of(config(inputs=[{"system": "pulsar", "stream": "events"}]))
+    assert "inputs[0].system" in message
+    assert "'pulsar'" in message
+
+
+def test_bad_stream_name() -> None:
+    assert "stream name" in error_of(config(inputs=[{"stream": "bad name"}]), names_origin=False)
+
+
+def test_duplicate_input() -> None:
+    message = error_of(config(inputs=[{"stream": "events"}, {"system": "deltalog", "stream": "events"}]))
+    assert "input stream is listed twice" in message
+
+
+def test_unknown_grouper() -> None:
+    message = error_of(config(grouper="GroupByMagic"))
+    assert "grouper" in message
+    assert "'GroupByMagic'" in message
+    assert "GroupByPartition" in message  # the choices are listed
+
+
+@pytest.mark.parametrize("factor", [0, -2, "abc", 1.5, True, None])
+def test_bad_elasticity_factor(factor: Any) -> None:
+    assert "elasticity factor" in error_of(config(elasticity_factor=factor))
+
+
+@pytest.mark.parametrize("containers", [0, -1, "2", 1.0, True])
+def test_bad_containers(containers: Any) -> None:
+    assert "'containers'" in error_of(config(containers=containers))
+
+
+@pytest.mark.parametrize("process", ["pipelines.demo.enrich.process", "", 7, None])
+def test_bad_process_path(process: Any) -> None:
+    assert "'process' must be an import path" in error_of(config(process=process))
+
+
+@pytest.mark.parametrize("schema", ["", "   ", 5, ["key STRING"]])
+def test_bad_output_schema(schema: Any) -> None:
+    assert "'output_schema' must be a Spark DDL string" in error_of(config(output_schema=schema))
+
+
+def test_output_schema_is_stripped() -> None:
+    assert JobConfig.from_dict(config(output_schema="  key STRING \n")).output_schema == "key STRING"
+
+
+def test_process_options_must_be_a_mapping() -> None:
+    assert "'process_options'" in error_of(config(process_options=["latency_ms"]))
+
+
+@pytest.mark.parametrize("sink", [{"table": ""}, {"name": "enriched"}, {"table": 3}, 3])
+def test_bad_sink_table(sink: Any) -> None:
+    assert "'sink.table'" in error_of(config(sink=sink))
+
+
+def test_bad_sink_table_name() -> None:
+    assert "sink table name" in error_of(config(sink={"table": "no spaces"}), names_origin=False)
+
+
+def test_bad_dead_letter_table() -> None:
+    assert "'dead_letter.table'" in error_of(config(dead_letter={"table": ""}))
+
+
+def test_batch_must_be_a_mapping() -> None:
+    assert "'batch'" in error_of(config(batch=[1]))
+
+
+@pytest.mark.parametrize("max_records", [0, -5, "100", 2.5, False])
+def test_bad_max_records(max_records: Any) -> None:
+    assert "'batch.max_records'" in error_of(config(batch={"max_records": max_records}))
+
+
+@pytest.mark.parametrize("trigger", ["once", "", "availableNow", 1])
+def test_bad_trigger(trigger: Any) -> None:
+    assert "'trigger'" in error_of(config(trigger=trigger))
+
+
+def test_source_must_be_a_mapping() -> None:
+    assert "'source'" in error_of(config(source="fast"))
+
+
+# --- files ---------------------------------------------------------------------------------------------------------
+
+
+def test_invalid_yaml_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: [unclosed\ninputs: {\n")
+    with pytest.raises(ConfigError) as info:
+        JobConfig.load(path)
+    assert str(path) in str(info.value)
+    assert "not valid YAML" in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as info:
+        JobConfig.load(path)
+    assert str(path) in str(info.value)
+    assert "does not exist" in str(info.value)
+
+
+def test_errors_from_a_file_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "name: orders\ninputs: [{stream: events}]\nprocess: pipelines.demo.enrich:process\noutput_schema: key STRING\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        JobConfig.load(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert "'sink'" in str(info.value)
+
+
+def test_an_empty_file_is_not_a_config(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    with pytest.raises(ConfigError) as info:
+        JobConfig.load(path)
+    assert "must be a mapping" in str(info.value)
