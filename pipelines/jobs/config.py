@@ -67,7 +67,13 @@ class JobConfig:
                 raise ConfigError(f"{origin}: missing required field {key!r}")
             return raw[key]
 
-        name = validate_name("job", need("name"))
+        def named(kind: str, value: Any) -> str:
+            try:
+                return validate_name(kind, value)
+            except ConfigError as e:
+                raise ConfigError(f"{origin}: {e}") from None
+
+        name = named("job", need("name"))
         inputs_raw = need("inputs")
         if not isinstance(inputs_raw, list) or not inputs_raw:
             raise ConfigError(f"{origin}: 'inputs' must be a non-empty list of {{system, stream}}")
@@ -78,9 +84,10 @@ class JobConfig:
             system = item.get("system", "deltalog")
             if system not in SYSTEMS:
                 raise ConfigError(f"{origin}: inputs[{i}].system {system!r} is not one of {', '.join(SYSTEMS)}")
-            inputs.append(SystemStream(system, validate_name("stream", item["stream"])))
-        if len(set(inputs)) != len(inputs):
-            raise ConfigError(f"{origin}: an input stream is listed twice")
+            inputs.append(SystemStream(system, named("stream", item["stream"])))
+        twice = sorted({str(s) for s in inputs if inputs.count(s) > 1})
+        if twice:
+            raise ConfigError(f"{origin}: input {', '.join(twice)} is listed twice")
         grouper = raw.get("grouper", "GroupByPartition")
         if grouper not in GROUPERS:
             raise ConfigError(f"{origin}: unknown grouper {grouper!r}; choose one of {', '.join(sorted(GROUPERS))}")
@@ -100,8 +107,8 @@ class JobConfig:
         options = raw.get("process_options", {}) or {}
         if not isinstance(options, dict):
             raise ConfigError(f"{origin}: 'process_options' must be a mapping")
-        sink = _table(raw, "sink", origin)
-        dead = _table(raw, "dead_letter", origin, default=f"{sink}_dead_letters")
+        sink = named("sink table", _table(raw, "sink", origin))
+        dead = named("dead_letter table", _table(raw, "dead_letter", origin, default=f"{sink}_dead_letters"))
         batch = raw.get("batch", {}) or {}
         if not isinstance(batch, dict):
             raise ConfigError(f"{origin}: 'batch' must be a mapping")
@@ -152,4 +159,4 @@ def _table(raw: dict[str, Any], key: str, origin: str, default: str | None = Non
     table = value.get("table") if isinstance(value, dict) else value
     if not isinstance(table, str) or not table:
         raise ConfigError(f"{origin}: '{key}.table' must be a table name")
-    return validate_name(f"{key} table", table)
+    return table

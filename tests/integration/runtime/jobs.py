@@ -67,7 +67,7 @@ def dead_letters(home: Home, config: JobConfig) -> pd.DataFrame:
 def order_violations(rows: pd.DataFrame) -> list[tuple[Any, ...]]:
     """Keys whose rows, in the order the sink received them, do not follow the producer's per-key seq."""
     bad = []
-    for key, group in rows.sort_values(["batch_id", "task_seq"]).groupby("event_key", sort=False):
+    for key, group in rows.sort_values(["model_version", "batch_id", "task_seq"]).groupby("event_key", sort=False):
         seqs = group["seq"].tolist()
         for a, b in itertools.pairwise(seqs):
             if b <= a:

@@ -106,3 +106,21 @@ def test_kill_9_of_the_driver_mid_run_loses_and_doubles_nothing(home: Home) -> N
     assert len(rows) == 400
     assert not rows.duplicated(["partition", "offset"]).any()
     assert order_violations(rows) == []
+
+
+@pytest.mark.slow
+def test_the_same_job_on_a_standalone_cluster_gives_the_same_output(spark, spark_standalone, home: Home) -> None:
+    produce(home, "events", 300, 16, bad_every=50)
+    local = job(home, "local", 4)
+    run_job(spark, home, local.name, available_now=True, progress=lambda m: None)
+    cluster = job(home, "cluster", 4)
+    cmd = launcher.driver_command(home, cluster.name, available_now=True, master=str(spark_standalone))
+    done = subprocess.run(cmd, env=spark_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    columns = ["partition", "offset", "key_bucket", "event_key", "seq", "enriched"]
+    expected = sink(home, local)[columns].sort_values(["partition", "offset"]).reset_index(drop=True)
+    got = sink(home, cluster)[columns].sort_values(["partition", "offset"]).reset_index(drop=True)
+    assert len(got) == 300 - 6
+    assert got.equals(expected)
+    assert order_violations(sink(home, cluster)) == []
+    assert len(dead_letters(home, cluster)) == 6
