@@ -55,12 +55,12 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
-from pyarrow.parquet import filters_to_expression
 
 from pipelines.control.home import Home
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStreamPartition, validate_name
+from pipelines.deltaio import read_delta
 from pipelines.errors import ConfigError, ModelError, UnknownJobError
 
 if TYPE_CHECKING:
@@ -273,9 +273,7 @@ class _Table:
         cols = list(columns) if columns is not None else self.spec.schema.names
         if dt is None:
             return self.spec.schema.empty_table().select(cols)
-        conjunction = [("job", "=", job), *where]
-        dataset = dt.to_pyarrow_dataset(file_pruning_predicate=conjunction, schema=self.spec.schema)
-        return dataset.to_table(columns=cols, filter=filters_to_expression(conjunction))
+        return read_delta(dt, [("job", "=", job), *where], columns=cols, schema=self.spec.schema)
 
     def jobs(self) -> set[str]:
         dt = self.load()

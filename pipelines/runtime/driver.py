@@ -150,7 +150,7 @@ def _report(query: Any, job: str, last_batch: int, progress: Callable[[str], Non
     if not p or p.get("batchId", -1) == last_batch:
         return last_batch
     rate = p.get("processedRowsPerSecond") or 0.0
-    progress(f"[{job}] batch {p['batchId']}: {p.get('numInputRows', 0)} records, {rate:,.0f} records/s")
+    progress(f"[{job}] batch {p['batchId']}: {p.get('numInputRows', 0)} input rows, {rate:,.0f} rows/s")
     return int(p["batchId"])
 
 

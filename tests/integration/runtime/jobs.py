@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 import pandas as pd
-from deltalake import DeltaTable
 
 from pipelines.control.home import Home
 from pipelines.core.hashing import key_bucket
+from pipelines.deltaio import read_delta
 from pipelines.jobs.config import JobConfig
 from pipelines.jobs.registry import create_job
 from pipelines.systems.deltalog import DeltaLog
@@ -57,11 +57,11 @@ def job(
 
 
 def sink(home: Home, config: JobConfig) -> pd.DataFrame:
-    return DeltaTable(str(home.sinks / config.sink_table)).to_pandas()
+    return read_delta(home.sinks / config.sink_table).to_pandas()
 
 
 def dead_letters(home: Home, config: JobConfig) -> pd.DataFrame:
-    return DeltaTable(str(home.sinks / config.dead_letter_table)).to_pandas()
+    return read_delta(home.sinks / config.dead_letter_table).to_pandas()
 
 
 def order_violations(rows: pd.DataFrame) -> list[tuple[Any, ...]]:

@@ -1,0 +1,1 @@
+"""Data quality: prove no loss, no duplicates, per-key order and correct routing."""

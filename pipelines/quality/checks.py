@@ -1,0 +1,171 @@
+"""The checks behind every verdict, on pandas frames of the sink's lineage.
+
+Pure functions (no Spark, no I/O), so they are fast to test and the same code
+serves the CLI, the demo and the Airflow DAGs. Sink order is
+``(model_version, batch_id, task_seq)``: batch ids restart with each model
+version's query, and ``task_seq`` is a row's place in its virtual task's batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from pipelines.core.hashing import key_buckets
+from pipelines.core.model import TaskName
+
+SINK_ORDER = ["model_version", "batch_id", "task_seq"]
+EXAMPLES = 5
+
+
+@dataclass
+class Verdict:
+    """Counts per check and the first offenders of each, named by key and offset."""
+
+    records_expected: int = 0
+    rows: int = 0
+    dead_letters: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    order_violations: int = 0
+    misrouted: int = 0
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicates or self.order_violations or self.misrouted)
+
+    def summary(self) -> str:
+        head = "PASS" if self.ok else "FAIL"
+        text = (
+            f"{head}: {self.rows} rows + {self.dead_letters} dead letters for {self.records_expected} records; "
+            f"lost {self.lost}, duplicated {self.duplicates}, out of order {self.order_violations}, "
+            f"misrouted {self.misrouted}"
+        )
+        for check, items in self.examples.items():
+            text += f"\n  {check}: " + "; ".join(items)
+        return text
+
+
+def lost_records(expected: pd.DataFrame, rows: pd.DataFrame, dead: pd.DataFrame) -> pd.DataFrame:
+    """Input records (stream, partition, offset) that are neither in the sink nor dead letters."""
+    seen = pd.concat([rows[["stream", "partition", "offset"]], dead[["stream", "partition", "offset"]]])
+    merged = expected.merge(seen.drop_duplicates(), on=["stream", "partition", "offset"], how="left", indicator=True)
+    return merged[merged["_merge"] == "left_only"].drop(columns="_merge")
+
+
+def duplicated_records(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows.duplicated(["stream", "partition", "offset"], keep="first")]
+
+
+def order_violations(rows: pd.DataFrame, sequence: str | None = None) -> list[tuple[str, str, str]]:
+    """(key, earlier, later) where the sink got a key's record after one that came later in the input.
+
+    Within a partition the input order is the offset. Across partitions (a key
+    moved by an expansion) only the producer knows the order, so when the
+    rows carry a per-key ``sequence`` column that is used instead.
+    """
+    bad: list[tuple[str, str, str]] = []
+    ordered = rows.sort_values(SINK_ORDER, kind="stable")
+    keys = ordered["key"].map(_text)
+    for key, group in ordered.groupby(keys, sort=False):
+        if sequence is not None:
+            values = group[sequence].tolist()
+            labels = [f"seq {v}" for v in values]
+        else:
+            values = list(zip(group["partition"], group["offset"].astype("int64"), strict=True))
+            labels = [f"{p}@{o}" for p, o in values]
+            # only offsets in the same partition are comparable
+            values = [(p, o) for p, o in values]
+        last: dict[object, tuple[object, str]] = {}
+        for value, label in zip(values, labels, strict=True):
+            scope = None if sequence is not None else value[0]
+            prev = last.get(scope)
+            if prev is not None and not prev[0] < value:
+                bad.append((str(key), prev[1], label))
+            last[scope] = (value, label)
+    return bad
+
+
+def misrouted_rows(rows: pd.DataFrame, factor_of: Callable[[int], int]) -> pd.DataFrame:
+    """Rows whose key bucket is not hash(key) mod the factor of the model that processed them,
+    or whose virtual task is not the one that owns that bucket."""
+    bad = []
+    for version, part in rows.groupby("model_version"):
+        factor = factor_of(int(version))
+        if factor == 1:
+            bad.append(part[part["key_bucket"].notna()])
+            continue
+        expected = pd.Series(key_buckets(list(part["key"]), list(part["offset"]), factor), index=part.index)
+        task_bucket = part["virtual_task"].map(lambda n: TaskName(n).key_bucket)
+        task_factor = part["virtual_task"].map(lambda n: TaskName(n).factor)
+        wrong = (part["key_bucket"] != expected) | (task_bucket != expected) | (task_factor != factor)
+        bad.append(part[wrong])
+    return pd.concat(bad) if bad else rows.iloc[0:0]
+
+
+def verify_rows(
+    expected: pd.DataFrame,
+    rows: pd.DataFrame,
+    dead: pd.DataFrame,
+    factor_of: Callable[[int], int],
+    sequence: str | None = None,
+) -> Verdict:
+    """All checks over one window: ``expected`` lists the input records (stream, partition, offset) it covers."""
+    lost = lost_records(expected, rows, dead)
+    dups = duplicated_records(rows)
+    order = order_violations(rows, sequence)
+    wrong = misrouted_rows(rows, factor_of)
+    verdict = Verdict(len(expected), len(rows), len(dead), len(lost), len(dups), len(order), len(wrong))
+    verdict.examples = {
+        name: items
+        for name, items in {
+            "lost": _offsets(lost),
+            "duplicated": [
+                f"key {_text(k)} at {s}/{p}@{o}" for k, s, p, o in _head(dups, ["key", "stream", "partition", "offset"])
+            ],
+            "out of order": [f"key {k}: {a} then {b}" for k, a, b in order[:EXAMPLES]],
+            "misrouted": [
+                f"key {_text(k)} at {p}@{o} in {t} (bucket {b})"
+                for k, p, o, t, b in _head(wrong, ["key", "partition", "offset", "virtual_task", "key_bucket"])
+            ],
+        }.items()
+        if items
+    }
+    return verdict
+
+
+def expected_records(ranges: Iterable[tuple[str, int, int, int]]) -> pd.DataFrame:
+    """Rows (stream, partition, offset) for input ranges ``[start, end)``."""
+    frames = [
+        pd.DataFrame({"stream": stream, "partition": partition, "offset": [str(o) for o in range(start, end)]})
+        for stream, partition, start, end in ranges
+        if end > start
+    ]
+    if not frames:
+        return pd.DataFrame(
+            {"stream": pd.Series(dtype=str), "partition": pd.Series(dtype="int32"), "offset": pd.Series(dtype=str)}
+        )
+    result = pd.concat(frames, ignore_index=True)
+    result["partition"] = result["partition"].astype("int32")
+    return result
+
+
+def _offsets(frame: pd.DataFrame) -> list[str]:
+    return [f"{s}/{p}@{o}" for s, p, o in _head(frame, ["stream", "partition", "offset"])]
+
+
+def _head(frame: pd.DataFrame, columns: list[str]) -> list[tuple]:
+    return list(frame[columns].head(EXAMPLES).itertuples(index=False, name=None))
+
+
+def _text(key: object) -> str:
+    if isinstance(key, bytes | bytearray):
+        return key.decode("utf-8", "backslashreplace")
+    return str(key)
+
+
+def factor_lookup(factors: Mapping[int, int]) -> Callable[[int], int]:
+    return lambda version: factors[version]
