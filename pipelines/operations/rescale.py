@@ -5,11 +5,12 @@ the active model's checkpoints are trusted, so a crash before the activation
 leaves model N fully in force (and its planned successor is simply never
 used), and a crash after it leaves N+1 fully in force.
 
-The job must not be advancing model N while its checkpoints are migrated:
-callers stop it at a batch boundary first (``pipelines stop``), or run it in
-available-now mode between rescales. Because the source advances all key
+A continuously running driver keeps committing model N's batches until it
+notices the activation; it then stops at a batch boundary and calls
+``carry_forward`` to re-migrate N+1's start from N's final checkpoints before
+it starts N+1, so nothing is read twice. Because the source advances all key
 buckets of a partition together, the buckets of a stopped model share one
-offset per partition, so the migration's minimum re-reads nothing in practice.
+offset per partition, so the migration's minimum re-reads nothing either.
 """
 
 from __future__ import annotations
@@ -56,16 +57,9 @@ def plan_rescale(home: Home, job: str, factor: object, *, grouper: str | None = 
     raw["elasticity_factor"] = x
     if grouper is not None:
         raw["grouper"] = grouper
-    inputs = {}
-    earliest: dict[SystemStreamPartition, str] = {}
-    offset_key = int
-    for stream in config.inputs:
-        system = open_system(stream.system, home)
-        offset_key = system.offset_key
-        meta = system.describe(stream.stream)
-        inputs[stream] = meta.partition_count
-        for p, part in meta.partitions.items():
-            earliest[SystemStreamPartition(stream.system, stream.stream, p)] = part.earliest
+    inputs = {
+        stream: open_system(stream.system, home).describe(stream.stream).partition_count for stream in config.inputs
+    }
     model = plan_job_model(
         job,
         (control.latest_version(job) or current.version) + 1,
@@ -76,9 +70,40 @@ def plan_rescale(home: Home, job: str, factor: object, *, grouper: str | None = 
         previous=current,
         config={CONFIG_KEY: json.dumps(raw, sort_keys=True)},
     )
-    old = control.latest_checkpoints(job, current.version)
-    checkpoints = migrate_checkpoints(old, x, model.whole_ssps(), earliest, offset_key)
-    return RescalePlan(current, model, checkpoints)
+    return RescalePlan(current, model, migrated(home, current, model))
+
+
+def migrated(home: Home, previous: JobModel, model: JobModel) -> CheckpointMap:
+    """``model``'s start checkpoints from ``previous``'s latest ones; partitions new to ``model`` start earliest."""
+    earliest: dict[SystemStreamPartition, str] = {}
+    offset_key = int
+    for stream in {s.system_stream for s in model.whole_ssps()}:
+        system = open_system(stream.system, home)
+        offset_key = system.offset_key
+        for p, part in system.describe(stream.stream).partitions.items():
+            earliest[SystemStreamPartition(stream.system, stream.stream, p)] = part.earliest
+    old = ControlPlane(home).latest_checkpoints(previous.job_name, previous.version)
+    return migrate_checkpoints(old, model.elasticity_factor, model.whole_ssps(), earliest, offset_key)
+
+
+def carry_forward(home: Home, previous: JobModel, model: JobModel) -> bool:
+    """Re-migrate ``model``'s start checkpoints after ``previous`` has stopped for good.
+
+    A rescale of a continuously running job migrates while the old query may
+    still commit batches; the driver calls this once the old query is stopped
+    and before the new one starts, so the new model starts exactly where the
+    old one ended (no record read twice). Checkpoints only move forward, so
+    the refreshed start is never behind the one the rescale wrote, and a
+    model that has already committed a batch is left alone. True if written.
+    """
+    control = ControlPlane(home)
+    if (control.latest_checkpoint_batch(model.job_name, model.version) or -1) >= 0:
+        return False
+    fresh = migrated(home, previous, model)
+    if fresh == control.latest_checkpoints(model.job_name, model.version):
+        return False
+    control.write_checkpoints(model.job_name, model.version, fresh, batch_id=-1)
+    return True
 
 
 def apply_rescale(home: Home, plan: RescalePlan, reason: str) -> JobModel:

@@ -36,6 +36,14 @@ def stop_request(home: Home, job: str) -> Path:
 
 
 def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool) -> Any:
+    from pipelines.runtime.session import register_sources
+
+    # Spark resolves Python streaming sinks through the calling thread's active session, which a thread
+    # other than the one that built the session (an operator's, a test's) does not have.
+    jvm_session = getattr(spark, "_jsparkSession", None)
+    if jvm_session is not None:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(jvm_session)
+    register_sources(spark)
     config = job_config(model)
     output = parse_output_schema(config.output_schema)
     ensure_output_tables(home, config, output)
@@ -132,7 +140,12 @@ def _supervise(
             return False
         if control.active_version(job) != model.version:
             _stop_at_batch_boundary(query)
-            progress(f"[{job}] model v{control.active_version(job)} is active: switching")
+            from pipelines.operations.rescale import carry_forward
+
+            new = control.active_model(job)
+            if new.version > model.version and carry_forward(control.home, model, new):
+                progress(f"[{job}] carried v{model.version}'s final checkpoints forward to v{new.version}")
+            progress(f"[{job}] model v{new.version} is active: switching")
             return True
         time.sleep(POLL_S)
 

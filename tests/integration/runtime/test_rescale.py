@@ -70,3 +70,44 @@ def test_a_bad_factor_is_refused_and_the_job_keeps_its_model(home: Home) -> None
         with pytest.raises(Exception, match="elasticity factor"):
             rescale(home, config.name, bad)
     assert ControlPlane(home).active_version(config.name) == 1
+
+
+def test_a_running_driver_switches_models_in_the_same_application_without_rereading(spark, home: Home) -> None:
+    import threading
+    import time
+
+    from pipelines.runtime.driver import stop_request
+
+    producer = Producer(home, "events", 2, keys=30)
+    config = job(home, "live", 1, max_records=100)
+    producer.produce(200)
+    messages: list[str] = []
+    queries: list[int] = []
+    driver = threading.Thread(
+        target=lambda: queries.append(run_job(spark, home, config.name, available_now=False, progress=messages.append))
+    )
+    driver.start()
+    control = ControlPlane(home)
+    deadline = time.monotonic() + 120
+    while (control.latest_checkpoint_batch(config.name, 1) or -1) < 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    producer.produce(300)  # the old query is still committing batches while the rescale migrates
+    rescale(home, config.name, 4, reason="scale up while running")
+    while not any("switching" in m for m in messages) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    producer.produce(200)  # for the new model
+    while time.monotonic() < deadline:
+        if len(sink(home, config)) >= producer.total and (control.latest_checkpoint_batch(config.name, 2) or -1) >= 0:
+            break
+        time.sleep(0.3)
+    stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
+    stop_request(home, config.name).touch()
+    driver.join(timeout=120)
+    assert not driver.is_alive()
+    assert queries == [2], messages
+    assert any("model v2 is active: switching" in m for m in messages), messages
+    rows = sink(home, config)
+    assert len(rows) == producer.total
+    assert not rows.duplicated(["stream", "partition", "offset"]).any(), "a record was read by both models"
+    assert order_violations(rows) == []
+    assert set(rows["model_version"]) == {1, 2}
