@@ -72,6 +72,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         self.factor = int(options["factor"])
         self.sink_path = options["sinkPath"]
         self.dead_path = options["deadLetterPath"]
+        self.task_count = int(options.get("taskCount", "0"))
 
     # ------------------------------------------------------------ executors
 
@@ -131,6 +132,8 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         checkpoints, metrics = _from_markers(present, self.job, self.version, self.factor, batchId)
         if checkpoints.offsets:
             control.write_checkpoints(self.job, self.version, checkpoints, batchId)
+        metrics += _lag(Home(Path(self.home)), checkpoints, self.job, self.version, batchId)
+        metrics.append(_metric(self.job, self.version, batchId, None, "task_count", self.task_count))
         metrics.append(_metric(self.job, self.version, batchId, None, "sink_commit_s", commit_s))
         metrics.append(
             _metric(self.job, self.version, batchId, None, "batch_replayed", 0.0 if data_new or dead_new else 1.0)
@@ -218,6 +221,23 @@ def _from_markers(messages: list[BatchFiles], job: str, version: int, factor: in
         for name in ("read_ns", "key_hash_ns", "process_ns"):
             metrics.append(_metric(job, version, batch_id, task, name.replace("_ns", "_s"), marker.get(name, 0) / 1e9))
     return CheckpointMap(factor, offsets), metrics
+
+
+def _lag(home: Any, checkpoints: Any, job: str, version: int, batch_id: int) -> list[dict[str, Any]]:
+    """Records behind per partition (its end offset minus its slowest bucket's checkpoint), keyed by SSP."""
+    from pipelines.systems.registry import open_system
+
+    low: dict[tuple[str, str, int], int] = {}
+    for ssp, offset in checkpoints.offsets.items():
+        key = (ssp.system, ssp.stream, ssp.partition)
+        low[key] = min(low.get(key, int(offset)), int(offset))
+    rows = []
+    for system, stream in sorted({(s, st) for s, st, _ in low}):
+        ends = open_system(system, home).end_offsets(stream)
+        for (s, st, p), committed in sorted(low.items()):
+            if (s, st) == (system, stream):
+                rows.append(_metric(job, version, batch_id, f"[{s}, {st}, {p}]", "lag_records", ends[p] - committed))
+    return rows
 
 
 def _metric(job: str, version: int, batch_id: int, task: str | None, name: str, value: float) -> dict[str, Any]:

@@ -44,6 +44,14 @@ def test_factors_1_and_4_give_the_same_rows_exactly_once_in_key_order(spark, hom
         assert {ssp: int(off) for ssp, off in checkpoints.offsets.items()} == {
             ssp: ends[ssp.partition] for ssp in checkpoints.offsets
         }, "every key bucket's checkpoint ends at its partition's end, even buckets without records"
+        metrics = ControlPlane(home).read_metrics(config.name)
+        per_task = metrics[metrics["metric"] == "records_in"].groupby("task")["value"].sum()
+        assert per_task.sum() == RECORDS and len(per_task) == 2 * factor
+        lag = metrics[metrics["metric"] == "lag_records"]
+        assert set(lag["task"]) == {"[deltalog, events, 0]", "[deltalog, events, 1]"}
+        assert lag.groupby("task")["value"].last().eq(0).all(), "caught up at the end of an available-now run"
+        assert set(metrics[metrics["metric"] == "task_count"]["value"]) == {2.0 * factor}
+        assert {"key_hash_s", "process_s", "read_s", "records_out", "dead_letters"} <= set(metrics["metric"])
     assert outputs[1] == outputs[4]
 
 
