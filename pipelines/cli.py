@@ -162,6 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-ms", type=float, default=2.0, help="simulated remote call per record")
     p.add_argument("--master", default="local[8]")
     p.set_defaults(func=cmd_demo)
+    p = groups.add_parser(
+        "verify",
+        help="data quality: no loss, no duplicates, per-key order, routing (exit 2 on failure)",
+        parents=[common],
+    )
+    p.add_argument("job")
+    p.add_argument("--event", help="validate the batches around this scaling event (id or prefix), not the whole run")
+    p.add_argument("--sequence", help="per-key sequence column proving order across partitions (demo: seq)")
+    p.set_defaults(func=cmd_verify)
     p = groups.add_parser("stop", help="stop a running job at its next batch boundary", parents=[common])
     p.add_argument("job")
     p.add_argument("--no-wait", action="store_true")
@@ -203,6 +212,24 @@ def cmd_demo(args: argparse.Namespace, home: Home, output: Output) -> None:
         home = Home(home.root / "demo")
     if demo(home, args.records, args.keys, args.latency_ms, args.master) != 0:
         raise PipelinesError("the demo's verification failed; see the table above")
+
+
+def cmd_verify(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.quality.report import run_quality
+
+    report = run_quality(home, validate_name("job", args.job), args.event, sequence=args.sequence)
+    output.emit(
+        {
+            "job": report.job,
+            "window": report.window,
+            "success": report.success,
+            "checks": report.results,
+            "data_docs": str(report.docs_index) if report.docs_index else None,
+        },
+        report.summary,
+    )
+    if not report.success:
+        raise PipelinesError(f"data quality of job {report.job} ({report.window}) failed; see the checks above")
 
 
 def cmd_stop(args: argparse.Namespace, home: Home, output: Output) -> None:

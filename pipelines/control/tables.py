@@ -171,7 +171,25 @@ METRICS = TableSpec(
     "One metric value per row (long and narrow), per job, model version, batch and virtual task",
 )
 
-TABLES: tuple[TableSpec, ...] = (JOB_MODELS, CHECKPOINTS, SCALING_EVENTS, METRICS)
+DQ_RESULTS = TableSpec(
+    "dq_results",
+    pa.schema(
+        [
+            _f("job", pa.string()),
+            _f("window", pa.string()),  # "run:<id>" or "event:<scaling event id>"
+            _f("check", pa.string()),  # no_loss | no_duplicates | key_order | routing | dead_letters
+            _f("success", pa.bool_()),
+            _f("observed", pa.int64()),  # offending rows (dead_letters: the count)
+            _f("checked", pa.int64()),  # rows or records the check looked at
+            _f("examples", pa.string(), nullable=True),  # first offenders, named by key and offset
+            _f("run_at", TIMESTAMP),
+        ]
+    ),
+    "Data-quality verdicts: one row per check per validated window (a run or a scaling event)",
+    append_only=True,
+)
+
+TABLES: tuple[TableSpec, ...] = (JOB_MODELS, CHECKPOINTS, SCALING_EVENTS, METRICS, DQ_RESULTS)
 
 
 class _Clock:
@@ -538,6 +556,20 @@ class ControlPlane:
             events.append(ScalingEvent(**r))
         return events
 
+    # ------------------------------------------------------------------ data quality
+
+    def append_dq_results(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """One commit for one validation's verdicts: job, window, check, success, observed, checked, examples?."""
+        now = utc_now()
+        prepared = [{"examples": None, "run_at": now, **row} for row in rows]
+        for row in prepared:
+            validate_name("job", row["job"])
+        if prepared:
+            self._tables[DQ_RESULTS.name].append(prepared)
+
+    def read_dq_results(self, job: str) -> pd.DataFrame:
+        return self._tables[DQ_RESULTS.name].read(job).to_pandas().sort_values("run_at", kind="stable")
+
     # ------------------------------------------------------------------ metrics
 
     def append_metrics(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -592,6 +624,11 @@ class ControlPlane:
     def _planned_versions(self, job: str) -> set[int]:
         table = self._tables[JOB_MODELS.name].read(job, [("event", "=", PLANNED)], ["version"])
         return set(table.column("version").to_pylist())
+
+    def start_checkpoint_rows(self, job: str, version: int) -> list[dict[str, Any]]:
+        """Every start-checkpoint row (batch -1) of a version: the rescale's, and a driver's refresh of them."""
+        where = [("model_version", "=", version), ("batch_id", "=", INITIAL_BATCH)]
+        return self._tables[CHECKPOINTS.name].read(job, where).to_pylist()
 
     def _checkpoint_rows(self, job: str, version: int, columns: Sequence[str] | None = None) -> pa.Table:
         return self._tables[CHECKPOINTS.name].read(job, [("model_version", "=", version)], columns)

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
+from pipelines.control.tables import ControlPlane, ScalingEvent
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
@@ -106,12 +106,27 @@ def carry_forward(home: Home, previous: JobModel, model: JobModel) -> bool:
     return True
 
 
-def apply_rescale(home: Home, plan: RescalePlan, reason: str) -> JobModel:
-    """Save N+1, write its start checkpoints, then activate it: in this order, so a crash leaves one model in force."""
+def apply_rescale(home: Home, plan: RescalePlan, reason: str, kind: str = "rescale") -> JobModel:
+    """Save N+1, write its start checkpoints, then activate it: in this order, so a crash leaves one model in force.
+
+    The step is recorded as a scaling event (started, then finished), which is
+    the window data-quality checks verify with ``pipelines verify JOB --event ID``.
+    """
     control = ControlPlane(home)
+    event = ScalingEvent.start(
+        plan.model.job_name,
+        kind,
+        from_version=plan.previous.version,
+        to_version=plan.model.version,
+        from_factor=plan.previous.elasticity_factor,
+        to_factor=plan.model.elasticity_factor,
+        details={"reason": reason, **plan.summary()},
+    )
+    control.record_scaling_event(event)
     control.save_job_model(plan.model, reason=reason)
     control.write_checkpoints(plan.model.job_name, plan.model.version, plan.checkpoints, batch_id=-1)
     control.activate(plan.model.job_name, plan.model.version, reason=reason)
+    control.record_scaling_event(event.finish("activated"))
     return plan.model
 
 

@@ -2,36 +2,97 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import pandas as pd
 
 from pipelines.control.home import Home
 from pipelines.control.tables import ControlPlane
+from pipelines.core.ssp import SystemStreamPartition
 from pipelines.deltaio import read_delta
+from pipelines.errors import PipelinesError
 from pipelines.jobs.registry import job_config
 from pipelines.quality.checks import Verdict, expected_records, verify_rows
 from pipelines.systems.registry import open_system
 
 
-def verify_job(home: Home, job: str, *, sequence: str | None = None) -> Verdict:
-    """Every input record below the active model's committed checkpoints must be in the sink or dead letters,
-    once, in per-key order, and routed to its bucket's virtual task."""
+@dataclass
+class Window:
+    """What one validation covers: the input records it must account for and the sink rows it judges.
+
+    A *run* window is the whole job: every input record from each partition's earliest offset up to the
+    active model's committed checkpoints, and every sink and dead-letter row. An *event* window is the
+    batches around one scaling event: the records from the old model's start checkpoints up to the new
+    model's committed checkpoints, and the rows both model versions wrote.
+    """
+
+    job: str
+    window_id: str
+    expected: pd.DataFrame
+    rows: pd.DataFrame
+    dead: pd.DataFrame
+    factors: dict[int, int]
+
+
+def load_window(home: Home, job: str, event: str | None = None) -> Window:
     control = ControlPlane(home)
     model = control.active_model(job)
     config = job_config(model)
-    checkpoints = control.latest_checkpoints(job, model.version)
-    committed: dict[tuple[str, int], int] = {}
-    for ssp, offset in checkpoints.offsets.items():
-        key = (ssp.stream, ssp.partition)
-        committed[key] = min(committed.get(key, int(offset)), int(offset))
+    factors = {int(h["version"]): int(h["factor"]) for h in control.model_history(job) if h["event"] == "planned"}
+    rows = _table(home, config.sink_table)
+    dead = _table(home, config.dead_letter_table)
+    if event is None:
+        versions = None
+        last = model.version
+        starts: dict[tuple[str, int], int] = {}
+        window_id = f"run:v{model.version}"
+    else:
+        found = [e for e in control.scaling_events(job) if e.event_id == event or e.event_id.startswith(event)]
+        if len(found) != 1:
+            known = ", ".join(e.event_id[:12] for e in control.scaling_events(job)) or "none"
+            raise PipelinesError(f"job {job!r} has {len(found)} scaling events matching {event!r}; events: {known}")
+        e = found[0]
+        versions = [v for v in (e.from_version, e.to_version) if v is not None]
+        if not versions:
+            raise PipelinesError(f"scaling event {e.event_id} of job {job!r} names no model version")
+        last = max(versions)
+        starts = _start_offsets(control, job, min(versions))
+        window_id = f"event:{e.event_id}"
+        rows = rows[rows["model_version"].isin(versions)]
+        dead = dead[dead["model_version"].isin(versions)]
+    committed = _min_offsets(control.latest_checkpoints(job, last).offsets.items())
     ranges = []
     for stream in config.inputs:
         meta = open_system(stream.system, home).describe(stream.stream)
         for p, part in meta.partitions.items():
-            ranges.append((stream.stream, p, int(part.earliest), committed.get((stream.stream, p), int(part.earliest))))
-    rows = _table(home, config.sink_table)
-    dead = _table(home, config.dead_letter_table)
-    factors = {int(h["version"]): int(h["factor"]) for h in control.model_history(job) if h["event"] == "planned"}
-    return verify_rows(expected_records(ranges), rows, dead, factors.__getitem__, sequence)
+            start = max(int(part.earliest), starts.get((stream.stream, p), int(part.earliest)))
+            ranges.append((stream.stream, p, start, committed.get((stream.stream, p), start)))
+    return Window(job, window_id, expected_records(ranges), rows, dead, factors)
+
+
+def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str | None = None) -> Verdict:
+    """Every input record of the window (the whole run, or one scaling event's) must be in the sink or dead
+    letters, once, in per-key order, and routed to its bucket's virtual task."""
+    w = load_window(home, job, event)
+    return verify_rows(w.expected, w.rows, w.dead, w.factors.__getitem__, sequence)
+
+
+def _start_offsets(control: ControlPlane, job: str, version: int) -> dict[tuple[str, int], int]:
+    """Where a model version started reading: the minimum of its start checkpoints (batch -1) per partition."""
+    starts: dict[tuple[str, int], int] = {}
+    for r in control.start_checkpoint_rows(job, version):
+        key = (r["stream"], r["partition"])
+        starts[key] = min(starts.get(key, int(r["offset"])), int(r["offset"]))
+    return starts
+
+
+def _min_offsets(offsets: Iterable[tuple[SystemStreamPartition, str]]) -> dict[tuple[str, int], int]:
+    result: dict[tuple[str, int], int] = {}
+    for ssp, offset in offsets:
+        key = (ssp.stream, ssp.partition)
+        result[key] = min(result.get(key, int(offset)), int(offset))
+    return result
 
 
 def _table(home: Home, name: str) -> pd.DataFrame:

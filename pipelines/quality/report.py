@@ -1,0 +1,213 @@
+"""``run_quality``: validate one window of a job with Great Expectations, record and report the verdict.
+
+The one entry point for the CLI (``python -m pipelines verify``) and the Airflow DAGs:
+
+1. ``verify.load_window`` reads the sink, the dead letters and the control plane (a whole run, or the
+   batches around one scaling event);
+2. ``checks.annotate`` flags every input record and sink row (no loss, duplicates, per-key order, routing);
+3. a file-backed GX context under ``<home>/quality/gx`` validates the flagged frames with the suites of
+   ``expectations`` (one validation definition per frame, all in one checkpoint run named after the window);
+4. every check's outcome is appended to the ``dq_results`` control table, with the first offenders named
+   by key and offset, and the Data Docs site in ``<home>/quality/docs`` gets one page per validation.
+
+Everything is local files: no network, no GX Cloud. Two validations of the same home at the same moment
+may race on the GX context's files (the Delta table is safe: appends only); run them one after another.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipelines.control.home import Home
+from pipelines.quality.checks import Annotated, Verdict, annotate
+from pipelines.quality.verify import Window, load_window
+
+DOCS_SITE = "quality"
+_VERDICT_CHECK = {
+    "no_loss": "lost",
+    "no_duplicates": "duplicated",
+    "key_order": "out of order",
+    "routing": "misrouted",
+}
+
+
+@dataclass
+class QualityReport:
+    job: str
+    window: str
+    verdict: Verdict
+    results: list[dict[str, Any]] = field(default_factory=list)  # the dq_results rows of this validation
+    docs_index: Path | None = None
+
+    @property
+    def success(self) -> bool:
+        return all(r["success"] for r in self.results) and self.verdict.ok
+
+    def summary(self) -> str:
+        lines = [f"job {self.job} window {self.window}: {self.verdict.summary()}"]
+        for r in self.results:
+            mark = "ok  " if r["success"] else "FAIL"
+            lines.append(f"  {mark} {r['check']:<14} {r['observed']:>8} of {r['checked']}")
+        if self.docs_index is not None:
+            lines.append(f"data docs: {self.docs_index}")
+        return "\n".join(lines)
+
+
+def quality_dir(home: Home) -> Path:
+    return home.root / "quality"
+
+
+def run_quality(
+    home: Home,
+    job: str,
+    event: str | None = None,
+    *,
+    sequence: str | None = None,
+    record: bool = True,
+    docs: bool = True,
+) -> QualityReport:
+    """Validate a job's whole run (``event=None``) or the window of one scaling event (id or its prefix)."""
+    window = load_window(home, job, event)
+    return validate_window(home, window, sequence=sequence, record=record, docs=docs)
+
+
+def validate_window(
+    home: Home, window: Window, *, sequence: str | None = None, record: bool = True, docs: bool = True
+) -> QualityReport:
+    annotated = annotate(window.expected, window.rows, window.dead, window.factors.__getitem__, sequence)
+    verdict = annotated.verdict()
+    results = validate_annotated(quality_dir(home), window.job, window.window_id, annotated, verdict, docs=docs)
+    report = QualityReport(window.job, window.window_id, verdict, results)
+    if docs:
+        report.docs_index = quality_dir(home) / "docs" / "index.html"
+    if record:
+        from pipelines.control.tables import ControlPlane
+
+        ControlPlane(home).append_dq_results(results)
+    return report
+
+
+def validate_annotated(
+    root: Path, job: str, window_id: str, annotated: Annotated, verdict: Verdict, *, docs: bool = True
+) -> list[dict[str, Any]]:
+    """Run the GX suites over the flagged frames; one dq_results row per expectation, plus the dead-letter count."""
+    import great_expectations as gx
+
+    from pipelines.quality.expectations import CHECKS, INDEX_COLUMNS, build_suites
+
+    context = _context(root, docs)
+    frames = {
+        "input_records": annotated.records,
+        "sink_rows": _gx_frame(annotated.rows),
+        "dead_letters": _gx_frame(_with_key_text(annotated.dead)),
+    }
+    source = context.data_sources.add_or_update_pandas("elastic_pipelines")
+    definitions = []
+    for asset_name, suite in build_suites(job).items():
+        suite = context.suites.add_or_update(suite)
+        try:
+            asset = source.get_asset(asset_name)
+        except LookupError:
+            asset = source.add_dataframe_asset(asset_name)
+        batch = _batch_definition(asset)
+        definition = context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=f"{job}.{asset_name}", data=batch, suite=suite)
+        )
+        definitions.append((asset_name, definition))
+    results: list[dict[str, Any]] = []
+    for asset_name, definition in definitions:
+        frame = frames[asset_name]
+        columns = [c for c in INDEX_COLUMNS[asset_name] if c in frame.columns]
+        result_format = {
+            "result_format": "SUMMARY",
+            "partial_unexpected_count": 5,
+            "unexpected_index_column_names": columns,
+        }
+        checkpoint = context.checkpoints.add_or_update(
+            gx.Checkpoint(
+                name=f"{job}.{asset_name}",
+                validation_definitions=[definition],
+                actions=[gx.checkpoint.UpdateDataDocsAction(name="docs", site_names=[DOCS_SITE])] if docs else [],
+                result_format=result_format,
+            )
+        )
+        run = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=gx.RunIdentifier(run_name=window_id))
+        for validation in run.run_results.values():
+            for r in validation.results:
+                check = CHECKS.get(r.expectation_config.type, r.expectation_config.type)
+                observed = int(r.result.get("unexpected_count") or 0)
+                checked = int(r.result.get("element_count") or len(frame))
+                examples = verdict.examples.get(_VERDICT_CHECK.get(check, ""), [])
+                if check == "dead_letters":
+                    observed = checked = len(frame)  # counted and reported; null errors fail the expectation
+                    examples = [f"{len(frame)} dead letters"] if len(frame) else []
+                    if not r.success:
+                        examples.insert(0, f"{int(r.result.get('unexpected_count') or 0)} without an error")
+                elif not r.success and not examples:
+                    examples = [str(x) for x in (r.result.get("partial_unexpected_index_list") or [])[:5]]
+                results.append(
+                    {
+                        "job": job,
+                        "window": window_id,
+                        "check": check,
+                        "success": bool(r.success),
+                        "observed": observed,
+                        "checked": checked,
+                        "examples": "; ".join(examples) if examples else None,
+                    }
+                )
+    return results
+
+
+def _context(root: Path, docs: bool) -> Any:
+    import great_expectations as gx
+
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    context = gx.get_context(mode="file", project_root_dir=str(root / "gx"))
+    bars = context.variables.progress_bars
+    globally = bars.get("globally") if isinstance(bars, dict) else getattr(bars, "globally", None)
+    if globally is not False:
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        context.variables.save()
+    if docs and DOCS_SITE not in (context.variables.data_docs_sites or {}):
+        context.add_data_docs_site(
+            site_name=DOCS_SITE,
+            site_config={
+                "class_name": "SiteBuilder",
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(root / "docs")},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
+    return context
+
+
+def _batch_definition(asset: Any) -> Any:
+    try:
+        return asset.get_batch_definition("whole_window")
+    except (KeyError, LookupError, ValueError):
+        return asset.add_batch_definition_whole_dataframe("whole_window")
+
+
+def _with_key_text(frame: pd.DataFrame) -> pd.DataFrame:
+    from pipelines.quality.checks import _texts
+
+    if "key" not in frame.columns:
+        return frame
+    out = frame.drop(columns=["key"])
+    out.insert(0, "key_text", _texts(frame["key"]))
+    return out
+
+
+def _gx_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Binary columns (record values) add nothing to the checks and do not render in Data Docs."""
+    keep = [c for c in frame.columns if not (len(frame) and isinstance(frame[c].iloc[0], bytes | bytearray))]
+    return frame[keep]
