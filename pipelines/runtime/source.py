@@ -37,12 +37,28 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from pipelines.control.home import Home
+from pipelines.core.admission import share_budget
 from pipelines.core.hashing import key_buckets
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.runtime import schemas
 
 WHOLE = -1  # key bucket of a factor-1 (whole partition) offset
+
+# Input-system clients opened by ``read`` on executors, kept for the life of the (reused) Python worker:
+# opening the embedded log loads its Delta log and plans a snapshot, ~75 ms, paid per task per batch otherwise.
+# A client refreshes its snapshot itself when asked past its end, so caching never reads stale data.
+_EXECUTOR_SYSTEMS: dict[tuple[str, str], Any] = {}
+
+
+def _executor_system(name: str, home: Home) -> Any:
+    from pipelines.systems.registry import open_system
+
+    key = (name, str(home.root))
+    system = _EXECUTOR_SYSTEMS.get(key)
+    if system is None:
+        system = _EXECUTOR_SYSTEMS[key] = open_system(name, home)
+    return system
 
 
 def offset_key(ssp: SystemStreamPartition) -> str:
@@ -128,17 +144,15 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for ssp in offsets:
             by_partition.setdefault(ssp.whole(), []).append(ssp)
         low = {whole: min(int(offsets[s]) for s in buckets) for whole, buckets in by_partition.items()}
-        share = None
+        eligible = [w for w in by_partition if not self._held_back(w, low)]
+        backlog = {w: max(0, ends.get(w, low[w]) - low[w]) for w in eligible}
+        admit = dict(backlog)
         if isinstance(limit, ReadMaxRows) and not isinstance(limit, ReadAllAvailable):
-            share = max(1, limit.max_rows // max(1, len(by_partition)))
+            admit = share_budget(backlog, limit.max_rows)
         result = dict(offsets)
-        for whole, buckets in by_partition.items():
-            if self._held_back(whole, low):
-                continue
-            end = ends.get(whole, low[whole])
-            if share is not None:
-                end = min(end, low[whole] + share)
-            for ssp in buckets:
+        for whole in eligible:
+            end = low[whole] + admit[whole]
+            for ssp in by_partition[whole]:
                 result[ssp] = str(max(int(offsets[ssp]), end))
         return _encode(version, result)
 
@@ -199,16 +213,13 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: TaskRange) -> Iterator[pa.RecordBatch]:
         """The task's records in offset order (old partitions first), then its marker row."""
-        from pipelines.systems.registry import open_system
-
         home = Home(_path(partition.home))
-        systems: dict[str, Any] = {}
         target = schemas.arrow(schemas.SOURCE)
         hash_ns = read_ns = 0
         records = fetched = 0
         ends = []
         for system_name, stream, p, bucket, start, end in partition.ranges:
-            system = systems.get(system_name) or systems.setdefault(system_name, open_system(system_name, home))
+            system = _executor_system(system_name, home)
             t0 = time.perf_counter_ns()
             table = system.read(stream, p, int(start), int(end))
             t1 = time.perf_counter_ns()

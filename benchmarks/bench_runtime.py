@@ -1,0 +1,728 @@
+"""Benchmark of the Spark runtime: does the elasticity factor buy throughput without losing per-key order?
+
+    python -m benchmarks.bench_runtime [--records N] [--keys K] [--latency-ms 2] [--factors 1,2,4,8]
+                                       [--slots S] [--max-records M] [--trigger-interval "0 seconds"]
+
+Defaults: 24,000 records over 200 keys, 2 ms per record, factors 1, 2, 4, 8 in ``local[16]``, 8,000 records
+per micro-batch: factor 1 sleeps 24 s per partition (about 35 s of wall time), and the whole benchmark takes
+about 4-5 minutes on 2 shared cores (a minute of it is session start and warm-up). Progress goes to stderr,
+the tables to stdout.
+
+What runs, in ONE SparkSession (session start-up is excluded from every figure):
+
+* a stream ``events`` of the embedded Delta log with 2 partitions and ``--records`` keyed JSON events
+  over ``--keys`` keys (``{"key": "key-3", "seq": 17, ...}``, ``seq`` increasing per key in production
+  order);
+* a warm-up (an elastic job and a baseline run on a small stream) so Python workers are started;
+* **elastic**: for each factor X, a fresh job (own name, own sink) at factor X, run available-now with
+  the demo enrichment (``latency_ms`` of sleep per record): wall time of ``run_job``, records/s, ratio to
+  factor 1, per-key order violations, lost and duplicated records;
+* **offset-ranges** baseline, what Spark's Kafka source does with ``minPartitions``: a plain PySpark job
+  that splits each partition into X contiguous offset ranges, one Spark task each, reads them straight from
+  the log and runs the same process function. Faster, but records of one key run concurrently: expect
+  order violations (that is the point);
+* **routing overhead**: the same two at latency 0 (factor 1 vs 1 range per partition, and the largest
+  factor), so what remains is the cost of the elastic machinery (streaming, key-bucket routing, lineage,
+  exactly-once sink, checkpoints) and of reading each partition once per virtual task.
+
+Order violations: for each key, the sink rows sorted by processing order, counting places where ``seq``
+goes down. Elastic processing order is ``(batch_id, task_seq)`` (all of a key's records are in one virtual
+task); the process function here (the demo one, plus a ``processed_ns`` stamp) also stamps ``time.time_ns()``
+per record, and both jobs are also judged by that stamp, the same yardstick for both.
+
+Slots: Spark runs at most N tasks at once in ``local[N]``. The work here is waiting (sleep, i.e. a remote
+call), not CPU, so N is set by the number of tasks we want in flight, not by the 2 cores: the default is
+``partitions x max(factor)`` (16 for factors up to 8), so every virtual task of the largest factor runs at
+once. With ``local[2]`` factor 8 would run 16 tasks two at a time and show no gain at all.
+
+Batch size: admission control (``batch.max_records``, shared by the partitions) cuts the backlog into
+micro-batches; each costs a fixed overhead (planning, offset log, sink commit, checkpoint and metrics
+commits, about a second here) while its work shrinks with the factor, so a small batch caps the speed-up.
+The default here is 8,000 records per batch; try ``--max-records 2000`` (the demo job's value) to see the cap.
+
+Read amplification: every virtual task reads its whole partition range and keeps its key bucket, so at
+factor X the log serves X times the records needed; the metrics table's ``records_fetched`` vs
+``records_in`` show it.
+
+Diagnosis: a second table splits each elastic run's wall time into the sleep floor (busiest virtual task per
+batch, which key-bucket skew sets: with 200 keys a bucket at factor 8 holds ~12 keys and the busiest has
+~1.6x the mean), the measured processing window, the start-up stagger of the virtual tasks, the per-batch
+overhead and the per-query start/stop. ``CPU s`` is the CPU time of this process and its descendants (the
+JVM, Python daemons and workers) during a run; a "machine check" first measures how well 1 and ``slots``
+concurrent sleeping processes keep their pace on this machine right now. Only ratios inside one run compare:
+these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PARTITIONS = 2
+WARMUP_RECORDS = 2000  # in batches of 400, so most pooled Python workers import what every role needs
+OUTPUT_SCHEMA = "event_key STRING, seq BIGINT, payload STRING, enriched STRING, processed_ns BIGINT"
+_START = time.monotonic()
+
+
+def log(message: str) -> None:
+    print(f"[{time.monotonic() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ the process function (runs on executors)
+
+
+def process(record: Any, ctx: Any) -> dict[str, Any]:
+    """The demo enrichment plus the time it ran, so both modes are judged by the same clock."""
+    from pipelines.demo.enrich import process as enrich
+
+    row = enrich(record, ctx)
+    row["processed_ns"] = time.time_ns()
+    return row
+
+
+process.__pipelines_per_record__ = True  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ the machine
+
+
+def sleep_efficiency(workers: int, latency_ms: float, seconds: float = 1.0) -> float:
+    """How fast ``workers`` processes, each sleeping ``latency_ms`` per record, get through their records
+    on this machine right now, relative to the ideal (1.0): the ceiling for any runtime on it."""
+    import subprocess
+
+    n = max(1, int(seconds * 1000 / max(latency_ms, 0.1)))
+    code = (
+        "import json, sys, time\n"
+        "n, pause = int(sys.argv[1]), float(sys.argv[2])\n"
+        "t = time.perf_counter()\n"
+        "for _ in range(n):\n"
+        '    json.loads(\'{"key": "key-1", "seq": 1}\')\n'
+        "    time.sleep(pause)\n"
+        "print(time.perf_counter() - t)\n"
+    )
+    cmd = [sys.executable, "-c", code, str(n), str(latency_ms / 1000)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(workers)]
+    took = [float(p.communicate()[0]) for p in procs]
+    return n * latency_ms / 1000 / max(took)
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and all its descendants, reaped ones included: the Spark JVM,
+    its Python daemons and workers. On a 2-core machine, CPU s close to 2 x wall s means CPU-bound."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        used[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    mine = {os.getpid()}
+    changed = True
+    while changed:
+        new = {pid for pid, ppid in parent.items() if ppid in mine and pid not in mine}
+        changed = bool(new)
+        mine |= new
+    return sum(used.get(pid, 0) for pid in mine) / tick
+
+
+# ------------------------------------------------------------------ data
+
+
+def produce(home: Any, stream: str, records: int, keys: int, seed: int = 7) -> list[int]:
+    """Keyed events over ``keys`` keys with a per-key seq; returns records per partition."""
+    from pipelines.systems.deltalog import DeltaLog
+
+    rng = random.Random(seed)
+    dlog = DeltaLog(home.streams)
+    dlog.create(stream, PARTITIONS)
+    next_seq: dict[str, int] = {}
+    chunk = 4000
+    for first in range(0, records, chunk):
+        batch = []
+        for _ in range(min(chunk, records - first)):
+            key = f"key-{rng.randrange(keys)}"
+            seq = next_seq.get(key, 0)
+            next_seq[key] = seq + 1
+            value = json.dumps({"key": key, "seq": seq, "payload": "x" * 32})
+            batch.append((key.encode(), value.encode(), None))
+        dlog.produce(stream, batch)
+    ends = dlog.end_offsets(stream)
+    return [ends[p] for p in sorted(ends)]
+
+
+# ------------------------------------------------------------------ results
+
+
+@dataclass
+class Run:
+    mode: str
+    factor: int
+    tasks: int
+    produced: int
+    seconds: float
+    rows: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    violations: int = -1  # by the mode's processing order
+    violations_clock: int = -1  # by processed_ns
+    keys_hit: int = 0  # keys with at least one violation
+    dead: int = 0
+    batches: int = 0
+    critical_s: float = 0.0  # sum over batches of the largest task's sleep
+    window_s: float = 0.0  # sum over batches of first-to-last processed record
+    stagger_s: float = 0.0  # sum over batches of the spread of the virtual tasks' first records
+    skew: float = 1.0  # records of the busiest task / mean records per task, in the largest batch
+    fetched: float = 0.0
+    needed: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+    cpu_s: float = 0.0
+    to_first_s: float = 0.0  # run start to the first record processed
+    after_last_s: float = 0.0  # last record processed to the end of the run
+
+    @property
+    def rate(self) -> float:
+        return self.produced / self.seconds if self.seconds else 0.0
+
+
+def check(run: Run, df: Any, order: list[str]) -> None:
+    """Lost/duplicated records and per-key order violations of a result frame."""
+    run.rows = len(df)
+    unique = len(df.drop_duplicates(["partition", "offset"]))
+    run.lost = run.produced - unique
+    run.duplicated = run.rows - unique
+    run.violations, run.keys_hit = violations(df, order)
+    run.violations_clock, _ = violations(df, ["processed_ns"])
+
+
+def violations(df: Any, order: list[str]) -> tuple[int, int]:
+    """Places where a key's seq decreases in ``order``, and how many keys have any."""
+    ordered = df.sort_values([*order], kind="stable")
+    drops = ordered.groupby("event_key", sort=False)["seq"].diff() < 0
+    hit = ordered.loc[drops, "event_key"].nunique()
+    return int(drops.sum()), int(hit)
+
+
+# ------------------------------------------------------------------ elastic jobs
+
+
+class ProgressListener:
+    """Collects ``durationMs`` of every micro-batch per query name (a StreamingQueryListener)."""
+
+    def __init__(self) -> None:
+        self.batches: dict[str, list[dict[str, Any]]] = {}
+        self.names: dict[str, str] = {}  # query id -> name
+        self.terminated: set[str] = set()  # names; the listener bus is ordered, so all progress came before
+
+    def wait(self, name: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+        end = time.monotonic() + timeout
+        while name not in self.terminated and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.batches.get(name, [])
+
+    def make(self) -> Any:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        outer = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                outer.names[str(event.id)] = event.name
+
+            def onQueryProgress(self, event: Any) -> None:
+                p = event.progress
+                outer.batches.setdefault(p.name, []).append(
+                    {"batch": p.batchId, "rows": p.numInputRows, **{k: float(v) for k, v in p.durationMs.items()}}
+                )
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                outer.terminated.add(outer.names.get(str(event.id), str(event.id)))
+
+        return _Listener()
+
+
+def run_elastic(
+    spark: Any,
+    home: Any,
+    listener: ProgressListener | None,
+    *,
+    name: str,
+    stream: str,
+    factor: int,
+    latency_ms: float,
+    max_records: int,
+    trigger_interval: str,
+    produced: int,
+    mode: str = "elastic",
+) -> Run:
+    import deltalake
+
+    from pipelines.control.tables import ControlPlane
+    from pipelines.jobs.config import JobConfig
+    from pipelines.jobs.registry import create_job
+    from pipelines.runtime.driver import run_job
+
+    base = JobConfig.load(Path(__file__).resolve().parents[1] / "include" / "jobs" / "enrichment.yaml")
+    cfg = JobConfig.from_dict(
+        {
+            **base.to_dict(),
+            "name": name,
+            "inputs": [{"system": "deltalog", "stream": stream}],
+            "elasticity_factor": factor,
+            "process": "benchmarks.bench_runtime:process",
+            "output_schema": OUTPUT_SCHEMA,
+            "process_options": {"latency_ms": latency_ms},
+            "batch": {"max_records": max_records, "trigger_interval": trigger_interval},
+            "trigger": "available-now",
+            "sink": {"table": name},
+            "dead_letter": {"table": f"{name}_dead"},
+        }
+    )
+    model = create_job(home, cfg)
+    batches_seen: list[str] = []
+    c0, t0, wall0 = cpu_seconds(), time.perf_counter(), time.time_ns()
+    run_job(spark, home, name, available_now=True, progress=batches_seen.append)
+    seconds = time.perf_counter() - t0
+    wall1 = time.time_ns()
+    run = Run(mode, factor, model.task_count, produced, seconds, cpu_s=cpu_seconds() - c0)
+    df = deltalake.DeltaTable(str(home.sinks / name)).to_pandas()
+    run.dead = len(deltalake.DeltaTable(str(home.sinks / f"{name}_dead")).to_pandas())
+    check(run, df, ["batch_id", "task_seq"])
+    if len(df):
+        run.to_first_s = (int(df["processed_ns"].min()) - wall0) / 1e9
+        run.after_last_s = (wall1 - int(df["processed_ns"].max())) / 1e9
+    # the critical path: per batch, the task with the most records sleeps the longest
+    per_task = df.groupby(["batch_id", "virtual_task"]).size()
+    run.critical_s = float(per_task.groupby(level=0).max().sum()) * latency_ms / 1000.0
+    largest = per_task.groupby(level=0).sum().idxmax()
+    run.skew = float(per_task.loc[largest].max() / per_task.loc[largest].mean())
+    run.batches = int(df["batch_id"].nunique())
+    stamps = df.groupby("batch_id")["processed_ns"].agg(["min", "max"])
+    run.window_s = float((stamps["max"] - stamps["min"]).sum()) / 1e9
+    firsts = df.groupby(["batch_id", "virtual_task"])["processed_ns"].min().groupby(level=0)
+    run.stagger_s = float((firsts.max() - firsts.min()).sum()) / 1e9
+    metrics = ControlPlane(home).read_metrics(
+        name, metrics=["records_fetched", "records_in", "read_s", "key_hash_s", "process_s", "sink_commit_s"]
+    )
+    sums = metrics.groupby("metric")["value"].sum().to_dict()
+    run.fetched, run.needed = sums.get("records_fetched", 0.0), sums.get("records_in", 0.0)
+    run.timings = {k: float(v) for k, v in sums.items() if k.endswith("_s")}
+    if listener is not None:
+        progress = listener.wait(f"{name}-v{model.version}")  # listener events arrive asynchronously
+        for key in ("triggerExecution", "addBatch", "latestOffset", "queryPlanning", "walCommit", "commitOffsets"):
+            run.timings[f"spark_{key}"] = sum(b.get(key, 0.0) for b in progress) / 1000.0
+        run.timings["spark_batches"] = float(len(progress))
+    return run
+
+
+# ------------------------------------------------------------------ the offset-ranges baseline
+
+
+def range_reader(home_root: str, stream: str, latency_ms: float) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """mapInArrow function: each row is one offset range; read it from the log, run ``process`` per record."""
+
+    def read_ranges(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from benchmarks.bench_runtime import process as fn
+        from pipelines.jobs.process import Record, TaskContext
+        from pipelines.systems.deltalog import DeltaLog
+
+        dlog = DeltaLog(Path(home_root) / "streams")
+        ctx = TaskContext("baseline", 0, "range", {"latency_ms": latency_ms})
+        for batch in batches:
+            for p, start, end in zip(*(batch.column(c).to_pylist() for c in ("p", "start", "end")), strict=True):
+                table = dlog.read(stream, p, start, end)
+                cols = {c: table.column(c).to_pylist() for c in ("offset", "key", "value", "timestamp", "headers")}
+                out: dict[str, list[Any]] = {c: [] for c in ("partition", "offset", "event_key", "seq", "processed_ns")}
+                for i in range(table.num_rows):
+                    rec = Record(
+                        stream,
+                        p,
+                        str(cols["offset"][i]),
+                        cols["key"][i],
+                        cols["value"][i],
+                        cols["timestamp"][i],
+                        cols["headers"][i],
+                    )
+                    row = fn(rec, ctx)
+                    out["partition"].append(p)
+                    out["offset"].append(str(cols["offset"][i]))
+                    out["event_key"].append(row["event_key"])
+                    out["seq"].append(row["seq"])
+                    out["processed_ns"].append(row["processed_ns"])
+                yield pa.RecordBatch.from_pydict(
+                    out,
+                    schema=pa.schema(
+                        [
+                            ("partition", pa.int32()),
+                            ("offset", pa.string()),
+                            ("event_key", pa.string()),
+                            ("seq", pa.int64()),
+                            ("processed_ns", pa.int64()),
+                        ]
+                    ),
+                )
+
+    return read_ranges
+
+
+def run_ranges(
+    spark: Any,
+    home: Any,
+    *,
+    stream: str,
+    ranges: int,
+    latency_ms: float,
+    produced: int,
+    out: Path,
+    mode: str = "offset-ranges",
+) -> Run:
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from pipelines.systems.deltalog import DeltaLog
+
+    ends = DeltaLog(home.streams).end_offsets(stream)
+    rows = []
+    for p in sorted(ends):
+        end = ends[p]
+        cuts = [end * i // ranges for i in range(ranges + 1)]
+        rows += [(p, cuts[i], cuts[i + 1]) for i in range(ranges) if cuts[i + 1] > cuts[i]]
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), "p INT, start LONG, `end` LONG")
+    result = df.mapInArrow(
+        range_reader(str(home.root), stream, latency_ms),
+        "partition INT, offset STRING, event_key STRING, seq BIGINT, processed_ns BIGINT",
+    )
+    result.write.mode("overwrite").parquet(str(out))
+    seconds = time.perf_counter() - t0
+    run = Run(mode, ranges, len(rows), produced, seconds, cpu_s=cpu_seconds() - c0)
+    frame: pd.DataFrame = pq.read_table(str(out)).to_pandas()
+    check(run, frame, ["processed_ns"])
+    run.batches = 1
+    run.fetched = run.needed = float(produced)
+    return run
+
+
+# ------------------------------------------------------------------ report
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def report(runs: list[Run]) -> None:
+    first = {r.mode: r for r in runs if r.factor == 1}
+    print(
+        table(
+            [
+                [
+                    r.mode,
+                    str(r.factor),
+                    str(r.tasks),
+                    f"{r.produced:,}",
+                    f"{r.seconds:.1f}",
+                    f"{r.rate:,.0f}",
+                    f"{r.rate / first[r.mode].rate:.2f}x" if r.mode in first else "-",
+                    f"{r.violations:,} ({r.keys_hit} keys)",
+                    f"{r.violations_clock:,}",
+                    str(r.lost),
+                    str(r.duplicated),
+                    f"{r.cpu_s:.1f}",
+                ]
+                for r in runs
+            ],
+            [
+                "mode",
+                "factor",
+                "tasks",
+                "records",
+                "seconds",
+                "records/s",
+                "vs factor 1",
+                "order violations",
+                "by clock",
+                "lost",
+                "duplicated",
+                "CPU s",
+            ],
+        )
+    )
+    elastic = [r for r in runs if r.mode.startswith("elastic")]
+    if not elastic:
+        return
+    print(
+        "\n# elastic runs, where the time goes"
+        "\n#   sleep s: per batch, the busiest virtual task's records x latency, summed (the floor);"
+        "\n#   cap: factor 1's sleep s / this one = the best speed-up the key-bucket skew allows;"
+        "\n#   skew: busiest / mean virtual task records in the largest batch;"
+        "\n#   window s: per batch, first to last record processed (measured), summed;"
+        "\n#   stagger s: per batch, how much later the last virtual task began than the first (task start,"
+        " log read, hashing), summed;"
+        "\n#   per-batch s: (Spark trigger time - window) / batches: planning, task start and log reads"
+        " before the first record, sink write and commit after the last;"
+        "\n#   outside s: wall - Spark trigger time: query start (source runner, initial offsets) and stop;"
+        "\n#   to 1st / after last: run start to the first record processed, last record processed to the end"
+    )
+    rows = []
+    for r in elastic:
+        t = r.timings
+        trigger = t.get("spark_triggerExecution", 0.0)
+        base = first.get(r.mode)
+        rows.append(
+            [
+                r.mode,
+                str(r.factor),
+                str(r.batches),
+                f"{r.critical_s:.1f}",
+                f"{base.critical_s / r.critical_s:.2f}x" if base and r.critical_s else "-",
+                f"{r.skew:.2f}",
+                f"{r.window_s:.1f}",
+                f"{r.stagger_s:.1f}",
+                f"{(trigger - r.window_s) / max(r.batches, 1):.2f}" if trigger else "-",
+                f"{r.seconds - trigger:.1f}" if trigger else "-",
+                f"{r.to_first_s:.1f} / {r.after_last_s:.1f}",
+                f"{t.get('sink_commit_s', 0.0):.2f}",
+                f"{t.get('read_s', 0.0):.1f}",
+                f"{r.fetched:,.0f}/{r.needed:,.0f} = {r.fetched / r.needed:.1f}x" if r.needed else "-",
+                str(r.dead),
+            ]
+        )
+    print(
+        table(
+            rows,
+            [
+                "mode",
+                "factor",
+                "batches",
+                "sleep s",
+                "cap",
+                "skew",
+                "window s",
+                "stagger s",
+                "per-batch s",
+                "outside s",
+                "to 1st / after last s",
+                "sink commit s",
+                "log read s (all tasks)",
+                "records fetched/needed",
+                "dead",
+            ],
+        )
+    )
+
+
+# ------------------------------------------------------------------ main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=24_000, help="records in the stream (2 partitions)")
+    parser.add_argument("--keys", type=int, default=200)
+    parser.add_argument("--latency-ms", type=float, default=2.0, help="simulated remote call per record")
+    parser.add_argument("--factors", default="1,2,4,8")
+    parser.add_argument("--slots", type=int, help="local[N]; default partitions x max factor")
+    parser.add_argument("--max-records", type=int, default=8000, help="batch.max_records (all partitions)")
+    parser.add_argument("--trigger-interval", default="0 seconds")
+    parser.add_argument("--overhead-records", type=int, help="records for the latency-0 runs (default --records)")
+    parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--home", help="state directory (default: a temporary one, removed at the end)")
+    args = parser.parse_args(argv)
+    factors = [int(f) for f in args.factors.split(",")]
+    load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    if 1 not in factors:
+        factors = [1, *factors]
+    slots = args.slots or PARTITIONS * max(factors)
+
+    from pipelines.control.home import Home
+    from pipelines.runtime.session import build_session
+
+    root = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="bench-runtime-"))
+    if args.home:
+        shutil.rmtree(root, ignore_errors=True)
+    home = Home(root.resolve())
+    try:
+        log(f"producing {args.records:,} records over {args.keys} keys into {PARTITIONS} partitions ({root})")
+        per_partition = produce(home, "events", args.records, args.keys)
+        log(f"records per partition: {per_partition}")
+        produce(home, "warmup", WARMUP_RECORDS, 20, seed=1)
+        overhead_records = args.overhead_records or args.records
+        if not args.skip_overhead and overhead_records != args.records:
+            produce(home, "plain", overhead_records, args.keys, seed=3)
+        overhead_stream = "events" if overhead_records == args.records else "plain"
+
+        if args.latency_ms > 0:
+            alone = sleep_efficiency(1, args.latency_ms)
+            together = sleep_efficiency(slots, args.latency_ms)
+            machine = (
+                f"# machine check: {args.latency_ms} ms sleeps run at {alone:.0%} of ideal in 1 process, "
+                f"{together:.0%} in {slots} concurrent processes (the ceiling: max speed-up ~ "
+                f"{slots * together / alone:.1f}x over 1 process)"
+            )
+            log(machine[2:])
+        else:
+            machine = ""
+        t = time.perf_counter()
+        spark = build_session(f"local[{slots}]", app_name="bench-runtime")
+        log(f"session local[{slots}] started in {time.perf_counter() - t:.1f}s (excluded)")
+        listener = ProgressListener()
+        try:
+            spark.streams.addListener(listener.make())
+        except Exception as e:  # the breakdown is a diagnosis, not the benchmark
+            log(f"no streaming listener ({e}); Spark-side breakdown unavailable")
+            listener = None  # type: ignore[assignment]
+
+        common = {"max_records": args.max_records, "trigger_interval": args.trigger_interval}
+        t = time.perf_counter()
+        run_elastic(
+            spark,
+            home,
+            None,
+            name="warmup_elastic",
+            stream="warmup",
+            factor=max(factors),
+            latency_ms=0,
+            produced=WARMUP_RECORDS,
+            max_records=WARMUP_RECORDS // 5,
+            trigger_interval=args.trigger_interval,
+        )
+        run_ranges(
+            spark,
+            home,
+            stream="warmup",
+            ranges=max(factors),
+            latency_ms=0,
+            produced=WARMUP_RECORDS,
+            out=root / "out" / "warmup",
+        )
+        log(f"warm-up done in {time.perf_counter() - t:.1f}s (excluded)")
+
+        runs: list[Run] = []
+        for f in factors:  # interleaved, so both modes see the same machine load
+            log(f"elastic factor {f}: {PARTITIONS * f} virtual tasks, {args.latency_ms} ms/record ...")
+            r = run_elastic(
+                spark,
+                home,
+                listener,
+                name=f"bench_f{f}",
+                stream="events",
+                factor=f,
+                latency_ms=args.latency_ms,
+                produced=args.records,
+                **common,
+            )
+            runs.append(r)
+            log(f"  {r.seconds:.1f}s, {r.rate:,.0f} records/s, {r.batches} batches, {r.violations} violations")
+            if not args.skip_baseline:
+                log(f"offset ranges x{f}: {PARTITIONS * f} Spark tasks ...")
+                r = run_ranges(
+                    spark,
+                    home,
+                    stream="events",
+                    ranges=f,
+                    latency_ms=args.latency_ms,
+                    produced=args.records,
+                    out=root / "out" / f"ranges_{f}",
+                )
+                runs.append(r)
+                log(f"  {r.seconds:.1f}s, {r.rate:,.0f} records/s, {r.violations} violations")
+        if not args.skip_overhead:
+            for f in sorted({1, max(factors)}):
+                log(f"latency 0, elastic factor {f} ...")
+                runs.append(
+                    run_elastic(
+                        spark,
+                        home,
+                        listener,
+                        name=f"plain_f{f}",
+                        stream=overhead_stream,
+                        factor=f,
+                        latency_ms=0,
+                        produced=overhead_records,
+                        mode="elastic lat=0",
+                        **common,
+                    )
+                )
+                log(f"latency 0, offset ranges x{f} ...")
+                runs.append(
+                    run_ranges(
+                        spark,
+                        home,
+                        stream=overhead_stream,
+                        ranges=f,
+                        latency_ms=0,
+                        produced=overhead_records,
+                        out=root / "out" / f"plain_{f}",
+                        mode="ranges lat=0",
+                    )
+                )
+        spark.stop()
+    finally:
+        if not args.home:
+            shutil.rmtree(root, ignore_errors=True)
+
+    print(
+        f"\n# {args.records:,} records, {args.keys} keys, {PARTITIONS} partitions, {args.latency_ms} ms/record, "
+        f"local[{slots}], batch.max_records {args.max_records:,}, trigger {args.trigger_interval!r}"
+    )
+    load_after = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"# load average before {load_before}, after {load_after} ({os.cpu_count()} cores)")
+    if machine:
+        print(machine)
+    print(f"# ideal at factor 1: {args.records / PARTITIONS * args.latency_ms / 1000:.1f}s of sleep per partition\n")
+    order = ["elastic", "offset-ranges", "elastic lat=0", "ranges lat=0"]
+    report(sorted(runs, key=lambda r: (order.index(r.mode), r.factor)))
+    by = {(r.mode, r.factor): r for r in runs}
+    top = max(factors)
+    e1, et = by.get(("elastic", 1)), by.get(("elastic", top))
+    if e1 and et:
+        ok = et.rate / e1.rate >= 6 and et.violations == 0 and et.lost == 0 and et.duplicated == 0
+        print(
+            f"\nelastic factor {top} vs factor 1: {et.rate / e1.rate:.2f}x, {et.violations} order violations "
+            f"-> goal (>= 6x, 0 violations) {'MET' if ok else 'NOT MET'}"
+        )
+    p1, b1 = by.get(("elastic lat=0", 1)), by.get(("ranges lat=0", 1))
+    if p1 and b1:
+        print(
+            f"routing overhead at factor 1, latency 0: elastic {p1.seconds:.1f}s vs plain range read "
+            f"{b1.seconds:.1f}s = {p1.seconds / b1.seconds:.2f}x the time"
+        )
+    pt, bt = by.get(("elastic lat=0", top)), by.get(("ranges lat=0", top))
+    if pt and bt and top != 1:
+        print(
+            f"at factor {top}, latency 0: elastic {pt.seconds:.1f}s vs {top} ranges/partition {bt.seconds:.1f}s "
+            f"= {pt.seconds / bt.seconds:.2f}x; log records fetched {pt.fetched:,.0f} for {pt.needed:,.0f} "
+            f"needed ({pt.fetched / max(pt.needed, 1):.1f}x read amplification)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
