@@ -69,8 +69,28 @@ def test_a_restart_continues_from_the_checkpoints(spark, home: Home) -> None:
 def _driver(home: Home, job_name: str, **env: str) -> subprocess.Popen:
     cmd = launcher.driver_command(home, job_name, available_now=True, master="local[2]")
     return subprocess.Popen(
-        cmd, env={**spark_env(), **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        cmd,
+        env={**spark_env(), **env},
+        stdout=subprocess.DEVNULL,
+        stderr=_log_file(home, job_name),  # a file, not a pipe: an unread pipe would block a chatty driver
+        start_new_session=True,
     )
+
+
+def _log_file(home: Home, job_name: str):
+    home.root.mkdir(parents=True, exist_ok=True)
+    return open(home.root / f"{job_name}-driver.log", "ab")
+
+
+def _restart_and_check(home: Home, config, records: int) -> None:
+    """Run the job again to the end: every record exactly once, every key in order."""
+    finished = _driver(home, config.name)
+    finished.wait(timeout=300)
+    assert finished.returncode == 0, (home.root / f"{config.name}-driver.log").read_text()[-3000:]
+    rows = sink(home, config)
+    assert len(rows) == records
+    assert not rows.duplicated(["partition", "offset"]).any()
+    assert order_violations(rows) == []
 
 
 @pytest.mark.slow
@@ -78,18 +98,12 @@ def test_crash_between_sink_commit_and_checkpoint_append_loses_and_doubles_nothi
     produce(home, "events", 300, 10)
     config = job(home, "crashy", 2, max_records=100)
     crashed = _driver(home, config.name, **{FAULT_ENV: "after_sink_commit"})
-    _, _err = crashed.communicate(timeout=300)
+    crashed.wait(timeout=300)
     assert crashed.returncode != 0, "the injected fault should have failed the driver"
     committed = len(sink(home, config))
     assert committed > 0, "the first batch's sink commit should have landed before the crash"
     assert ControlPlane(home).latest_checkpoint_batch(config.name, 1) == -1, "the crash came before the checkpoints"
-    finished = _driver(home, config.name)
-    finished.communicate(timeout=300)
-    assert finished.returncode == 0
-    rows = sink(home, config)
-    assert len(rows) == 300
-    assert not rows.duplicated(["partition", "offset"]).any()
-    assert order_violations(rows) == []
+    _restart_and_check(home, config, 300)
 
 
 @pytest.mark.slow
@@ -107,13 +121,7 @@ def test_kill_9_of_the_driver_mid_run_loses_and_doubles_nothing(home: Home) -> N
     driver.wait(timeout=30)
     before = len(sink(home, config))
     assert 0 < before < 400, f"the kill should land mid-run (sink had {before} rows)"
-    finished = _driver(home, config.name)
-    finished.communicate(timeout=300)
-    assert finished.returncode == 0
-    rows = sink(home, config)
-    assert len(rows) == 400
-    assert not rows.duplicated(["partition", "offset"]).any()
-    assert order_violations(rows) == []
+    _restart_and_check(home, config, 400)
 
 
 @pytest.mark.slow
