@@ -12,6 +12,7 @@ checkpoint location; offsets cross versions through the checkpoints table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -25,14 +26,10 @@ from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.jobs.registry import ensure_output_tables, job_config
 from pipelines.runtime import schemas
 from pipelines.runtime.processing import make_processor
+from pipelines.runtime.requests import drain_request, stop_request
 
 POLL_S = 0.25
 HEARTBEAT_S = 10.0
-
-
-def stop_request(home: Home, job: str) -> Path:
-    """The file ``pipelines stop`` creates; the driver removes it when it has stopped."""
-    return home.root / "run" / f"{job}.stop"
 
 
 def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool) -> Any:
@@ -91,14 +88,63 @@ def run_job(
     queries = 0
     while True:
         model = control.active_model(job)
+        _carry_forward_on_start(control, model, progress)
         started = time.monotonic()
         query = start_query(spark, home, model, available_now=available_now)
+        _lifecycle(control, model, "query_started")
         queries += 1
         progress(f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks")
         switch = _supervise(query, control, job, model, stop_file, deadline, progress, started)
         if not switch:
             stop_file.unlink(missing_ok=True)
             return queries
+
+
+def _lifecycle(control: ControlPlane, model: JobModel, event: str) -> None:
+    """A query's start, first progress or stop, as a metric row whose value is the wall-clock time.
+
+    Downtime of a model switch is the successor's ``first_progress`` (or
+    ``query_started``) minus the predecessor's ``query_stopped``: the same
+    measure whether the switch happened inside this application or across a
+    restart, and read by ``pipelines.operations.scaling`` from the table.
+    """
+    with contextlib.suppress(Exception):  # a metric must never take the job down
+        control.append_metrics(
+            [
+                {
+                    "job": model.job_name,
+                    "model_version": model.version,
+                    "batch_id": -1,
+                    "metric": event,
+                    "value": time.time(),
+                }
+            ]
+        )
+
+
+def _carry_forward_on_start(control: ControlPlane, model: JobModel, progress: Callable[[str], None]) -> None:
+    """Start a model that has committed nothing yet exactly where its predecessor's final checkpoints are.
+
+    An in-place switch does this when it stops the old query; a driver started
+    after the old one died (or after a rescale whose migration raced the old
+    model's last batches) does it here, so the new model never re-reads what
+    its predecessor already committed to the sink.
+    """
+    from pipelines.operations.rescale import carry_forward
+
+    previous = previous_active_version(control, model.job_name, model.version)
+    if previous is None or previous >= model.version:
+        return
+    if carry_forward(control.home, control.job_model(model.job_name, previous), model):
+        progress(f"[{model.job_name}] carried v{previous}'s final checkpoints forward to v{model.version}")
+
+
+def previous_active_version(control: ControlPlane, job: str, version: int) -> int | None:
+    """The version that was in force before ``version`` was last activated, if any."""
+    activated = [r["version"] for r in control.model_history(job) if r["event"] == "activated"]
+    while activated and activated[-1] == version:
+        activated.pop()
+    return activated[-1] if activated else None
 
 
 def _supervise(
@@ -116,11 +162,15 @@ def _supervise(
     last_heartbeat = 0.0
     while True:
         if not query.isActive:
+            _lifecycle(control, model, "query_stopped")
             exc = query.exception()
             if exc is not None:
                 raise RuntimeError(f"query of job {job} v{model.version} failed: {exc}")
             return False
-        last_batch = _report(query, job, last_batch, progress)
+        batch = _report(query, job, last_batch, progress)
+        if last_batch == -1 and batch != -1:
+            _lifecycle(control, model, "first_progress")
+        last_batch = batch
         now = time.monotonic()
         if now - last_heartbeat >= HEARTBEAT_S:
             control.append_metrics(
@@ -136,11 +186,13 @@ def _supervise(
             )
             last_heartbeat = now
         if stop_file.exists() or (deadline is not None and now > deadline):
-            _stop_at_batch_boundary(query)
+            _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
+            _lifecycle(control, model, "query_stopped")
             progress(f"[{job}] stopped at a batch boundary after {now - started:.1f}s")
             return False
         if control.active_version(job) != model.version:
-            _stop_at_batch_boundary(query)
+            _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
+            _lifecycle(control, model, "query_stopped")
             from pipelines.operations.rescale import carry_forward
 
             new = control.active_model(job)
@@ -151,12 +203,21 @@ def _supervise(
         time.sleep(POLL_S)
 
 
-def _stop_at_batch_boundary(query: Any, timeout: float = 60.0) -> None:
-    """Wait for the running micro-batch to finish, then stop; a batch cut short is replayed, never lost."""
-    end = time.monotonic() + timeout
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < end:
-        time.sleep(0.05)
-    query.stop()
+def _stop_at_batch_boundary(query: Any, drain: Path, timeout: float = 60.0) -> None:
+    """Drain the source, wait for the running micro-batch to finish, then stop.
+
+    A batch still running at ``timeout`` is cut short: it is replayed from the
+    committed checkpoints, never lost.
+    """
+    drain.parent.mkdir(parents=True, exist_ok=True)
+    drain.touch()
+    try:
+        end = time.monotonic() + timeout
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < end:
+            time.sleep(0.05)
+        query.stop()
+    finally:
+        drain.unlink(missing_ok=True)
 
 
 def _report(query: Any, job: str, last_batch: int, progress: Callable[[str], None]) -> int:

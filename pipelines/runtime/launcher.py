@@ -19,10 +19,15 @@ from pathlib import Path
 from pipelines.control.home import Home
 from pipelines.control.tables import ControlPlane
 from pipelines.errors import PipelinesError
-from pipelines.runtime.driver import stop_request
+from pipelines.runtime.requests import stop_request
 from pipelines.runtime.session import spark_confs, spark_env
 
 DRIVER = str(Path(__file__).with_name("driver.py"))
+
+
+def default_master() -> str:
+    """``PIPELINES_SPARK_MASTER``, else ``local[*]``: where drivers launched by operations run."""
+    return os.environ.get("PIPELINES_SPARK_MASTER") or "local[*]"
 
 
 def spark_submit() -> str:
@@ -84,6 +89,12 @@ def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> 
             return True
         time.sleep(0.2)
     return False
+
+
+def running_pid(home: Home, job: str) -> int | None:
+    """The pid of this home's detached driver of ``job`` if it is still alive (local drivers only)."""
+    pid = _pid(home, job)
+    return pid if pid is not None and _alive(pid) else None
 
 
 def kill(home: Home, job: str) -> None:

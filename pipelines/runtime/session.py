@@ -48,6 +48,11 @@ def spark_confs(master: str) -> dict[str, str]:
     return confs
 
 
+def submit_confs() -> dict[str, str]:
+    """The confs of ``spark_confs`` that hold on any master, for a submitter that sets the master itself."""
+    return {k: v for k, v in spark_confs("unknown").items() if k != "spark.master"}
+
+
 def build_session(master: str = "local[2]", app_name: str = "elastic-pipelines", **extra: Any) -> Any:
     """A SparkSession with our data sources registered."""
     for key, value in spark_env().items():

@@ -42,6 +42,7 @@ from pipelines.core.hashing import key_buckets
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.runtime import schemas
+from pipelines.runtime.requests import drain_request
 
 WHOLE = -1  # key bucket of a factor-1 (whole partition) offset
 
@@ -137,6 +138,8 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         version, offsets = _decode(start)
+        if drain_request(self.home, self.job, self.version).exists():
+            return start  # the driver is stopping this query between batches: admit nothing new
         ends = self._end_offsets()
         if self._target is not None:
             ends = {ssp: min(end, self._target.get(ssp, end)) for ssp, end in ends.items()}

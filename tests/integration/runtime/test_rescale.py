@@ -86,7 +86,7 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
     import threading
     import time
 
-    from pipelines.runtime.driver import stop_request
+    from pipelines.runtime.requests import stop_request
 
     producer = Producer(home, "events", 2, keys=30)
     config = job(home, "live", 1, max_records=100)

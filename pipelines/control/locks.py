@@ -1,0 +1,177 @@
+"""The scaling lock: one scaling operation per job at a time, across processes and machines.
+
+Airflow's ``max_active_runs`` keeps two runs of *one* DAG apart, but a rescale
+and a repartition absorption of the same job come from different DAGs, and a
+user can run ``pipelines rescale`` beside both. So the lock lives in the
+control plane, where every one of them looks.
+
+How it holds without a lock server. The ``scaling_locks`` table is
+append-only; each row is a numbered state change of one job's lock
+(``seq`` 1, 2, ...), and the latest row is the lock's state. Every change is
+committed with the Delta application transaction ``lock:<job>``, which
+delta-rs refuses to let two concurrent commits both carry: of two operations
+that read the same free lock and race to take it, exactly one commit lands
+and the other gets :class:`ScalingInProgressError`.
+
+Why a lease. A holder that crashes (a killed Airflow worker) must not block
+the job forever, so a hold expires ``ttl_s`` after it was last renewed, and
+every step of an operation renews it. The holder's ``owner`` string is stable
+across retries of the same operation (an Airflow run id), so a retried or
+cleared task re-enters its own lock instead of waiting for itself; anyone
+else may take over an expired lease, and the row says whose it was.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+from deltalake import Transaction
+from deltalake.exceptions import CommitFailedError
+
+from pipelines.control.home import Home
+from pipelines.control.tables import TIMESTAMP, TableSpec, _f, _Table, utc_now
+from pipelines.core.ssp import validate_name
+from pipelines.errors import PipelinesError
+
+DEFAULT_TTL_S = 900.0
+HELD = ("acquired", "renewed", "taken over")
+
+SCALING_LOCKS = TableSpec(
+    "scaling_locks",
+    pa.schema(
+        [
+            _f("job", pa.string()),
+            _f("seq", pa.int64()),  # 1, 2, ... per job; the highest is the lock's state
+            _f("status", pa.string()),  # acquired | renewed | taken over | released
+            _f("owner", pa.string()),  # who holds it, stable across retries (e.g. dag_id/run_id)
+            _f("operation", pa.string()),  # what for, for a human reading a refusal
+            _f("expires_at", TIMESTAMP),
+            _f("previous_owner", pa.string(), nullable=True),  # on a take-over: the expired holder
+            _f("at", TIMESTAMP),
+        ]
+    ),
+    "One row per change of a job's scaling lock; the highest seq is in force",
+    append_only=True,
+)
+
+
+class ScalingInProgressError(PipelinesError):
+    """Another scaling operation holds the job's lock; the job stays as it is."""
+
+
+@dataclass(frozen=True)
+class LockState:
+    job: str
+    seq: int
+    status: str
+    owner: str
+    operation: str
+    expires_at: datetime
+    at: datetime
+
+    @property
+    def held(self) -> bool:
+        return self.status in HELD and self.expires_at > utc_now()
+
+    def describe(self) -> str:
+        left = (self.expires_at - utc_now()).total_seconds()
+        return (
+            f"{self.owner} holds it for {self.operation!r} since {self.at:%Y-%m-%d %H:%M:%S} UTC "
+            f"(lease expires in {max(left, 0):.0f}s)"
+        )
+
+
+class ScalingLock:
+    """The lock of every job in one home; cheap to create, keeps no state but a table handle."""
+
+    def __init__(self, home: Home) -> None:
+        self._table = _Table(SCALING_LOCKS, home.control_table(SCALING_LOCKS.name))
+
+    def state(self, job: str) -> LockState | None:
+        rows = self._table.read(validate_name("job", job)).to_pylist()
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: r["seq"])
+        return LockState(job, row["seq"], row["status"], row["owner"], row["operation"], row["expires_at"], row["at"])
+
+    def acquire(self, job: str, owner: str, operation: str, *, ttl_s: float = DEFAULT_TTL_S) -> LockState:
+        """Take the lock, renew it if ``owner`` holds it, or take over an expired lease; else refuse."""
+        if not owner.strip():
+            raise PipelinesError("a scaling lock needs a non-empty owner (who is scaling)")
+        # The commit must build on the snapshot the decision was made on: `state` refreshes this same handle,
+        # and `_append` commits on it without refreshing, so a change in between is a conflict, not a lost race.
+        dt = self._table.ensure()
+        current = self.state(job)
+        previous = None
+        if current is None or current.status == "released":
+            status = "acquired"
+        elif current.owner == owner:
+            status = "renewed"
+        elif current.held:
+            raise ScalingInProgressError(
+                f"job {job!r} is already being scaled: {current.describe()}; "
+                "wait for it to finish (or for its lease to expire) and try again"
+            )
+        else:
+            status, previous = "taken over", current.owner
+        return self._append(dt, job, (current.seq if current else 0) + 1, status, owner, operation, ttl_s, previous)
+
+    def wait_acquire(
+        self,
+        job: str,
+        owner: str,
+        operation: str,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        wait_s: float = 0.0,
+        poll_s: float = 2.0,
+        progress: Any = None,
+    ) -> LockState:
+        """``acquire``, waiting up to ``wait_s`` for another holder to finish; refuses after that."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self.acquire(job, owner, operation, ttl_s=ttl_s)
+            except ScalingInProgressError as e:
+                if time.monotonic() >= deadline:
+                    raise
+                if progress is not None:
+                    progress(f"waiting for the scaling lock of {job!r}: {e}")
+                time.sleep(poll_s)
+
+    def release(self, job: str, owner: str) -> bool:
+        """Let go if ``owner`` holds the lock (even past its lease); False if it was not theirs to release."""
+        dt = self._table.ensure()
+        current = self.state(job)
+        if current is None or current.status == "released" or current.owner != owner:
+            return False
+        self._append(dt, job, current.seq + 1, "released", owner, current.operation, 0.0, None)
+        return True
+
+    def _append(
+        self, dt: Any, job: str, seq: int, status: str, owner: str, operation: str, ttl_s: float, previous: str | None
+    ) -> LockState:
+        now = utc_now()
+        row = {
+            "job": job,
+            "seq": seq,
+            "status": status,
+            "owner": owner,
+            "operation": operation,
+            "expires_at": now + timedelta(seconds=ttl_s),
+            "previous_owner": previous,
+            "at": now,
+        }
+        try:
+            self._table.append([row], dt=dt, txn=Transaction(f"lock:{job}", seq))
+        except CommitFailedError:
+            now_state = self.state(job)
+            raise ScalingInProgressError(
+                f"another operation changed the scaling lock of job {job!r} at the same moment; "
+                f"now: {now_state.describe() if now_state else 'free'}"
+            ) from None
+        return LockState(job, seq, status, owner, operation, row["expires_at"], now)

@@ -1,0 +1,62 @@
+"""Keeping jobs running the way they are configured: available-now on a schedule, continuous always.
+
+A continuous driver beats every 10 s into the metrics table; that heartbeat,
+not a pid, is what says it is alive, because the driver may run on another
+machine (a cluster's driver host) than the one that checks. A job whose
+heartbeat is stale is launched again, detached; its new driver continues from
+the active model's checkpoints, so a relaunch loses and doubles nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.control.home import Home
+from pipelines.control.locks import ScalingLock
+from pipelines.control.tables import ControlPlane
+from pipelines.errors import PipelinesError
+from pipelines.jobs.registry import job_config
+from pipelines.operations.scaling import last_heartbeat
+
+
+def jobs_by_trigger(home: Home) -> dict[str, list[str]]:
+    """Active jobs grouped by their configured trigger: ``available-now`` and ``continuous``."""
+    control = ControlPlane(home)
+    groups: dict[str, list[str]] = {"available-now": [], "continuous": []}
+    for job in control.jobs():
+        try:
+            model = control.active_model(job)
+        except PipelinesError:
+            continue
+        groups.setdefault(job_config(model).trigger, []).append(job)
+    return groups
+
+
+def keep_running(home: Home, *, master: str | None = None, launch: bool = True) -> dict[str, Any]:
+    """Every continuous job's heartbeat age; relaunch those whose driver is not live (unless being scaled)."""
+    from pipelines.runtime import launcher
+
+    control = ControlPlane(home)
+    lock = ScalingLock(home)
+    report: dict[str, Any] = {}
+    for job in jobs_by_trigger(home)["continuous"]:
+        beat = last_heartbeat(control, job)
+        age = None if beat is None else round(beat["age_s"], 1)
+        if beat is not None and beat["live"]:
+            report[job] = {"state": "live", "heartbeat_age_s": age, "model_version": beat["model_version"]}
+            continue
+        state = lock.state(job)
+        if state is not None and state.held:
+            report[job] = {"state": "being scaled", "heartbeat_age_s": age, "lock": state.describe()}
+            continue
+        if launcher.running_pid(home, job) is not None:
+            report[job] = {"state": "starting", "heartbeat_age_s": age}
+            continue
+        if not launch:
+            report[job] = {"state": "down", "heartbeat_age_s": age}
+            continue
+        pid = launcher.run(home, job, available_now=False, master=master or launcher.default_master(), detach=True)
+        report[job] = {"state": "relaunched", "heartbeat_age_s": age, "pid": pid}
+    for job, entry in report.items():
+        print(f"{job}: {entry}")
+    return report

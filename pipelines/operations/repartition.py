@@ -1,0 +1,67 @@
+"""Detecting repartitioned inputs: what ``repartition_watch`` compares every minute.
+
+A job's active model records how many partitions each input had when it was
+planned; the input system says how many it has now. A growth to a multiple
+is absorbed by the next model with GroupByPartitionFixedTaskNum (SEP-5: after
+N → kN, partition p's keys stay with the task of p mod N, and the new
+partitions are held back until their source partitions are read past the
+expansion point). A shrink, or a growth to a non-multiple, cannot be absorbed
+without breaking key-to-task stability or losing unread records: it is
+reported with a clear error and the job stays on its model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from pipelines.control.home import Home
+from pipelines.control.locks import ScalingLock
+from pipelines.control.tables import ControlPlane
+from pipelines.core.groupers import check_partition_change
+from pipelines.errors import PartitionChangeError, PipelinesError
+from pipelines.jobs.registry import job_config
+from pipelines.operations.scaling import ScalingRequest, expansion_request
+from pipelines.systems.registry import open_system
+
+
+@dataclass(frozen=True)
+class InputChange:
+    job: str
+    stream: str  # "system/stream"
+    before: int
+    after: int
+    error: str | None = None  # why it cannot be absorbed; None: absorb it
+    busy: str | None = None  # another scaling operation holds the job's lock: look again next time
+
+    def request(self) -> ScalingRequest:
+        return expansion_request(self.job, self.stream, self.before, self.after)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
+    """Every input whose partition count differs from its job's active model, one entry per (job, input)."""
+    control = ControlPlane(home)
+    lock = ScalingLock(home)
+    changes = []
+    for job in jobs if jobs is not None else control.jobs():
+        try:
+            model = control.active_model(job)
+        except PipelinesError:
+            continue  # planned but never activated: nothing runs, nothing to absorb
+        planned = model.partitions()
+        for stream in job_config(model).inputs:
+            before = planned.get(stream)
+            after = open_system(stream.system, home).describe(stream.stream).partition_count
+            if before is None or before == after:
+                continue
+            error = None
+            try:
+                check_partition_change({stream: before}, {stream: after}, fixed_task_num=True)
+            except PartitionChangeError as e:
+                error = str(e)
+            state = lock.state(job)
+            busy = state.describe() if state is not None and state.held else None
+            changes.append(InputChange(job, f"{stream.system}/{stream.stream}", before, after, error, busy))
+    return changes

@@ -1,0 +1,536 @@
+"""A scaling operation, one resumable step at a time: what ``elastic_rescale`` and ``repartition_watch`` run.
+
+    plan → begin (lock, recover) → stop → migrate → activate → restart → catch up → verify → finish
+
+Each step is a plain function of the home and the operation's ``op`` dict
+(JSON, so it travels as an Airflow XCom), so the DAGs' tasks stay one line
+each and the CLI and the demo run the very same code. Every step first checks
+what the control plane already holds and resumes from there, so a retried
+task does nothing twice, and none trusts Airflow's memory: the state is the
+scaling event (its latest status row) and the job models' activation history.
+
+Crash safety. Model N+1 and its start checkpoints are written (``migrate``)
+before N+1 is activated (``activate``), and readers trust only the active
+model's checkpoints, so a crash at any point leaves N or N+1 fully in force.
+The next operation on the job (``begin``) settles an unfinished earlier one:
+if its N+1 became active the event is closed as recovered, otherwise as
+rolled back (N+1 stays an inert planned row in the history). A retry by the
+same owner (the same Airflow run) resumes its own event instead.
+
+How a running job switches. A continuous driver that is alive (fresh
+heartbeat) notices the activation, stops its query at a batch boundary,
+carries N's final checkpoints forward and starts N+1 in the same Spark
+application: ``stop`` only confirms the driver is live, and ``restart`` waits
+for its switch. A job with no live driver is given one available-now run of
+N+1 (``restart``), so the new model has processed the backlog and the
+scaling window can be verified; it is left stopped, as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from pipelines.control.home import Home
+from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock
+from pipelines.control.tables import ControlPlane, ScalingEvent
+from pipelines.core.groupers import GroupByPartitionFixedTaskNum
+from pipelines.core.hashing import validate_factor
+from pipelines.errors import ConfigError, PipelinesError
+from pipelines.jobs.registry import job_config
+from pipelines.operations.rescale import RescalePlan, plan_rescale
+from pipelines.systems.registry import open_system
+
+FAULT_ENV = "PIPELINES_FAULT"  # test hook: "after_migrate" fails the operation between migration and activation
+LIVE_AFTER_S = 35.0  # a driver whose last heartbeat is older than this is not live (it beats every 10 s)
+RESCALE = "rescale"
+EXPANSION = "partition expansion"
+Say = Callable[[str], None]
+
+
+class InjectedFault(RuntimeError):
+    """Raised where ``PIPELINES_FAULT`` asks for a crash, to prove recovery."""
+
+
+@dataclass(frozen=True)
+class ScalingRequest:
+    """What a user (or the repartition watch, or the autosizer) asks for."""
+
+    job: str
+    factor: int | None  # None: keep the current factor (absorbing a partition expansion)
+    reason: str
+    kind: str = RESCALE
+    grouper: str | None = None  # None: keep the job's grouper
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ScalingRequest:
+        return cls(**{k: raw.get(k) for k in ("job", "factor", "reason", "kind", "grouper") if k in raw})
+
+
+def _print(message: str) -> None:
+    print(message, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------- plan
+
+
+def plan(home: Home, request: ScalingRequest) -> dict[str, Any]:
+    """Validate the request and plan model N+1 without writing anything; the dry run stops here."""
+    if not isinstance(request.reason, str) or not request.reason.strip():
+        raise ConfigError("a scaling operation needs a reason (it is recorded with the new model)")
+    rescale = _plan_model(home, request)
+    summary = rescale.summary()
+    summary.update(
+        kind=request.kind,
+        grouper=rescale.model.grouper,
+        reason=request.reason,
+        checkpoints=len(rescale.checkpoints.offsets),
+        changes=rescale.model.task_count != rescale.previous.task_count
+        or rescale.model.partitions() != rescale.previous.partitions()
+        or rescale.model.grouper != rescale.previous.grouper,
+    )
+    return summary
+
+
+def _plan_model(home: Home, request: ScalingRequest) -> RescalePlan:
+    control = ControlPlane(home)
+    current = control.active_model(request.job)  # unknown job: UnknownJobError, with the known jobs
+    factor = current.elasticity_factor if request.factor is None else validate_factor(request.factor)
+    return plan_rescale(home, request.job, factor, grouper=request.grouper)
+
+
+# ---------------------------------------------------------------------------------------------------- begin
+
+
+def begin(
+    home: Home,
+    request: ScalingRequest,
+    owner: str,
+    *,
+    lock_wait_s: float = 0.0,
+    ttl_s: float = DEFAULT_TTL_S,
+    say: Say = _print,
+) -> dict[str, Any]:
+    """Take the job's scaling lock, settle unfinished earlier operations, and open (or resume) this one's event."""
+    lock = ScalingLock(home)
+    what = f"{request.kind} of {request.job} to factor {request.factor if request.factor is not None else '(same)'}"
+    lock.wait_acquire(request.job, owner, what, ttl_s=ttl_s, wait_s=lock_wait_s, progress=say)
+    control = ControlPlane(home)
+    mine = None
+    for event in control.scaling_events(request.job):
+        if event.finished_at is not None:
+            continue
+        if event.details.get("owner") == owner:
+            mine = event
+        else:
+            _settle(control, event, owner, say)
+    if mine is not None:
+        say(f"resuming scaling event {mine.event_id} ({mine.status}) of job {request.job}")
+        return _op(mine, owner, ttl_s)
+    rescale = _plan_model(home, request)
+    event = ScalingEvent.start(
+        request.job,
+        request.kind,
+        from_version=rescale.previous.version,
+        from_factor=rescale.previous.elasticity_factor,
+        to_factor=rescale.model.elasticity_factor,
+        details={"reason": request.reason, "owner": owner, "grouper": rescale.model.grouper, **rescale.summary()},
+    )
+    control.record_scaling_event(event)
+    say(f"scaling event {event.event_id}: {what} (v{rescale.previous.version} → v{rescale.model.version})")
+    return _op(event, owner, ttl_s)
+
+
+def _op(event: ScalingEvent, owner: str, ttl_s: float) -> dict[str, Any]:
+    return {
+        "job": event.job,
+        "event_id": event.event_id,
+        "owner": owner,
+        "kind": event.kind,
+        "from_version": event.from_version,
+        "to_factor": event.to_factor,
+        "grouper": event.details.get("grouper"),
+        "reason": event.details.get("reason", event.kind),
+        "ttl_s": ttl_s,
+    }
+
+
+def _settle(control: ControlPlane, event: ScalingEvent, owner: str, say: Say) -> None:
+    """Close an operation that died half way: recovered if its model is in force, rolled back otherwise."""
+    active = control.active_version(event.job)
+    if event.to_version is not None and active == event.to_version:
+        status = "recovered"
+        note = f"v{event.to_version} was activated before the operation stopped; it stays in force"
+    else:
+        status = "rolled back"
+        note = f"v{active} stays in force" + (
+            f"; v{event.to_version} was planned but never activated" if event.to_version is not None else ""
+        )
+    control.record_scaling_event(event.finish(status, settled_by=owner, settled=note))
+    say(f"earlier scaling event {event.event_id} ({event.status}) {status}: {note}")
+
+
+# ---------------------------------------------------------------------------------------------------- steps
+
+
+def stop(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
+    """Decide how the job switches: in place (a live driver) or by a catch-up run (no live driver).
+
+    A live driver is not stopped here: it stops its query at a batch boundary
+    itself when N+1 is activated, and restarts in the same Spark application.
+    A driver process that exists but is not live (starting, stuck) is asked to
+    stop and, failing that, killed, so it cannot commit batches of model N
+    after the migration.
+    """
+    _renew(home, op)
+    from pipelines.runtime import launcher
+
+    control = ControlPlane(home)
+    beat = last_heartbeat(control, op["job"])
+    if beat is not None and beat["live"]:
+        say(f"driver of {op['job']} is live on v{beat['model_version']} ({beat['age_s']:.1f}s since its heartbeat)")
+        result = {"mode": "in-place", "driver_version": beat["model_version"]}
+    else:
+        if launcher.running_pid(home, op["job"]) is not None and not launcher.stop(home, op["job"], timeout=60.0):
+            launcher.kill(home, op["job"])
+            say(f"driver of {op['job']} did not stop within 60s: killed")
+        say(f"no live driver of {op['job']}: v{op['from_version']} is stopped; the new model gets a catch-up run")
+        result = {"mode": "cold", "driver_version": None}
+    _status(control, op, "stopped", **result)
+    return result
+
+
+def migrate(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
+    """Save model N+1 with its start checkpoints migrated from N's latest ones; not yet active."""
+    _renew(home, op)
+    control = ControlPlane(home)
+    event = _event(control, op)
+    if event.to_version is not None:
+        say(f"v{event.to_version} was already saved with its start checkpoints: resuming")
+        return {"to_version": event.to_version}
+    request = ScalingRequest(op["job"], op["to_factor"], op["reason"], op["kind"], op["grouper"])
+    rescale = _plan_model(home, request)
+    if rescale.previous.version != op["from_version"]:
+        raise PipelinesError(
+            f"job {op['job']} moved from v{op['from_version']} to v{rescale.previous.version} during this operation; "
+            "nothing was changed by it: plan again"
+        )
+    control.save_job_model(rescale.model, reason=op["reason"])
+    control.write_checkpoints(op["job"], rescale.model.version, rescale.checkpoints, batch_id=-1)
+    _status(control, op, "migrated", to_version=rescale.model.version)
+    say(
+        f"saved v{rescale.model.version}: factor {rescale.model.elasticity_factor}, {rescale.model.task_count} "
+        f"virtual tasks, {len(rescale.checkpoints.offsets)} start checkpoints migrated from v{op['from_version']}"
+    )
+    if os.environ.get(FAULT_ENV) == "after_migrate":
+        raise InjectedFault(f"{FAULT_ENV}=after_migrate: crashing between migration and activation")
+    return {"to_version": rescale.model.version}
+
+
+def activate(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
+    """Put N+1 in force and note the inputs' end offsets at that moment: the catch-up target."""
+    _renew(home, op)
+    control = ControlPlane(home)
+    event = _event(control, op)
+    if event.to_version is None:
+        raise PipelinesError(f"scaling event {op['event_id']} has no migrated model to activate; run migrate first")
+    if control.active_version(op["job"]) != event.to_version:
+        control.activate(op["job"], event.to_version, reason=op["reason"])
+        say(f"v{event.to_version} of {op['job']} is active")
+    else:
+        say(f"v{event.to_version} of {op['job']} was already active: resuming")
+    target = event.details.get("catch_up_target") or end_offsets(home, op["job"])
+    _status(
+        control, op, "activated", activated_at=event.details.get("activated_at") or time.time(), catch_up_target=target
+    )
+    return {"to_version": event.to_version, "catch_up_target": target}
+
+
+CatchUp = Callable[[Home, str], None]
+"""Runs a job once with available-now; the default is a spark-submit driver (``pipelines run --available-now``)."""
+
+
+def restart(
+    home: Home,
+    op: dict[str, Any],
+    mode: str,
+    *,
+    master: str | None = None,
+    timeout_s: float = 300.0,
+    catch_up: CatchUp | None = None,
+    say: Say = _print,
+) -> dict[str, Any]:
+    """Get N+1 running: wait for a live driver's in-place switch, or run N+1 once with available-now."""
+    _renew(home, op)
+    control = ControlPlane(home)
+    version = _event(control, op).to_version
+    if mode == "in-place":
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if _metric_times(control, op["job"], version, ("query_started",)):
+                say(f"the driver switched to v{version} in its Spark application")
+                return {"restarted": "in-place"}
+            time.sleep(0.5)
+        raise PipelinesError(
+            f"the driver of {op['job']} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
+            "will be used by the next run (pipelines run), check the driver's log under <home>/run/"
+        )
+    if catch_up is not None:
+        say(f"running v{version} of {op['job']} once with available-now")
+        catch_up(home, op["job"])
+        return {"restarted": "catch-up run"}
+    from pipelines.runtime import launcher
+
+    master = master or launcher.default_master()
+    say(f"running v{version} of {op['job']} once with available-now on {master} (spark-submit)")
+    code = launcher.run(home, op["job"], available_now=True, master=master, detach=False)
+    if code != 0:
+        raise PipelinesError(f"the catch-up run of {op['job']} v{version} exited with code {code}")
+    return {"restarted": "catch-up run"}
+
+
+def wait_caught_up(home: Home, op: dict[str, Any], *, timeout_s: float = 600.0, say: Say = _print) -> dict[str, Any]:
+    """Wait until N+1's committed checkpoints reach the end offsets the inputs had at activation."""
+    _renew(home, op)
+    control = ControlPlane(home)
+    event = _event(control, op)
+    target = event.details.get("catch_up_target") or {}
+    started = time.monotonic()
+    deadline = started + timeout_s
+    last_say = 0.0
+    while True:
+        behind = lag_behind(control, op["job"], event.to_version, target)
+        if behind == 0:
+            caught = time.time() - float(event.details.get("activated_at") or time.time())
+            say(f"v{event.to_version} caught up with the input as of its activation ({caught:.1f}s after it)")
+            _status(control, op, "caught up", caught_up_s=round(caught, 3))
+            return {"caught_up_s": round(caught, 3)}
+        now = time.monotonic()
+        if now > deadline:
+            raise PipelinesError(
+                f"v{event.to_version} of {op['job']} is still {behind} records behind the activation point after "
+                f"{timeout_s:.0f}s; the model stays active, the job is running late"
+            )
+        if now - last_say > 10:
+            say(f"v{event.to_version} of {op['job']}: {behind} records behind the activation point")
+            last_say = now
+        time.sleep(1.0)
+
+
+def verify(home: Home, op: dict[str, Any], *, sequence: str | None = None, say: Say = _print) -> dict[str, Any]:
+    """Data-quality checks over the scaling window (GX suites, dq_results, Data Docs); fails on a FAIL."""
+    from pipelines.quality.report import run_quality
+
+    _renew(home, op)
+    control = ControlPlane(home)
+    report = run_quality(home, op["job"], op["event_id"], sequence=sequence or default_sequence(home, op["job"]))
+    say(report.summary())
+    verdict = "pass" if report.success else "fail"
+    _status(control, op, "verified" if report.success else "dq failed", dq=verdict, docs=str(report.docs_index))
+    if not report.success:
+        raise PipelinesError(f"data-quality checks FAILED after scaling {op['job']}: {report.verdict.summary()}")
+    return {"dq": verdict, "docs": str(report.docs_index)}
+
+
+def finish(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
+    """Close the event with its figures (downtime, records replayed, DQ verdict) and release the lock.
+
+    Runs whatever happened before it (Airflow ``all_done``): an operation that
+    failed before activation is closed as rolled back, one that failed after
+    it keeps N+1 in force and is closed as failed, with the step it reached.
+    """
+    control = ControlPlane(home)
+    event = _event(control, op)
+    figures = measure(control, event)
+    active = control.active_version(op["job"])
+    if event.status in ("verified", "dq failed"):
+        status = event.status
+    elif event.to_version is not None and active == event.to_version:
+        status = "failed"
+        figures["failed_after"] = event.status
+    else:
+        status = "rolled back"
+        figures["failed_after"] = event.status
+    if event.finished_at is None:
+        control.record_scaling_event(event.finish(status, **figures))
+    ScalingLock(home).release(op["job"], op["owner"])
+    say(f"scaling event {event.event_id} {status}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+    return {"status": status, **figures}
+
+
+def run_all(
+    home: Home,
+    request: ScalingRequest,
+    *,
+    owner: str | None = None,
+    sequence: str | None = None,
+    master: str | None = None,
+    lock_wait_s: float = 0.0,
+    catch_up_timeout_s: float = 600.0,
+    catch_up: CatchUp | None = None,
+    say: Say = _print,
+) -> dict[str, Any]:
+    """Every step in order, in this process: the CLI's ``pipelines rescale`` and the demo."""
+    owner = owner or f"cli:{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    op = begin(home, request, owner, lock_wait_s=lock_wait_s, say=say)
+    try:
+        mode = stop(home, op, say)["mode"]
+        migrate(home, op, say)
+        activate(home, op, say)
+        restart(home, op, mode, master=master, catch_up=catch_up, say=say)
+        wait_caught_up(home, op, timeout_s=catch_up_timeout_s, say=say)
+        verify(home, op, sequence=sequence, say=say)
+    finally:
+        result = finish(home, op, say)
+    return {**op, **result}
+
+
+# ---------------------------------------------------------------------------------------------------- figures
+
+
+def measure(control: ControlPlane, event: ScalingEvent) -> dict[str, Any]:
+    """Downtime (in-place switches), records replayed, and the DQ verdict of one event, from the control plane."""
+    figures: dict[str, Any] = {"dq": event.details.get("dq", "not run")}
+    if event.to_version is None:
+        return figures
+    if event.details.get("mode") == "in-place":
+        stopped = _metric_times(control, event.job, event.from_version, ("query_stopped",))
+        resumed = _metric_times(control, event.job, event.to_version, ("first_progress",)) or _metric_times(
+            control, event.job, event.to_version, ("query_started",)
+        )
+        if stopped and resumed:
+            figures["downtime_s"] = round(min(resumed) - max(s for s in stopped if s <= min(resumed)), 3)
+    else:
+        figures["downtime_s"] = None  # no driver was running: nothing was down because of the rescale
+    figures["records_replayed"] = records_replayed(control, event.job, event.from_version, event.to_version)
+    if "caught_up_s" in event.details:
+        figures["caught_up_s"] = event.details["caught_up_s"]
+    return figures
+
+
+def records_replayed(control: ControlPlane, job: str, old: int | None, new: int) -> int | None:
+    """Offsets N+1 started behind where N had committed, summed over partitions: records processed twice."""
+    if old is None:
+        return None
+    try:
+        final = _per_partition(control.latest_checkpoints(job, old).offsets.items())
+    except PipelinesError:
+        return None
+    latest_start: dict[tuple[str, str, int, int], tuple[Any, str]] = {}
+    for r in control.start_checkpoint_rows(job, new):
+        k = (r["system"], r["stream"], r["partition"], r["key_bucket"])
+        if k not in latest_start or r["written_at"] > latest_start[k][0]:
+            latest_start[k] = (r["written_at"], r["offset"])
+    start: dict[tuple[str, str, int], int] = {}
+    for (system, stream, p, _), (_, offset) in latest_start.items():
+        key = (system, stream, p)
+        start[key] = min(start.get(key, int(offset)), int(offset))
+    return sum(max(0, final[k] - start[k]) for k in start if k in final)
+
+
+def _per_partition(offsets: Any) -> dict[tuple[str, str, int], int]:
+    out: dict[tuple[str, str, int], int] = {}
+    for ssp, offset in offsets:
+        key = (ssp.system, ssp.stream, ssp.partition)
+        out[key] = min(out.get(key, int(offset)), int(offset))
+    return out
+
+
+def end_offsets(home: Home, job: str) -> dict[str, dict[str, int]]:
+    """Every input's end offset per partition, now: ``{"system/stream": {"0": 1200, ...}}``."""
+    config = job_config(ControlPlane(home).active_model(job))
+    result = {}
+    for stream in config.inputs:
+        meta = open_system(stream.system, home).describe(stream.stream)
+        result[f"{stream.system}/{stream.stream}"] = {str(p): int(part.end) for p, part in meta.partitions.items()}
+    return result
+
+
+def lag_behind(control: ControlPlane, job: str, version: int, target: dict[str, dict[str, int]]) -> int:
+    """Records of ``target`` (end offsets per partition) that ``version`` has not committed yet."""
+    committed = _per_partition(control.latest_checkpoints(job, version).offsets.items())
+    behind = 0
+    for stream_key, partitions in target.items():
+        system, stream = stream_key.split("/", 1)
+        for p, end in partitions.items():
+            behind += max(0, int(end) - committed.get((system, stream, int(p)), 0))
+    return behind
+
+
+def last_heartbeat(control: ControlPlane, job: str) -> dict[str, Any] | None:
+    """The job driver's latest sign of life: model version, age, and whether it is live.
+
+    Live means a fresh heartbeat (the driver beats every 10 s) from a driver
+    whose latest query event is not a stop: a driver that just finished an
+    available-now run has a fresh heartbeat too, but nothing will switch.
+    """
+    frame = control.read_metrics(job, metrics=["heartbeat", "query_started", "query_stopped"])
+    beats = frame[frame["metric"] == "heartbeat"] if len(frame) else frame
+    if not len(beats):
+        return None
+    row = beats.iloc[beats["value"].to_numpy().argmax()]
+    age = max(0.0, time.time() - float(row["value"]))
+    latest = frame.iloc[frame["value"].to_numpy().argmax()]
+    live = age <= LIVE_AFTER_S and latest["metric"] != "query_stopped"
+    return {"model_version": int(row["model_version"]), "age_s": age, "live": bool(live)}
+
+
+def default_sequence(home: Home, job: str) -> str | None:
+    """The per-key sequence column that proves order across an expansion: ``seq`` when the job emits one."""
+    config = job_config(ControlPlane(home).active_model(job))
+    columns = [c.strip().split()[0].lower() for c in config.output_schema.split(",") if c.strip()]
+    return "seq" if "seq" in columns else None
+
+
+def expansion_request(job: str, stream: str, before: int, after: int) -> ScalingRequest:
+    """What the repartition watch asks for: same factor, keys kept with their tasks (SEP-5)."""
+    return ScalingRequest(
+        job,
+        None,
+        f"input {stream} expanded from {before} to {after} partitions",
+        EXPANSION,
+        GroupByPartitionFixedTaskNum.name,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def _renew(home: Home, op: dict[str, Any]) -> None:
+    """Every step renews the lease: a long operation keeps its lock, a dead one loses it after ``ttl_s``."""
+    ScalingLock(home).acquire(op["job"], op["owner"], f"{op['kind']} of {op['job']}", ttl_s=float(op["ttl_s"]))
+
+
+def _event(control: ControlPlane, op: dict[str, Any]) -> ScalingEvent:
+    for event in control.scaling_events(op["job"]):
+        if event.event_id == op["event_id"]:
+            return event
+    raise PipelinesError(f"scaling event {op['event_id']} of job {op['job']!r} is not in the control plane")
+
+
+def _status(
+    control: ControlPlane, op: dict[str, Any], status: str, to_version: int | None = None, **details: Any
+) -> None:
+    event = _event(control, op)
+    control.record_scaling_event(
+        replace(
+            event,
+            status=status,
+            to_version=to_version if to_version is not None else event.to_version,
+            details={**event.details, **details},
+        )
+    )
+
+
+def _metric_times(control: ControlPlane, job: str, version: int | None, names: tuple[str, ...]) -> list[float]:
+    if version is None:
+        return []
+    frame = control.read_metrics(job, model_version=version, metrics=names)
+    return [float(v) for v in frame["value"]] if len(frame) else []
