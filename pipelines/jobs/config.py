@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import validate_factor
 from pipelines.core.ssp import SystemStream, validate_name
@@ -38,6 +39,8 @@ class JobConfig:
     trigger: str = "continuous"
     trigger_interval: str = "1 second"
     source: Mapping[str, Any] = field(default_factory=dict)
+    autosize: Mapping[str, Any] = field(default_factory=dict)
+    """The ``autosize:`` section as written (absent fields take ``AutosizeConfig``'s defaults when it is read)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML form; stored with every job model so a model says what it was planned for."""
@@ -55,7 +58,12 @@ class JobConfig:
             "batch": {"max_records": self.max_records_per_batch, "trigger_interval": self.trigger_interval},
             "trigger": self.trigger,
             "source": dict(self.source),
+            "autosize": dict(self.autosize),
         }
+
+    def autosize_config(self) -> AutosizeConfig:
+        """The autosizer's bounds and thresholds: the ``autosize:`` section over the defaults."""
+        return AutosizeConfig.from_mapping(self.autosize)
 
     @classmethod
     def from_dict(cls, raw: Any, origin: str = "job config") -> JobConfig:
@@ -121,6 +129,11 @@ class JobConfig:
         source = raw.get("source", {}) or {}
         if not isinstance(source, dict):
             raise ConfigError(f"{origin}: 'source' must be a mapping")
+        autosize = raw.get("autosize", {}) or {}
+        try:
+            AutosizeConfig.from_mapping(autosize)  # refuse a bad value now, not at the first evaluation
+        except ConfigError as e:
+            raise ConfigError(f"{origin}: {e}") from None
         return cls(
             name=name,
             inputs=tuple(inputs),
@@ -136,6 +149,7 @@ class JobConfig:
             trigger=trigger,
             trigger_interval=str(batch.get("trigger_interval", "1 second")),
             source=source,
+            autosize=dict(autosize),
         )
 
     @classmethod

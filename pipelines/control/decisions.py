@@ -1,0 +1,94 @@
+"""The ``autosize_decisions`` table: every decision the autosizer made, with what it saw.
+
+Append-only and partitioned by job, like the other control tables: each
+evaluation is a new fact, written by whichever process evaluated (an Airflow
+task, the CLI), and blind appends from several of them never conflict. A
+decision row keeps the whole observation and the policy's reasons as JSON, so
+"why did it scale at 03:10?" is answered from the table alone, even after the
+thresholds or the policy changed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.control.home import Home
+from pipelines.control.tables import TIMESTAMP, TableSpec, _f, _Table, utc_now
+from pipelines.core.autosize import Decision, Observation
+from pipelines.core.ssp import validate_name
+
+AUTOSIZE_DECISIONS = TableSpec(
+    "autosize_decisions",
+    pa.schema(
+        [
+            _f("job", pa.string()),
+            _f("model_version", pa.int64()),  # the active version the observation was taken from
+            _f("current_factor", pa.int32()),
+            _f("action", pa.string()),  # "up" | "down" | "hold"
+            _f("target_factor", pa.int32()),  # equal to current_factor on hold
+            _f("policy", pa.string()),
+            _f("reasons", pa.string()),  # JSON list of strings
+            _f("observation", pa.string()),  # JSON object: Observation.to_dict()
+            _f("decided_at", TIMESTAMP),
+        ]
+    ),
+    "Autosizer decisions per job: action, target factor, the policy's reasons and the observation they came from",
+    append_only=True,
+)
+
+
+def _table(home: Home) -> _Table:
+    return _Table(AUTOSIZE_DECISIONS, home.control_table(AUTOSIZE_DECISIONS.name))
+
+
+def record_decision(
+    home: Home,
+    job: str,
+    model_version: int,
+    decision: Decision,
+    policy_name: str,
+    observation: Observation,
+    *,
+    decided_at: datetime | None = None,
+) -> dict[str, Any]:
+    """Append one decision (one commit) and return the row as written, reasons and observation parsed."""
+    validate_name("job", job)
+    row = {
+        "job": job,
+        "model_version": int(model_version),
+        "current_factor": observation.factor,
+        "action": decision.action,
+        "target_factor": decision.factor,
+        "policy": policy_name,
+        "reasons": json.dumps(list(decision.reasons)),
+        "observation": json.dumps(_finite(observation.to_dict()), sort_keys=True, default=str),
+        "decided_at": decided_at or utc_now(),
+    }
+    _table(home).append([row])
+    return _parsed(row)
+
+
+def read_decisions(home: Home, job: str) -> list[dict[str, Any]]:
+    """A job's decisions, oldest first; ``reasons`` and ``observation`` parsed from their JSON."""
+    table = _table(home).read(job)
+    return [_parsed(r) for r in table.sort_by("decided_at").to_pylist()]
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities as null: they are not JSON, and the Airflow UI and browsers refuse them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _parsed(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "reasons": json.loads(row["reasons"]), "observation": json.loads(row["observation"])}

@@ -1,0 +1,507 @@
+"""The autosizer's policy: which elasticity factor a job should run at, decided from its metrics.
+
+SEP-32 asks for "interfaces/api/configs for autosizing controller to size the
+job". This module is that interface, kept pure (no Spark, Delta or I/O) so a
+policy can be tested from numbers alone:
+
+* :class:`AutosizeConfig` — the bounds and thresholds a job sets in its
+  ``autosize:`` section; every field is checked here, so a bad value fails at
+  ``job create`` with the field named.
+* :class:`Observation` — what a policy sees: the current factor, rates, the lag
+  samples of the active model version and how busy its virtual tasks are.
+  ``pipelines.operations.autosize.observe`` builds it from the metrics table.
+* :class:`Decision` — "up", "down" or "hold", the target factor, and reasons
+  that name the figures they were decided from.
+* :class:`AutosizePolicy` — the extension point: any object with a ``name`` and
+  ``decide(observation, config) -> Decision``, plugged in by
+  ``autosize: {policy: "package.module:Class"}`` (see :func:`load_policy`).
+
+The default policy (:class:`DefaultPolicy`):
+
+* **Up** (double, capped at ``max_factor``) only when the lag *grows* (the
+  least-squares slope of total lag over time is above
+  ``lag_growth_records_per_s``) *and* the busiest virtual task is busy (its
+  busy ratio, processing seconds per batch wall second, is above
+  ``scale_up_busy``). Growing lag alone may be an input burst the job is
+  absorbing with room to spare; busy tasks alone are a job keeping up.
+* **Down** (halve, not below ``min_factor``) only when even the busiest task is
+  idle (below ``scale_down_busy``), the lag is not growing, and the lag is
+  small (at most ``small_lag_s`` seconds of input at the observed rate).
+* **Hold** inside the cooldown after a scaling step, with fewer than
+  ``min_batches`` batches of the active model version, and otherwise.
+
+Why it does not flap. The two busy thresholds are apart (hysteresis): a job
+between them is left alone, so noise around one threshold cannot trigger
+both moves. And a shrink must keep the *projected* busy ratio,
+``busy x current / target`` (the same work on fewer tasks), below
+``scale_up_busy``; otherwise the smaller job would look busy and be scaled
+straight back up. Conversely, after a step up from X to X' <= 2X with busy
+ratio b > ``scale_up_busy``, the new job's busy ratio is about b x X / X', and
+halving it back projects to b again, which fails that check: a step up is
+never undone by the next decision unless the load itself went down.
+
+Factors. The platform accepts any factor >= 1, but a target that is a
+multiple of the current factor (a split) or a divisor of it (a merge) makes
+checkpoint migration exact: a split inherits its parent bucket's offset and a
+merge takes the minimum, so nothing is re-read. ``allowed`` chooses:
+``split_merge`` (default: only splits and merges), ``powers_of_two`` (Samza's
+original rule) or ``any``. Bounds beat preference: a factor outside
+``[min_factor, max_factor]`` is brought back inside even where no preferred
+factor fits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol, runtime_checkable
+
+from pipelines.errors import ConfigError
+
+UP = "up"
+DOWN = "down"
+HOLD = "hold"
+ACTIONS = (UP, DOWN, HOLD)
+
+SPLIT_MERGE = "split_merge"
+POWERS_OF_TWO = "powers_of_two"
+ANY = "any"
+ALLOWED = (SPLIT_MERGE, POWERS_OF_TWO, ANY)
+
+DEFAULT_POLICY = "default"
+
+_INT_FIELDS = ("min_factor", "max_factor", "window_batches", "min_batches")
+_FLOAT_FIELDS = (
+    "cooldown_s",
+    "scale_up_busy",
+    "scale_down_busy",
+    "lag_growth_records_per_s",
+    "small_lag_s",
+    "window_s",
+)
+
+
+@dataclass(frozen=True)
+class AutosizeConfig:
+    """A job's ``autosize:`` section; the defaults suit a job that runs continuously with a 1 s trigger."""
+
+    min_factor: int = 1
+    max_factor: int = 16
+    cooldown_s: float = 300.0
+    """Seconds after a scaling step ends before the next may be decided: the new model's metrics must settle."""
+    scale_up_busy: float = 0.75
+    scale_down_busy: float = 0.25
+    lag_growth_records_per_s: float = 1.0
+    """Lag counts as growing when its least-squares slope is above this; small, but above rounding noise."""
+    small_lag_s: float = 30.0
+    """Lag counts as small when the job would read it in at most this many seconds at its observed rate."""
+    window_batches: int = 60
+    """At most this many of the active model version's latest batches are observed ..."""
+    window_s: float = 300.0
+    """... and only those committed in the last ``window_s`` seconds."""
+    min_batches: int = 5
+    """Fewer batches of the active model version than this: hold, the picture is not there yet."""
+    allowed: str = SPLIT_MERGE
+    policy: str = DEFAULT_POLICY
+    """``default`` or ``package.module:Class`` of an :class:`AutosizePolicy`."""
+
+    def __post_init__(self) -> None:
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"autosize.{name} must be a whole number, got {value!r}")
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigError(f"autosize.{name} must be a finite number, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.min_factor < 1:
+            raise ConfigError(
+                f"autosize.min_factor must be >= 1 (a factor of 0 has no key buckets), got {self.min_factor}"
+            )
+        if self.max_factor < 1:
+            raise ConfigError(f"autosize.max_factor must be >= 1, got {self.max_factor}")
+        if self.min_factor > self.max_factor:
+            raise ConfigError(
+                f"autosize.min_factor ({self.min_factor}) must be <= autosize.max_factor ({self.max_factor})"
+            )
+        for name in ("cooldown_s", "lag_growth_records_per_s", "small_lag_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"autosize.{name} must be >= 0, got {getattr(self, name):g}")
+        for name in ("scale_up_busy", "scale_down_busy"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(
+                    f"autosize.{name} must be a busy ratio between 0 and 1 (processing seconds per batch second), "
+                    f"got {getattr(self, name):g}"
+                )
+        if self.scale_down_busy >= self.scale_up_busy:
+            raise ConfigError(
+                f"autosize.scale_down_busy ({self.scale_down_busy:g}) must be below autosize.scale_up_busy "
+                f"({self.scale_up_busy:g}): the gap between them is what keeps the factor from flapping"
+            )
+        if self.window_s <= 0:
+            raise ConfigError(f"autosize.window_s must be > 0, got {self.window_s:g}")
+        if self.min_batches < 2:
+            raise ConfigError(f"autosize.min_batches must be >= 2 (a trend needs two batches), got {self.min_batches}")
+        if self.window_batches < self.min_batches:
+            raise ConfigError(
+                f"autosize.window_batches ({self.window_batches}) must be >= autosize.min_batches "
+                f"({self.min_batches}), or no window could ever be enough"
+            )
+        if self.allowed not in ALLOWED:
+            raise ConfigError(f"autosize.allowed must be one of {', '.join(ALLOWED)}, got {self.allowed!r}")
+        if not isinstance(self.policy, str) or not (self.policy == DEFAULT_POLICY or _is_import_path(self.policy)):
+            raise ConfigError(
+                f"autosize.policy must be {DEFAULT_POLICY!r} or an import path 'package.module:Class', "
+                f"got {self.policy!r}"
+            )
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> AutosizeConfig:
+        """The config from a job's ``autosize:`` section; absent fields take their defaults, unknown ones fail."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"autosize must be a mapping of fields, got {type(raw).__name__}")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(str(k) for k in raw if k not in known)
+        if unknown:
+            raise ConfigError(f"autosize has unknown field(s) {', '.join(unknown)}; the fields are {', '.join(known)}")
+        return cls(**raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a policy sees of one job, over a window of its active model version's batches.
+
+    ``lag_samples`` are ``(time in seconds, total lag in records)`` pairs, any
+    time origin; the busy ratios are a virtual task's processing seconds per
+    batch wall second (0 = idle, 1 = never stops), mean and maximum over tasks.
+    """
+
+    factor: int
+    partitions: int
+    virtual_tasks: int
+    input_rate: float
+    """Records per second arriving at the inputs (read rate plus lag growth)."""
+    processed_rate: float
+    """Records per second the job read and processed."""
+    lag_samples: tuple[tuple[float, float], ...]
+    busy_mean: float
+    busy_max: float
+    seconds_since_scaling: float | None
+    """Since the last scaling step finished (an unfinished one: since it started); None if there never was one."""
+    batches: int
+    """Batches of the active model version whose wall time was measured (the busy ratios and rates cover these)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.factor, bool) or not isinstance(self.factor, int) or self.factor < 1:
+            raise ValueError(f"observation factor must be a whole number >= 1, got {self.factor!r}")
+        if self.batches < 0 or self.partitions < 0 or self.virtual_tasks < 0:
+            raise ValueError("observation counts (batches, partitions, virtual_tasks) must be >= 0")
+        object.__setattr__(self, "lag_samples", tuple((float(t), float(v)) for t, v in self.lag_samples))
+
+    @property
+    def lag_slope(self) -> float:
+        """Records per second the total lag grows by (negative: it shrinks)."""
+        return lag_slope(self.lag_samples)
+
+    @property
+    def latest_lag(self) -> float | None:
+        return max(self.lag_samples)[1] if self.lag_samples else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["lag_samples"] = [list(s) for s in self.lag_samples]
+        out["lag_slope"] = self.lag_slope
+        return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's verdict; ``factor`` is the target, equal to the current factor on hold."""
+
+    action: str
+    factor: int
+    reasons: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"decision action must be one of {', '.join(ACTIONS)}, got {self.action!r}")
+        if isinstance(self.factor, bool) or not isinstance(self.factor, int) or self.factor < 1:
+            raise ValueError(f"decision factor must be a whole number >= 1, got {self.factor!r}")
+        object.__setattr__(self, "reasons", tuple(str(r) for r in self.reasons))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "factor": self.factor, "reasons": list(self.reasons)}
+
+
+@runtime_checkable
+class AutosizePolicy(Protocol):
+    """The extension point: decide a job's factor from an observation. Must be pure and cheap.
+
+    A policy may return any factor within ``[config.min_factor,
+    config.max_factor]``; ``check_decision`` refuses anything else before it is
+    recorded or acted on.
+    """
+
+    name: str
+
+    def decide(self, observation: Observation, config: AutosizeConfig) -> Decision: ...
+
+
+class DefaultPolicy:
+    """Double on growing lag with busy tasks, halve when idle with small lag, hold otherwise (module docstring)."""
+
+    name = DEFAULT_POLICY
+
+    def decide(self, observation: Observation, config: AutosizeConfig) -> Decision:
+        obs, cfg = observation, config
+        current = obs.factor
+        since = obs.seconds_since_scaling
+        if since is not None and since < cfg.cooldown_s:
+            return Decision(
+                HOLD,
+                current,
+                (f"in cooldown: the last scaling step was {since:.0f}s ago, cooldown_s={cfg.cooldown_s:g}",),
+            )
+        if current > cfg.max_factor:
+            target = _largest_allowed(current, cfg.min_factor, cfg.max_factor, cfg.allowed) or cfg.max_factor
+            return Decision(DOWN, target, (f"factor {current} is above max_factor={cfg.max_factor}",))
+        if current < cfg.min_factor:
+            target = _smallest_allowed(current, cfg.min_factor, cfg.max_factor, cfg.allowed) or cfg.min_factor
+            return Decision(UP, target, (f"factor {current} is below min_factor={cfg.min_factor}",))
+        if obs.batches < cfg.min_batches:
+            return Decision(
+                HOLD,
+                current,
+                (f"only {obs.batches} batch(es) of this model version observed, min_batches={cfg.min_batches}",),
+            )
+
+        slope = obs.lag_slope
+        growing = slope > cfg.lag_growth_records_per_s
+        busy = obs.busy_max
+        lag_text = f"lag {'grows' if growing else 'does not grow'}: {slope:+.1f} records/s " + (
+            f"(> lag_growth_records_per_s={cfg.lag_growth_records_per_s:g})"
+            if growing
+            else f"(<= lag_growth_records_per_s={cfg.lag_growth_records_per_s:g})"
+        )
+        busy_text = f"busiest task busy {busy:.2f}, mean {obs.busy_mean:.2f}"
+
+        if growing and busy > cfg.scale_up_busy:
+            reasons = (lag_text, f"{busy_text} (> scale_up_busy={cfg.scale_up_busy:g})")
+            target = _up_target(current, cfg)
+            if target is None:
+                why = (
+                    f"factor {current} is at max_factor={cfg.max_factor}"
+                    if current >= cfg.max_factor
+                    else f"no {cfg.allowed} factor above {current} fits max_factor={cfg.max_factor}"
+                )
+                return Decision(HOLD, current, (*reasons, f"would scale up, but {why}"))
+            return Decision(UP, target, (*reasons, f"factor {current} -> {target} ({cfg.allowed})"))
+
+        lag = obs.latest_lag or 0.0
+        drain_s = _drain_seconds(lag, obs.processed_rate)
+        small = drain_s <= cfg.small_lag_s
+        if not growing and busy < cfg.scale_down_busy and small:
+            reasons = (
+                lag_text,
+                f"{busy_text} (< scale_down_busy={cfg.scale_down_busy:g})",
+                f"lag {lag:.0f} records is {_seconds(drain_s)} of input (<= small_lag_s={cfg.small_lag_s:g})",
+            )
+            target = _down_target(current, cfg)
+            if target is None:
+                why = (
+                    f"factor {current} is at min_factor={cfg.min_factor}"
+                    if current <= cfg.min_factor
+                    else f"no {cfg.allowed} factor between min_factor={cfg.min_factor} and {current // 2}"
+                )
+                return Decision(HOLD, current, (*reasons, f"would scale down, but {why}"))
+            projected = busy * current / target
+            if projected >= cfg.scale_up_busy:
+                return Decision(
+                    HOLD,
+                    current,
+                    (
+                        *reasons,
+                        f"would scale down to {target}, but its projected busy {projected:.2f} is not below "
+                        f"scale_up_busy={cfg.scale_up_busy:g}: it would be scaled straight back up",
+                    ),
+                )
+            return Decision(
+                DOWN,
+                target,
+                (*reasons, f"factor {current} -> {target}, projected busy {projected:.2f} ({cfg.allowed})"),
+            )
+
+        reasons = [lag_text, busy_text]
+        if growing:
+            reasons.append(f"not busy enough to scale up (scale_up_busy={cfg.scale_up_busy:g})")
+        elif busy >= cfg.scale_down_busy:
+            reasons.append(
+                f"between scale_down_busy={cfg.scale_down_busy:g} and scale_up_busy={cfg.scale_up_busy:g}: "
+                "the job keeps up"
+            )
+        else:
+            reasons.append(
+                f"lag {lag:.0f} records is {_seconds(drain_s)} of input (> small_lag_s={cfg.small_lag_s:g}): "
+                "not scaling down while it drains"
+            )
+        return Decision(HOLD, current, tuple(reasons))
+
+
+def lag_slope(samples: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of lag over time, in records per second; 0 without two distinct times.
+
+    A least-squares fit rather than last-minus-first, so one batch that landed
+    just before a burst of input (or just after) does not decide the trend.
+    """
+    if len(samples) < 2:
+        return 0.0
+    n = len(samples)
+    mean_t = sum(t for t, _ in samples) / n
+    mean_v = sum(v for _, v in samples) / n
+    var = sum((t - mean_t) ** 2 for t, _ in samples)
+    if var <= 0:
+        return 0.0
+    return sum((t - mean_t) * (v - mean_v) for t, v in samples) / var
+
+
+def is_allowed(factor: int, current: int, allowed: str) -> bool:
+    """Whether ``allowed`` accepts moving from ``current`` to ``factor``."""
+    if allowed == SPLIT_MERGE:
+        return factor % current == 0 or current % factor == 0
+    if allowed == POWERS_OF_TWO:
+        return factor & (factor - 1) == 0
+    return True
+
+
+def check_decision(decision: object, observation: Observation, config: AutosizeConfig, policy: str) -> Decision:
+    """Refuse a (plugged-in) policy's decision that is malformed, points the wrong way or leaves the bounds."""
+    if not isinstance(decision, Decision):
+        raise ConfigError(f"autosize policy {policy!r} returned {type(decision).__name__}, not a Decision")
+    current, target = observation.factor, decision.factor
+    if decision.action == HOLD and target != current:
+        raise ConfigError(f"autosize policy {policy!r} decided hold but target factor {target} != current {current}")
+    if decision.action == UP and target <= current:
+        raise ConfigError(f"autosize policy {policy!r} decided up but target factor {target} <= current {current}")
+    if decision.action == DOWN and target >= current:
+        raise ConfigError(f"autosize policy {policy!r} decided down but target factor {target} >= current {current}")
+    if decision.action != HOLD and not config.min_factor <= target <= config.max_factor:
+        raise ConfigError(
+            f"autosize policy {policy!r} decided factor {target}, outside "
+            f"[min_factor={config.min_factor}, max_factor={config.max_factor}]"
+        )
+    return decision
+
+
+def load_policy(name: str | None) -> AutosizePolicy:
+    """The policy named in a job's config: ``default`` (or None), or ``package.module:Class``.
+
+    The named attribute may be a class (instantiated without arguments) or a
+    ready policy object; either way it must have ``name`` and ``decide``.
+    """
+    if name is None or name == DEFAULT_POLICY:
+        return DefaultPolicy()
+    if not isinstance(name, str) or not _is_import_path(name):
+        raise ConfigError(f"autosize policy must be {DEFAULT_POLICY!r} or 'package.module:Class', got {name!r}")
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"autosize policy {name!r}: cannot import module {module_name!r} ({e})") from None
+    try:
+        target = getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"autosize policy {name!r}: module {module_name!r} has no {attr!r}") from None
+    if isinstance(target, type):
+        try:
+            target = target()
+        except Exception as e:
+            raise ConfigError(f"autosize policy {name!r}: {attr}() failed ({type(e).__name__}: {e})") from None
+    if not isinstance(target, AutosizePolicy) or not callable(target.decide) or not isinstance(target.name, str):
+        raise ConfigError(
+            f"autosize policy {name!r} is not a policy: it needs a 'name' string and a "
+            "decide(observation, config) -> Decision method"
+        )
+    return target
+
+
+# ---------------------------------------------------------------------------------------------- factor arithmetic
+
+
+def _up_target(current: int, cfg: AutosizeConfig) -> int | None:
+    """The largest allowed factor in (current, min(2 x current, max_factor)], None at the top."""
+    desired = min(current * 2, cfg.max_factor)
+    if desired <= current:
+        return None
+    return _largest_allowed(current, current + 1, desired, cfg.allowed)
+
+
+def _down_target(current: int, cfg: AutosizeConfig) -> int | None:
+    """The largest allowed factor in [min_factor, max(current // 2, min_factor)], None at the bottom."""
+    desired = max(current // 2, cfg.min_factor)
+    if desired >= current:
+        return None
+    return _largest_allowed(current, cfg.min_factor, desired, cfg.allowed)
+
+
+def _largest_allowed(current: int, low: int, high: int, allowed: str) -> int | None:
+    if low > high:
+        return None
+    if allowed == ANY:
+        return high
+    if allowed == POWERS_OF_TWO:
+        power = 1 << (high.bit_length() - 1)
+        return power if power >= low else None
+    # split_merge: the multiples of current up to high, else its divisors
+    if high >= current:
+        multiple = high // current * current
+        if multiple >= max(low, current):
+            return multiple
+    best = None
+    for d in _divisors(current):
+        if low <= d <= high and (best is None or d > best):
+            best = d
+    return best
+
+
+def _smallest_allowed(current: int, low: int, high: int, allowed: str) -> int | None:
+    if low > high:
+        return None
+    if allowed == ANY:
+        return low
+    if allowed == POWERS_OF_TWO:
+        power = 1 << max(low - 1, 0).bit_length()
+        return power if power <= high else None
+    if low <= current:
+        divisors = [d for d in _divisors(current) if low <= d <= high]
+        if divisors:
+            return min(divisors)
+    multiple = -(-low // current) * current
+    return multiple if multiple <= high else None
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _drain_seconds(lag: float, rate: float) -> float:
+    if lag <= 0:
+        return 0.0
+    return lag / rate if rate > 0 else math.inf
+
+
+def _seconds(value: float) -> str:
+    return "unbounded (no records read)" if math.isinf(value) else f"{value:.1f}s"
+
+
+def _is_import_path(value: str) -> bool:
+    module, sep, attr = value.partition(":")
+    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and attr.isidentifier()

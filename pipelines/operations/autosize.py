@@ -1,0 +1,276 @@
+"""Scale evaluation: observe a job from its metrics, ask its autosize policy, record the decision.
+
+``evaluate(home, job)`` is what the CLI and the ``scale_evaluation`` DAG call;
+it decides and records, and never rescales: acting on an "up" or "down" is the
+rescale operation's job, under its own lock and checks.
+
+A job tunes the autosizer in its YAML; every field is optional, and these are
+the defaults (see ``pipelines.core.autosize`` for what each one does)::
+
+    autosize:
+      min_factor: 1
+      max_factor: 16
+      cooldown_s: 300              # after a scaling step, let the new model's metrics settle
+      scale_up_busy: 0.75          # up: the busiest task is busier than this AND the lag grows
+      scale_down_busy: 0.25        # down: even the busiest task is idler than this AND the lag is small
+      lag_growth_records_per_s: 1  # "the lag grows": its least-squares slope is above this
+      small_lag_s: 30              # "the lag is small": read in at most this many seconds at the observed rate
+      window_batches: 60           # observe at most the latest 60 batches of the active model version ...
+      window_s: 300                # ... committed in the last 300 seconds
+      min_batches: 5               # hold until this many batches have been measured
+      allowed: split_merge         # split_merge | powers_of_two | any
+      policy: default              # or "package.module:Class", an AutosizePolicy
+
+What the observation is made of. Only the metrics of the *active* model
+version count: a rescale changes the tasks and their load, so the picture
+starts again (and ``min_batches`` keeps the autosizer still until it has one).
+The runtime's sink appends one batch's metric rows in one commit, so they
+share one ``at`` timestamp, the moment the batch was committed:
+
+* **Batch wall time** is the time between two consecutive batches' commits,
+  ``at(b) - at(b - 1)``: everything the batch took, including the trigger's wait
+  and idle time between batches, which is exactly what a busy ratio should
+  count as not busy. It is measured only between consecutive batch ids of one
+  query: an interval that contains a query start or stop (a ``query_started`` /
+  ``query_stopped`` row, or a driver ``heartbeat`` with batch id -1, which a
+  driver writes when it starts a query, before its first batch) spans a
+  restart, and the time the job was down says nothing about its load. The
+  first batch of a query is not measured for the same reason (it includes
+  Spark's start). ``Observation.batches`` counts the measured batches.
+* **Busy ratio** of a virtual task is its ``process_s`` (time in the user's
+  process function) summed over the measured batches, divided by their summed
+  wall time, capped at 1. Reading and key hashing (``read_s``, ``key_hash_s``)
+  are left out on purpose: every virtual task of a partition reads the whole
+  partition, so that work does not shrink with more tasks, and a busy ratio
+  that included it would promise a speed-up a higher factor cannot give.
+  Tasks queueing for executor cores show up as a *lower* busy ratio (their
+  wall time grows, their processing time does not), so the autosizer does not
+  scale past what the cluster can run at once.
+* **Lag** of a batch is the sum of its ``lag_records`` rows (one per input
+  partition: the partition's end offset minus its slowest key bucket's
+  checkpoint, at commit time). The samples are ``(seconds since the window's
+  first batch, total lag)`` per batch, and the trend is their least-squares
+  slope.
+* **Processed rate** is the ``records_in`` of all tasks over the measured
+  batches divided by their wall time; **input rate** is the processed rate plus
+  the lag slope (what arrives = what is read + what piles up).
+* A batch id committed twice (a replay after a crash) counts once, with its
+  first commit's rows.
+* **Seconds since scaling** is measured from the latest scaling event's end,
+  or its start if it never ended (in progress, or crashed: the cooldown then
+  still runs out).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pandas as pd
+
+from pipelines.control.decisions import record_decision
+from pipelines.control.home import Home
+from pipelines.control.tables import ControlPlane
+from pipelines.core.autosize import (
+    AutosizeConfig,
+    AutosizePolicy,
+    Decision,
+    DefaultPolicy,
+    Observation,
+    check_decision,
+    lag_slope,
+    load_policy,
+)
+from pipelines.core.model import JobModel
+from pipelines.errors import ConfigError, PipelinesError
+from pipelines.jobs.registry import job_config
+
+BATCH_METRICS = ("task_count", "sink_commit_s")
+"""Job-wide rows the sink writes once per committed batch: they date the batch."""
+TASK_METRICS = ("process_s", "records_in")
+LAG_METRIC = "lag_records"
+QUERY_BOUNDARIES = ("query_started", "query_stopped")
+HEARTBEAT = "heartbeat"
+
+ConfigLike = AutosizeConfig | Mapping[str, Any] | None
+PolicyLike = AutosizePolicy | str | None
+
+
+def observe(home: Home, job: str, now: datetime | None = None, *, config: ConfigLike = None) -> Observation:
+    """The active model version's picture over the window; ``config`` (default: the job's) sets the window."""
+    control = ControlPlane(home)
+    model = control.active_model(job)
+    return _observe(control, model, _config(model, config), _utc(now))
+
+
+def evaluate(
+    home: Home,
+    job: str,
+    *,
+    config: ConfigLike = None,
+    policy: PolicyLike = None,
+    record: bool = True,
+    now: datetime | None = None,
+) -> Decision:
+    """Observe the job, let the policy decide, and (``record``) append the decision to ``autosize_decisions``.
+
+    ``config`` overrides the job's ``autosize:`` section (a mapping is read
+    over the defaults, not over the job's section); ``policy`` overrides the
+    config's ``policy`` (an object or a ``package.module:Class`` name). A
+    decision that points the wrong way or leaves the bounds is refused with a
+    ``ConfigError`` and not recorded.
+    """
+    control = ControlPlane(home)
+    model = control.active_model(job)
+    cfg = _config(model, config)
+    chosen = _policy(policy, cfg)
+    observation = _observe(control, model, cfg, _utc(now))
+    decision = check_decision(_decide(chosen, observation, cfg), observation, cfg, chosen.name)
+    if record:
+        record_decision(home, job, model.version, decision, chosen.name, observation)
+    return decision
+
+
+def autosize_config(model: JobModel) -> AutosizeConfig:
+    """The ``autosize:`` section of the configuration a model was planned from, over the defaults."""
+    return job_config(model).autosize_config()
+
+
+# ------------------------------------------------------------------------------------------------- internals
+
+
+def _policy(policy: PolicyLike, cfg: AutosizeConfig) -> AutosizePolicy:
+    if policy is None:
+        return load_policy(cfg.policy)
+    if isinstance(policy, str):
+        return load_policy(policy)
+    if isinstance(policy, AutosizePolicy):
+        return policy
+    raise ConfigError(f"autosize policy must be a policy object or a 'package.module:Class' name, got {policy!r}")
+
+
+def _config(model: JobModel, config: ConfigLike) -> AutosizeConfig:
+    if config is None:
+        return autosize_config(model)
+    if isinstance(config, AutosizeConfig):
+        return config
+    return AutosizeConfig.from_mapping(config)
+
+
+def _decide(policy: AutosizePolicy, observation: Observation, config: AutosizeConfig) -> Decision:
+    """The policy's decision; a plugged-in policy that fails is the user's to fix, so it is a ConfigError."""
+    if isinstance(policy, DefaultPolicy):
+        return policy.decide(observation, config)
+    try:
+        return policy.decide(observation, config)
+    except PipelinesError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"autosize policy {policy.name!r} failed: {type(e).__name__}: {e}") from e
+
+
+def _utc(now: datetime | None) -> datetime:
+    if now is None:
+        return datetime.now(UTC)
+    return now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
+
+
+def _observe(control: ControlPlane, model: JobModel, cfg: AutosizeConfig, now: datetime) -> Observation:
+    job, version = model.job_name, model.version
+    # One scan of the whole version for the small per-batch and per-query rows; the per-task rows are read
+    # for the window's batches only (``since_batch`` prunes files by their batch_id statistics).
+    frame = control.read_metrics(job, model_version=version, metrics=[*BATCH_METRICS, *QUERY_BOUNDARIES, HEARTBEAT])
+    dated = _first_commits(frame[frame["metric"].isin(BATCH_METRICS)], cfg, now)
+    commits = {b: dated[b] for b in sorted(dated)[-cfg.window_batches :]}
+    base = {
+        "factor": model.elasticity_factor,
+        "partitions": sum(model.partitions().values()),
+        "virtual_tasks": model.task_count,
+        "seconds_since_scaling": _seconds_since_scaling(control, job, now),
+    }
+    if not commits:
+        return Observation(
+            **base, input_rate=0.0, processed_rate=0.0, lag_samples=(), busy_mean=0.0, busy_max=0.0, batches=0
+        )
+    rows = control.read_metrics(
+        job, model_version=version, metrics=[*TASK_METRICS, LAG_METRIC], since_batch=min(commits)
+    ).to_dict("records")
+    rows = [r for r in rows if r["batch_id"] in commits and _ts(r["at"]) == commits[r["batch_id"]]]
+    boundaries = _query_boundaries(frame)
+
+    origin = min(commits.values())
+    lag: dict[int, float] = defaultdict(float)
+    process: dict[int, dict[str, float]] = defaultdict(dict)
+    records: dict[int, float] = defaultdict(float)
+    for r in rows:
+        b = r["batch_id"]
+        if r["metric"] == LAG_METRIC:
+            lag[b] += r["value"]
+        elif r["metric"] == "process_s" and r["task"] is not None:
+            process[b][r["task"]] = process[b].get(r["task"], 0.0) + r["value"]
+        elif r["metric"] == "records_in":
+            records[b] += r["value"]
+    samples = tuple(((commits[b] - origin).total_seconds(), lag[b]) for b in sorted(lag))
+
+    busy_s: dict[str, float] = defaultdict(float)
+    wall_s: dict[str, float] = defaultdict(float)
+    measured, read, wall_total = 0, 0.0, 0.0
+    for b in sorted(commits):
+        start, end = dated.get(b - 1), commits[b]  # the predecessor may be just outside window_batches
+        if start is None or end <= start or any(start < t < end for t in boundaries):
+            continue
+        wall = (end - start).total_seconds()
+        measured += 1
+        wall_total += wall
+        read += records[b]
+        for task, seconds in process[b].items():
+            busy_s[task] += seconds
+            wall_s[task] += wall
+    busy = [min(1.0, busy_s[t] / wall_s[t]) for t in busy_s if wall_s[t] > 0]
+    processed = read / wall_total if wall_total > 0 else 0.0
+    return Observation(
+        **base,
+        input_rate=max(0.0, processed + lag_slope(samples)),
+        processed_rate=processed,
+        lag_samples=samples,
+        busy_mean=sum(busy) / len(busy) if busy else 0.0,
+        busy_max=max(busy, default=0.0),
+        batches=measured,
+    )
+
+
+def _first_commits(frame: pd.DataFrame, cfg: AutosizeConfig, now: datetime) -> dict[int, datetime]:
+    """Batch id -> its first commit time, for the batches committed within ``window_s`` before now."""
+    first: dict[int, datetime] = {}
+    oldest = now - timedelta(seconds=cfg.window_s)
+    for batch, at in zip(frame["batch_id"].tolist(), frame["at"].tolist(), strict=True):
+        t = _ts(at)
+        if batch >= 0 and oldest <= t <= now and (batch not in first or t < first[batch]):
+            first[int(batch)] = t
+    return first
+
+
+def _query_boundaries(frame: pd.DataFrame) -> list[datetime]:
+    """When a query of this version started or stopped (see the module docstring)."""
+    return [
+        _ts(at)
+        for metric, batch, at in zip(frame["metric"], frame["batch_id"], frame["at"], strict=True)
+        if metric in QUERY_BOUNDARIES or (metric == HEARTBEAT and batch < 0)
+    ]
+
+
+def _seconds_since_scaling(control: ControlPlane, job: str, now: datetime) -> float | None:
+    events = control.scaling_events(job)
+    if not events:
+        return None
+    latest = max(e.finished_at or e.started_at for e in events)
+    return max(0.0, (now - _ts(latest)).total_seconds())
+
+
+def _ts(value: Any) -> datetime:
+    """A timestamp from Delta (pandas or Python) as an aware UTC datetime, compared to the microsecond."""
+    if isinstance(value, pd.Timestamp):
+        value = value.to_pydatetime()
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
