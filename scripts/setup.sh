@@ -17,6 +17,11 @@ if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless
 fi
 
+if [ ! -x /usr/bin/chromium ]; then
+  log "Chromium not found: installing Debian's chromium (the e2e browser tests drive it headless with playwright)"
+  apt_install chromium
+fi
+
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then

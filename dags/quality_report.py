@@ -1,0 +1,56 @@
+"""Rebuild the data-quality report: validate every job's whole run, publish Data Docs, hourly or on a new model.
+
+Runs when a new job model is activated (the `pipelines_job_models` Asset that `elastic_rescale` and
+`repartition_watch` update) and every hour. Results go to the `dq_results` table; the Data Docs site is
+`<home>/quality/docs/index.html`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import AssetOrTimeSchedule, dag, task
+from airflow.timetables.trigger import CronTriggerTimetable
+from pipelines_airflow.assets import JOB_MODELS, QUALITY
+from pipelines_airflow.hooks import PipelinesHook
+
+from pipelines.control.tables import ControlPlane
+from pipelines.errors import PipelinesError
+
+
+@dag(
+    dag_id="quality_report",
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=[JOB_MODELS]),
+    catchup=False,
+    max_active_runs=1,
+    tags=["elastic-pipelines", "quality"],
+    doc_md=__doc__,
+)
+def quality_report() -> None:
+    @task(outlets=[QUALITY])
+    def validate_all_jobs() -> dict[str, Any]:
+        from pipelines.operations.scaling import default_sequence
+        from pipelines.quality.report import run_quality
+
+        home = PipelinesHook().home()
+        verdicts: dict[str, Any] = {}
+        docs = None
+        for job in ControlPlane(home).jobs():
+            try:
+                report = run_quality(home, job, sequence=default_sequence(home, job))
+            except PipelinesError as e:  # e.g. a job that never ran: nothing to validate yet
+                print(f"{job}: not validated: {e}")
+                verdicts[job] = f"skipped: {e}"
+                continue
+            print(report.summary())
+            verdicts[job] = "pass" if report.success else "fail"
+            docs = str(report.docs_index)
+        failed = [job for job, verdict in verdicts.items() if verdict == "fail"]
+        if failed:
+            raise PipelinesError(f"data-quality checks FAILED for {', '.join(failed)}; Data Docs: {docs}")
+        return {"verdicts": verdicts, "docs": docs}
+
+    validate_all_jobs()
+
+
+quality_report()

@@ -1,0 +1,59 @@
+"""Absorb repartitioned inputs: every minute, compare each job's inputs with its active model.
+
+A growth to a multiple of the partition count is absorbed by the next model with GroupByPartitionFixedTaskNum
+(SEP-5: keys stay with their tasks), through the same lock → migrate → activate → restart → verify path as
+`elastic_rescale`. A shrink or a non-multiple growth fails the run with the reason, and the job stays on its
+current model. A job whose lock is held by another scaling step is looked at again next minute.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import dag, task
+from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.scaling import scaling_path
+
+from pipelines.errors import PartitionChangeError
+from pipelines.operations import repartition
+
+
+@dag(
+    dag_id="repartition_watch",
+    schedule=timedelta(minutes=1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["elastic-pipelines", "scaling"],
+    params={"catch_up_timeout_s": 600, "restart_timeout_s": 300, "lock_wait_s": 0},
+    doc_md=__doc__,
+)
+def repartition_watch() -> None:
+    @task
+    def detect() -> list[dict[str, Any]]:
+        changes = repartition.detect(PipelinesHook().home())
+        for c in changes:
+            state = "refused" if c.error else ("busy" if c.busy else "absorb")
+            print(f"{c.job}: {c.stream} {c.before} -> {c.after} partitions: {state} {c.error or c.busy or ''}")
+        if not changes:
+            print("every job's inputs match its active model")
+        return [c.to_dict() for c in changes]
+
+    @task
+    def absorbable(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        found = [repartition.InputChange(**c) for c in changes]
+        return [c.request().to_dict() for c in found if c.error is None and c.busy is None]
+
+    @task
+    def refuse_invalid(changes: list[dict[str, Any]]) -> None:
+        """Fail the run, naming every input change that cannot be absorbed; those jobs keep their models."""
+        errors = [f"{c['job']}: {c['error']}" for c in changes if c["error"]]
+        if errors:
+            raise PartitionChangeError("; ".join(errors))
+
+    changes = detect()
+    scaling_path.expand(request=absorbable(changes))
+    refuse_invalid(changes)
+
+
+repartition_watch()

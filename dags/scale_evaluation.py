@@ -1,0 +1,56 @@
+"""Autosize: every five minutes, ask each job's policy for a factor and trigger `elastic_rescale` when it acts.
+
+The policy (`pipelines.core.autosize`, default or the job's own `autosize.policy`) reads the metrics table:
+input rate, lag and its trend, per-task busy time; it scales up when lag grows and tasks are busy, down when
+they idle, within bounds, after a cooldown, with hysteresis against flapping. Every decision and its reasons
+are recorded in the `autosize_decisions` table, holds included.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import dag, task
+from pipelines_airflow.hooks import PipelinesHook
+
+from pipelines.control.locks import ScalingLock
+from pipelines.control.tables import ControlPlane
+
+
+@dag(
+    dag_id="scale_evaluation",
+    schedule=timedelta(minutes=5),
+    catchup=False,
+    max_active_runs=1,
+    tags=["elastic-pipelines", "scaling"],
+    doc_md=__doc__,
+)
+def scale_evaluation() -> None:
+    @task
+    def evaluate_jobs() -> list[dict[str, Any]]:
+        """One decision per job; a job being scaled right now is skipped (its metrics are in flux)."""
+        from pipelines.operations.autosize import evaluate
+
+        home = PipelinesHook().home()
+        lock = ScalingLock(home)
+        confs = []
+        for job in ControlPlane(home).jobs():
+            state = lock.state(job)
+            if state is not None and state.held:
+                print(f"{job}: skipped, {state.describe()}")
+                continue
+            decision = evaluate(home, job)
+            print(f"{job}: {decision.action} -> factor {decision.factor}: " + "; ".join(decision.reasons))
+            if decision.action != "hold":
+                reason = f"autosize {decision.action}: " + "; ".join(decision.reasons)
+                confs.append({"job": job, "factor": decision.factor, "reason": reason[:500], "dry_run": False})
+        return confs
+
+    TriggerDagRunOperator.partial(
+        task_id="trigger_rescale", trigger_dag_id="elastic_rescale", wait_for_completion=False
+    ).expand(conf=evaluate_jobs())
+
+
+scale_evaluation()

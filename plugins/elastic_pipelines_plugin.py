@@ -1,0 +1,31 @@
+"""The ``elastic_pipelines`` Airflow plugin: the "Elastic pipelines" page in the Airflow UI.
+
+* ``fastapi_apps``: the page's FastAPI app (``pipelines_airflow.ui``), mounted by the
+  api-server under ``/elastic-pipelines`` (HTML at ``/elastic-pipelines/``, JSON at
+  ``/elastic-pipelines/api/jobs``). Every route requires a logged-in Airflow user with
+  DAG read access (``requires_access_dag("GET")`` from Airflow's own API security).
+* ``external_views``: a "Elastic pipelines" entry in the UI's Browse menu that shows the
+  page inside Airflow (at ``/plugin/elastic-pipelines``); the iframe is same-origin, so
+  the UI's ``_token`` cookie authenticates it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from airflow.plugins_manager import AirflowPlugin
+from pipelines_airflow.ui import TITLE, URL_PREFIX, app
+
+
+class ElasticPipelinesPlugin(AirflowPlugin):
+    name = "elastic_pipelines"
+    fastapi_apps: ClassVar[list[Any]] = [{"app": app, "url_prefix": URL_PREFIX, "name": TITLE}]
+    external_views: ClassVar[list[Any]] = [
+        {
+            "name": TITLE,
+            "href": URL_PREFIX.lstrip("/") + "/",  # relative to the UI's base URL, so it works under a root path
+            "url_route": URL_PREFIX.lstrip("/"),
+            "destination": "nav",
+            "category": "browse",
+        }
+    ]

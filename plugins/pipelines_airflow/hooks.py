@@ -1,0 +1,39 @@
+"""Where a deployment's state lives, as Airflow sees it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from pipelines.control.home import Home, resolve_home
+
+
+class PipelinesHook(BaseHook):
+    """Resolves the pipelines home: the connection's ``home`` extra, else ``PIPELINES_HOME``, else the default.
+
+    A connection lets one Airflow drive several deployments (one connection
+    each) and keeps the path out of DAG code; a single deployment needs only
+    the environment variable its workers already share with the drivers.
+    """
+
+    conn_name_attr = "pipelines_conn_id"
+    default_conn_name = "pipelines_default"
+    conn_type = "pipelines"
+    hook_name = "Elastic pipelines"
+
+    def __init__(self, pipelines_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipelines_conn_id = pipelines_conn_id
+
+    def get_conn(self) -> Home:
+        return self.home()
+
+    def home(self) -> Home:
+        try:
+            conn = self.get_connection(self.pipelines_conn_id)
+        except Exception:  # no such connection (AirflowNotFoundException): the environment decides
+            return resolve_home()
+        extra = conn.extra_dejson if hasattr(conn, "extra_dejson") else json.loads(conn.extra or "{}")
+        return resolve_home(extra.get("home") or conn.host or None)

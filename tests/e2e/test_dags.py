@@ -1,0 +1,243 @@
+"""Every DAG under ``dag.test()``: real Airflow task execution (in this process), real Spark and Delta.
+
+Jobs run through spark-submit, as in production; the control plane is the
+home in ``PIPELINES_HOME``, which each test points at its own folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.control.home import Home
+from pipelines.control.locks import ScalingLock
+from pipelines.control.tables import ControlPlane
+from pipelines.core.groupers import plan_job_model
+from pipelines.demo import producer
+from pipelines.jobs.config import JobConfig
+from pipelines.jobs.registry import CONFIG_KEY, create_job
+from pipelines.runtime import launcher
+from pipelines.systems.deltalog import DeltaLog
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_IDS = {"elastic_rescale", "repartition_watch", "scale_evaluation", "elastic_microbatch", "quality_report"}
+QUIET = lambda message: None  # noqa: E731
+
+
+@pytest.fixture
+def dagbag(airflow_db: Any) -> Any:
+    """Parsed afresh for every test: ``dag.test(run_conf=...)`` leaves a run's params on the in-memory DAG."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """This test's deployment, where the DAGs' tasks (running in this process) will look."""
+    root = tmp_path / "home"
+    monkeypatch.setenv("PIPELINES_HOME", str(root))
+    monkeypatch.setenv("PIPELINES_SPARK_MASTER", "local[2]")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # spark-submit
+    return Home(root)
+
+
+def _demo_job(home: Home, name: str = "enrichment", *, trigger: str = "continuous", records: int = 300) -> JobConfig:
+    log = DeltaLog(home.streams)
+    if "events" not in log.list_streams():
+        log.create("events", 2)
+    producer.produce(log, home, "events", records, 20, seed=1)
+    raw = JobConfig.load(REPO / "include/jobs/enrichment.yaml").to_dict()
+    raw.update(
+        name=name,
+        trigger=trigger,
+        process_options={"latency_ms": 0},
+        sink={"table": f"{name}_out"},
+        dead_letter={"table": f"{name}_dead"},
+        batch={"max_records": 200, "trigger_interval": "0 seconds"},
+    )
+    config = JobConfig.from_dict(raw)
+    create_job(home, config)
+    return config
+
+
+def _run(dag: Any, **conf: Any) -> str:
+    run = dag.test(run_conf=conf or None)
+    return str(run.state)
+
+
+def _task_states(dag_run: Any) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+
+
+def test_the_dagbag_holds_every_dag_without_import_errors(dagbag: Any) -> None:
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dag_ids) == DAG_IDS
+    rescale = dagbag.get_dag("elastic_rescale")
+    assert {"job", "factor", "reason", "dry_run"} <= set(rescale.params.keys())
+    assert rescale.max_active_runs == 1
+    assert [t.task_id for t in rescale.tasks if t.is_teardown] == ["scale.record_event"]
+
+
+def test_a_dry_run_shows_the_plan_and_changes_nothing(dagbag: Any, home: Home) -> None:
+    _demo_job(home)
+    run = dagbag.get_dag("elastic_rescale").test(run_conf={"job": "enrichment", "factor": 4, "dry_run": True})
+    states = _task_states(run)
+    assert str(run.state) == "success"
+    assert states["plan"] == "success" and states["scale.migrate_checkpoints"] == "skipped"
+    summary = next(ti for ti in run.get_task_instances() if ti.task_id == "plan").xcom_pull(task_ids="plan")
+    assert (summary["to_factor"], summary["virtual_tasks"]) == (4, 8)
+    control = ControlPlane(home)
+    assert control.latest_version("enrichment") == 1 and control.scaling_events("enrichment") == []
+
+
+def test_a_bad_factor_or_unknown_job_fails_validation_and_changes_nothing(dagbag: Any, home: Home) -> None:
+    _demo_job(home)
+    dag = dagbag.get_dag("elastic_rescale")
+    for conf in ({"job": "enrichment", "factor": 0}, {"job": "enrichment", "factor": "lots"}, {"job": "nope"}):
+        run = dag.test(run_conf=conf)
+        assert str(run.state) == "failed", conf
+        assert _task_states(run)["validate"] == "failed", conf
+    assert ControlPlane(home).latest_version("enrichment") == 1
+
+
+def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
+    dagbag: Any, home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _demo_job(home)
+    assert launcher.run(home, config.name, available_now=True, master="local[2]", detach=False) == 0
+    dag = dagbag.get_dag("elastic_rescale")
+    control = ControlPlane(home)
+
+    monkeypatch.setenv("PIPELINES_FAULT", "after_migrate")  # the migrate task crashes after saving v2
+    crashed = dag.test(run_conf={"job": config.name, "factor": 4, "reason": "crash test"})
+    monkeypatch.delenv("PIPELINES_FAULT")
+    states = _task_states(crashed)
+    assert str(crashed.state) == "failed"
+    assert states["scale.migrate_checkpoints"] == "failed" and states["scale.record_event"] == "success"
+    assert control.active_version(config.name) == 1  # the old model stays fully in force
+    assert control.scaling_events(config.name)[-1].status == "rolled back"
+    assert ScalingLock(home).state(config.name).status == "released"
+
+    producer.produce(DeltaLog(home.streams), home, "events", 200, 20, seed=2)
+    run = dag.test(run_conf={"job": config.name, "factor": 4, "reason": "scale up"})
+    assert str(run.state) == "success", _task_states(run)
+    model = control.active_model(config.name)
+    assert (model.version, model.elasticity_factor, model.task_count) == (3, 4, 8)  # v2 stays inert
+    event = control.scaling_events(config.name)[-1]
+    assert event.status == "verified"
+    assert event.details["dq"] == "pass" and event.details["records_replayed"] == 0
+    assert event.details["mode"] == "cold" and event.details["caught_up_s"] >= 0
+    dq = control.read_dq_results(config.name)
+    assert set(dq[dq["window"] == f"event:{event.event_id}"]["check"]) >= {"no_loss", "no_duplicates", "key_order"}
+
+
+def test_repartition_watch_absorbs_an_expansion_with_keys_kept_on_their_tasks(dagbag: Any, home: Home) -> None:
+    config = _demo_job(home)
+    assert launcher.run(home, config.name, available_now=True, master="local[2]", detach=False) == 0
+    log = DeltaLog(home.streams)
+    producer.produce(log, home, "events", 100, 20, seed=3)  # unread records in the old partitions ...
+    log.expand("events", 4)
+    producer.produce(log, home, "events", 200, 20, seed=4)  # ... and newer ones of the same keys in new ones
+    run = dagbag.get_dag("repartition_watch").test()
+    assert str(run.state) == "success", _task_states(run)
+    model = ControlPlane(home).active_model(config.name)
+    assert model.grouper == "GroupByPartitionFixedTaskNum"
+    assert sorted(model.partitions().values()) == [4]
+    assert model.task_count == 2  # SEP-5: partitions 2 and 3 joined the tasks of partitions 0 and 1
+    event = ControlPlane(home).scaling_events(config.name)[-1]
+    assert (event.kind, event.status, event.details["dq"]) == ("partition expansion", "verified", "pass")
+    again = dagbag.get_dag("repartition_watch").test()  # nothing left to absorb
+    assert str(again.state) == "success" and ControlPlane(home).active_version(config.name) == model.version
+
+
+def test_repartition_watch_fails_on_a_change_it_cannot_absorb_and_keeps_the_model(dagbag: Any, home: Home) -> None:
+    """A topic that grew from 3 to 4 partitions (Kafka allows it; SEP-5 cannot keep keys on their tasks)."""
+    log = DeltaLog(home.streams)
+    log.create("events", 4)
+    raw = JobConfig.load(REPO / "include/jobs/enrichment.yaml").to_dict()
+    config = JobConfig.from_dict({**raw, "grouper": "GroupByPartitionFixedTaskNum"})
+    create_job(home, config)
+    control = ControlPlane(home)
+    v1 = control.active_model(config.name)
+    three = plan_job_model(
+        config.name, 2, {config.inputs[0]: 3}, grouper=config.grouper, config={CONFIG_KEY: v1.config[CONFIG_KEY]}
+    )
+    control.save_job_model(three, reason="the job was planned when the topic had 3 partitions")
+    control.activate(config.name, 2)
+    run = dagbag.get_dag("repartition_watch").test()
+    states = _task_states(run)
+    assert str(run.state) == "failed"
+    assert states["refuse_invalid"] == "failed"
+    assert control.active_version(config.name) == 2 and control.latest_version(config.name) == 2
+
+
+def test_scale_evaluation_records_its_decision_and_triggers_a_rescale(dagbag: Any, home: Home) -> None:
+    from pipelines.control.decisions import read_decisions
+    from tests.integration.operations.test_autosize import JOB, Load, make_job, write_batches
+
+    make_job(home, 1)
+    # ten batches, 2 s apart, ending now: tasks busy 95% of the time and the lag growing by 500 records a batch
+    start = _utc_now() - _seconds(2.0 * 10)
+    write_batches(home, [Load(process_s=1.9, records=100, lag=1000 + 500 * i) for i in range(10)], start=start)
+    run = dagbag.get_dag("scale_evaluation").test()
+    assert str(run.state) == "success", _task_states(run)
+    decision = read_decisions(home, JOB)[-1]
+    assert (decision["action"], decision["target_factor"]) == ("up", 2)
+    from airflow.models import DagRun
+
+    triggered = DagRun.find(dag_id="elastic_rescale")
+    confs = [r.conf for r in triggered if r.conf and r.conf.get("job") == JOB]
+    assert confs and confs[-1]["factor"] == 2 and confs[-1]["reason"].startswith("autosize up")
+
+
+def test_microbatch_runs_available_now_jobs_and_relaunches_a_continuous_one(dagbag: Any, home: Home) -> None:
+    batch = _demo_job(home, "nightly", trigger="available-now")
+    continuous = _demo_job(home, "always", trigger="continuous", records=0)
+    try:
+        run = dagbag.get_dag("elastic_microbatch").test()
+        assert str(run.state) == "success", _task_states(run)
+        rows = ControlPlane(home).latest_checkpoints(batch.name, 1)
+        ends = DeltaLog(home.streams).end_offsets("events")
+        assert {int(o) for s, o in rows.offsets.items()} == {ends[0], ends[1]} or all(
+            int(o) == ends[s.partition] for s, o in rows.offsets.items()
+        )
+        from pipelines.operations.scaling import last_heartbeat
+
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not (last_heartbeat(ControlPlane(home), continuous.name) or {}).get(
+            "live"
+        ):
+            time.sleep(1)
+        assert (last_heartbeat(ControlPlane(home), continuous.name) or {}).get("live"), "relaunched driver never beat"
+    finally:
+        assert launcher.stop(home, continuous.name, timeout=120)
+
+
+def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any, home: Home) -> None:
+    config = _demo_job(home)
+    assert launcher.run(home, config.name, available_now=True, master="local[2]", detach=False) == 0
+    run = dagbag.get_dag("quality_report").test()
+    assert str(run.state) == "success", _task_states(run)
+    dq = ControlPlane(home).read_dq_results(config.name)
+    assert len(dq) and dq["success"].all()
+    assert (home.root / "quality" / "docs" / "index.html").exists()
+
+
+def _utc_now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+def _seconds(s: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=s)

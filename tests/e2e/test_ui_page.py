@@ -1,0 +1,170 @@
+"""The "Elastic pipelines" plugin page in a real headless Chromium, against the running Airflow.
+
+The job is made with the platform's Python APIs in the home the Airflow
+api-server reads (``running_airflow.pipelines_home``): created at factor 1,
+rescaled to 4, and its scaling window validated. No Spark run is needed: the
+page shows control-plane rows.
+
+Chromium is Debian's (``/usr/bin/chromium``, installed by ``scripts/setup.sh``),
+driven by the ``playwright`` package; ``playwright install`` is never run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pipelines.control.home import Home
+from pipelines.control.tables import ControlPlane
+from pipelines.demo.producer import produce
+from pipelines.jobs.config import JobConfig
+from pipelines.jobs.registry import create_job
+from pipelines.operations.autosize import evaluate
+from pipelines.operations.rescale import rescale
+from pipelines.quality.report import run_quality
+from pipelines.systems.deltalog import DeltaLog
+from tests.e2e.airflow_fixtures import REPO, AirflowClient
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+JOB = "ui_enrichment"
+STREAM = "ui_events"
+PAGE = "/elastic-pipelines/"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup.sh (it apt-get installs Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=120_000)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def rescaled_job(running_airflow: AirflowClient) -> dict[str, Any]:
+    """A job in the Airflow home, created at factor 1 and rescaled to 4, with its scaling window validated."""
+    home = Home(running_airflow.pipelines_home)
+    log = DeltaLog(home.streams)
+    log.create(STREAM, 2)
+    produce(log, home, STREAM, 200, 20, seed=7)
+    raw = JobConfig.load(REPO / "include" / "jobs" / "enrichment.yaml").to_dict()
+    raw.update(
+        name=JOB,
+        inputs=[{"system": "deltalog", "stream": STREAM}],
+        sink={"table": f"{JOB}_out"},
+        dead_letter={"table": f"{JOB}_dead"},
+    )
+    create_job(home, JobConfig.from_dict(raw))
+    model = rescale(home, JOB, 4, reason="scale up for the UI test")
+    event = ControlPlane(home).scaling_events(JOB)[-1]
+    report = run_quality(home, JOB, event.event_id, sequence="seq", docs=False)
+    decision = evaluate(home, JOB)  # the autosizer's verdict right after a rescale (recorded in autosize_decisions)
+    return {"home": home, "model": model, "event": event, "report": report, "decision": decision}
+
+
+def _context(browser: Any, client: AirflowClient, *, logged_in: bool) -> Any:
+    context = browser.new_context(base_url=client.base_url, viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(60_000)
+    if logged_in:  # what Airflow's login leaves in the browser: the JWT in the `_token` cookie
+        context.add_cookies([{"name": "_token", "value": client.token, "url": client.base_url}])
+    return context
+
+
+def test_the_page_shows_the_job_its_factor_and_its_rescale(
+    browser: Any, running_airflow: AirflowClient, rescaled_job: dict[str, Any], tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    context = _context(browser, running_airflow, logged_in=True)
+    try:
+        page = context.new_page()
+        response = page.goto(PAGE)
+        assert response is not None and response.status == 200, response and response.text()[:2000]
+        card = page.locator(f"section.job[data-job='{JOB}']")
+        card.wait_for()
+        assert card.locator("h2.job-name").inner_text() == JOB
+        assert card.locator(".fact.factor .v").inner_text() == "4"
+        assert card.locator(".fact.model-version .v").inner_text() == f"v{rescaled_job['model'].version}"
+        assert card.locator(".fact.virtual-tasks .v").inner_text() == "8"  # 2 partitions x factor 4
+        assert "deltalog.ui_events: 2" in card.locator(".fact.inputs .v").inner_text()
+        event_row = card.locator("table.events tbody tr").first
+        cells = [c.strip() for c in event_row.locator("td").all_inner_texts()]
+        assert cells[0] == "rescale" and cells[1] == "1 → 4" and cells[3] == "activated", cells
+        assert "scale up for the UI test" in cells[-1], cells
+        verdict = "PASS" if rescaled_job["report"].success else "FAIL"
+        assert verdict in card.locator("table.dq").inner_text()
+        assert card.locator(".lock").inner_text() == "no scaling lock"
+        decision = card.locator("table.decisions tbody tr").first.locator("td").all_inner_texts()
+        expected = rescaled_job["decision"]
+        assert decision[2] == expected.action and decision[3] == f"4 → {expected.factor}", decision
+        shot = tmp_path / "elastic-pipelines.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"\n[ui] page screenshot: {shot}")
+
+        # the menu entry: the same page inside Airflow's UI (same-origin iframe, the cookie authenticates it)
+        page.goto("/plugin/elastic-pipelines")
+        frame = page.frame_locator("iframe[title='Elastic pipelines']")
+        frame.locator(f"section.job[data-job='{JOB}'] .fact.factor .v").wait_for(timeout=120_000)
+        assert frame.locator(f"section.job[data-job='{JOB}'] .fact.factor .v").inner_text() == "4"
+        page.screenshot(path=str(tmp_path / "airflow-plugin-view.png"))
+        print(f"[ui] in-Airflow screenshot: {tmp_path / 'airflow-plugin-view.png'}")
+    finally:
+        context.close()
+    print(f"[ui] browser checks took {time.monotonic() - started:.1f} s")
+
+
+def test_the_json_endpoint_has_the_same_data(running_airflow: AirflowClient, rescaled_job: dict[str, Any]) -> None:
+    data = running_airflow.json("GET", "/elastic-pipelines/api/jobs", params={"job": JOB})
+    assert data["home"] == str(rescaled_job["home"].root)
+    (job,) = data["jobs"]
+    assert job["errors"] == {}, job["errors"]
+    assert job["model"]["factor"] == 4 and job["model"]["virtual_tasks"] == 8
+    assert job["model"]["inputs"] == [{"input": f"deltalog.{STREAM}", "partitions": 2, "partitions_now": 2}]
+    event = job["scaling_events"][0]
+    assert (event["kind"], event["from_factor"], event["to_factor"], event["status"]) == ("rescale", 1, 4, "activated")
+    assert event["event_id"] == rescaled_job["event"].event_id
+    assert job["dq"][0]["window"].startswith("event:") and job["dq"][0]["ok"] is rescaled_job["report"].success
+    assert job["lock"] == {"held": False, "status": "never taken"}
+    (decision,) = job["autosize_decisions"]
+    expected = rescaled_job["decision"]
+    assert (decision["action"], decision["target_factor"]) == (expected.action, expected.factor)
+
+
+def test_an_unauthenticated_browser_is_refused(
+    browser: Any, running_airflow: AirflowClient, rescaled_job: dict[str, Any]
+) -> None:
+    context = _context(browser, running_airflow, logged_in=False)
+    try:
+        page = context.new_page()
+        response = page.goto(PAGE)
+        assert response is not None and response.status == 401
+        assert JOB not in page.content()
+        assert page.get_by_role("link", name="Log in").count() == 1
+        api = context.request.get("/elastic-pipelines/api/jobs")
+        assert api.status == 401 and JOB not in api.text()
+    finally:
+        context.close()
+    # a forged token is no better than none
+    forged = httpx.get(
+        f"{running_airflow.base_url}/elastic-pipelines/api/jobs", headers={"Authorization": "Bearer not-a-jwt"}
+    )
+    assert forged.status_code in (401, 403) and JOB not in forged.text
