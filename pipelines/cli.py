@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="state directory (default: $PIPELINES_HOME, else ./.pipelines-home)",
     )
     parser.add_argument("--json", action="store_true", default=False, help="machine-readable output on stdout")
-    groups = parser.add_subparsers(dest="group", required=True, metavar="{stream,model,job}")
+    groups = parser.add_subparsers(
+        dest="group", required=True, metavar="{stream,model,job,run,stop,rescale,watch,autosize,verify,demo}"
+    )
 
     stream = groups.add_parser("stream", help="embedded Delta-log input streams", parents=[common])
     sc = stream.add_subparsers(dest="command", required=True)
@@ -157,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="run in the background; logs in <home>/run/JOB.log")
     p.set_defaults(func=cmd_run)
     p = groups.add_parser("demo", help="the end-to-end demo on the embedded log (wipes --home)", parents=[common])
-    p.add_argument("--records", type=_count(1), default=2000, help="records produced per step")
-    p.add_argument("--keys", type=_count(1), default=100)
+    p.add_argument("--rate", type=_count(1), default=1500, help="records produced per second, continuously")
+    p.add_argument("--seconds", type=float, default=12.0, help="how long the job runs on each model")
+    p.add_argument("--keys", type=_count(1), default=200)
     p.add_argument("--latency-ms", type=float, default=2.0, help="simulated remote call per record")
     p.add_argument("--master", default="local[8]")
     p.set_defaults(func=cmd_demo)
@@ -171,6 +174,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--event", help="validate the batches around this scaling event (id or prefix), not the whole run")
     p.add_argument("--sequence", help="per-key sequence column proving order across partitions (demo: seq)")
     p.set_defaults(func=cmd_verify)
+    p = groups.add_parser(
+        "rescale",
+        help="change a job's elasticity factor: lock, migrate, activate, restart, catch up, verify",
+        parents=[common],
+    )
+    p.add_argument("job")
+    p.add_argument("--factor", required=True, help='target elasticity factor, or "auto" to ask the autosizer')
+    p.add_argument("--reason", default="rescale from the CLI", help="recorded with the new model")
+    p.add_argument("--grouper", help=f"switch grouper too: one of {', '.join(sorted(GROUPERS))}")
+    p.add_argument("--dry-run", action="store_true", help="plan and print the new model, change nothing")
+    p.add_argument("--lock-wait", type=float, default=0.0, help="seconds to wait for another scaling step")
+    p.add_argument("--master", help="Spark master of a catch-up run (default $PIPELINES_SPARK_MASTER or local[*])")
+    p.add_argument("--sequence", help="per-key sequence column for the order check (default: seq if emitted)")
+    p.set_defaults(func=cmd_rescale)
+    p = groups.add_parser(
+        "watch",
+        help="compare every job's inputs with its model; --apply absorbs expansions (exit 2 on a change it cannot)",
+        parents=[common],
+    )
+    p.add_argument("--apply", action="store_true", help="absorb each expansion with GroupByPartitionFixedTaskNum")
+    p.add_argument("--master", help="Spark master of catch-up runs")
+    p.set_defaults(func=cmd_watch)
+    p = groups.add_parser(
+        "autosize", help="ask the job's autosize policy for a factor (recorded; does not rescale)", parents=[common]
+    )
+    p.add_argument("job")
+    p.add_argument("--no-record", action="store_true", help="do not append the decision to autosize_decisions")
+    p.set_defaults(func=cmd_autosize)
     p = groups.add_parser("stop", help="stop a running job at its next batch boundary", parents=[common])
     p.add_argument("job")
     p.add_argument("--no-wait", action="store_true")
@@ -210,7 +241,7 @@ def cmd_demo(args: argparse.Namespace, home: Home, output: Output) -> None:
 
     if args.home is None:  # the demo wipes its home: never the default one by accident
         home = Home(home.root / "demo")
-    if demo(home, args.records, args.keys, args.latency_ms, args.master) != 0:
+    if demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master) != 0:
         raise PipelinesError("the demo's verification failed; see the table above")
 
 
@@ -230,6 +261,83 @@ def cmd_verify(args: argparse.Namespace, home: Home, output: Output) -> None:
     )
     if not report.success:
         raise PipelinesError(f"data quality of job {report.job} ({report.window}) failed; see the checks above")
+
+
+def _resolve_factor(home: Home, job: str, factor: str, reason: str, output: Output) -> tuple[object, str]:
+    if factor.strip().lower() != "auto":
+        return factor, reason
+    from pipelines.operations.autosize import evaluate
+
+    decision = evaluate(home, validate_name("job", job))
+    output.note(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
+    return decision.factor, f"{reason} (auto: {'; '.join(decision.reasons)})"
+
+
+def cmd_rescale(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.operations import scaling
+
+    factor, reason = _resolve_factor(home, args.job, args.factor, args.reason, output)
+    request = scaling.ScalingRequest(validate_name("job", args.job), factor, reason, grouper=args.grouper)  # type: ignore[arg-type]
+    summary = scaling.plan(home, request)
+    if args.dry_run or not summary["changes"]:
+        output.emit(
+            {"applied": False, "plan": summary},
+            lambda: (
+                "\n".join(f"{k:>14}: {_text(v)}" for k, v in summary.items())
+                + (
+                    "\n(dry run: nothing changed)"
+                    if args.dry_run
+                    else "\n(the job already runs this model: nothing to do)"
+                )
+            ),
+        )
+        return
+    result = scaling.run_all(
+        home, request, sequence=args.sequence, master=args.master, lock_wait_s=args.lock_wait, say=output.note
+    )
+    output.emit(
+        {"applied": True, **result},
+        lambda: (
+            f"job {args.job}: {result['status']}, "
+            + ", ".join(f"{k} {result.get(k)}" for k in ("downtime_s", "records_replayed", "caught_up_s", "dq"))
+        ),
+    )
+    if result["status"] != "verified":
+        raise PipelinesError(f"rescale of {args.job} ended {result['status']}; see the steps above")
+
+
+def cmd_watch(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.operations import repartition, scaling
+
+    changes = repartition.detect(home)
+    results = []
+    for change in changes:
+        if args.apply and change.error is None and change.busy is None:
+            results.append(scaling.run_all(home, change.request(), master=args.master, say=output.note))
+    output.emit(
+        {"changes": [c.to_dict() for c in changes], "absorbed": results},
+        lambda: (
+            "\n".join(
+                f"{c.job}: {c.stream} {c.before} -> {c.after} partitions: "
+                + (f"REFUSED: {c.error}" if c.error else f"busy: {c.busy}" if c.busy else "absorbable")
+                for c in changes
+            )
+            or "every job's inputs match its active model"
+        ),
+    )
+    refused = [c for c in changes if c.error]
+    if refused:
+        raise PartitionChangeError("; ".join(f"{c.job}: {c.error}" for c in refused))
+
+
+def cmd_autosize(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.operations.autosize import evaluate
+
+    decision = evaluate(home, validate_name("job", args.job), record=not args.no_record)
+    output.emit(
+        {"job": args.job, **decision.to_dict()},
+        lambda: f"{args.job}: {decision.action} -> factor {decision.factor}\n  " + "\n  ".join(decision.reasons),
+    )
 
 
 def cmd_stop(args: argparse.Namespace, home: Home, output: Output) -> None:

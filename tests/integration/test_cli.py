@@ -193,3 +193,33 @@ def test_home_comes_from_the_environment(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert f"no jobs in {tmp_path / 'env-home' / 'control'}" in done.stdout
+
+
+def _registered_demo_job(tmp_path: Path) -> None:
+    run(tmp_path, "stream", "create", "events", "--partitions", "2")
+    run(tmp_path, "stream", "produce", "events", "--records", "50", "--keys", "5")
+    run(tmp_path, "job", "create", "enrichment", "--config", str(REPO / "include/jobs/enrichment.yaml"))
+
+
+def test_rescale_dry_run_prints_the_plan_and_bad_requests_change_nothing(tmp_path: Path) -> None:
+    _registered_demo_job(tmp_path)
+    plan = json.loads(run(tmp_path, "--json", "rescale", "enrichment", "--factor", "4", "--dry-run").stdout)
+    assert plan["applied"] is False
+    assert (plan["plan"]["to_factor"], plan["plan"]["virtual_tasks"], plan["plan"]["to_version"]) == (4, 8, 2)
+    assert "elasticity factor must be >= 1" in fails(tmp_path, "rescale", "enrichment", "--factor", "0")
+    assert "known jobs: enrichment" in fails(tmp_path, "rescale", "nope", "--factor", "2")
+    same = run(tmp_path, "rescale", "enrichment", "--factor", "1").stdout
+    assert "already runs this model: nothing to do" in same
+    control = ControlPlane(Home(tmp_path / "home"))
+    assert control.latest_version("enrichment") == 1 and control.scaling_events("enrichment") == []
+
+
+def test_watch_reports_an_absorbable_expansion_and_autosize_holds_without_metrics(tmp_path: Path) -> None:
+    _registered_demo_job(tmp_path)
+    assert "every job's inputs match" in run(tmp_path, "watch").stdout
+    run(tmp_path, "stream", "expand", "events", "--partitions", "4")
+    changes = json.loads(run(tmp_path, "--json", "watch").stdout)["changes"]
+    assert [(c["job"], c["before"], c["after"], c["error"]) for c in changes] == [("enrichment", 2, 4, None)]
+    decision = json.loads(run(tmp_path, "--json", "autosize", "enrichment").stdout)
+    assert (decision["action"], decision["factor"]) == ("hold", 1)
+    assert any("batch" in r for r in decision["reasons"])
