@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -40,8 +41,6 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
     model = control.active_model(job)
     config = job_config(model)
     factors = {int(h["version"]): int(h["factor"]) for h in control.model_history(job) if h["event"] == "planned"}
-    rows = _table(home, config.sink_table)
-    dead = _table(home, config.dead_letter_table)
     if event is None:
         versions = None
         last = model.version
@@ -59,9 +58,14 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         last = max(versions)
         starts = _start_offsets(control, job, min(versions))
         window_id = f"event:{e.event_id}"
+    # Checkpoints first, then the sink: the sink commits a batch before its checkpoints are appended, so a
+    # sink read after the checkpoint read holds every record those checkpoints cover, even while the job runs.
+    committed = _min_offsets(control.latest_checkpoints(job, last).offsets.items())
+    rows = _table(home, config.sink_table)
+    dead = _table(home, config.dead_letter_table)
+    if versions is not None:
         rows = rows[rows["model_version"].isin(versions)]
         dead = dead[dead["model_version"].isin(versions)]
-    committed = _min_offsets(control.latest_checkpoints(job, last).offsets.items())
     ranges = []
     for stream in config.inputs:
         meta = open_system(stream.system, home).describe(stream.stream)
@@ -79,11 +83,20 @@ def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str 
 
 
 def _start_offsets(control: ControlPlane, job: str, version: int) -> dict[tuple[str, int], int]:
-    """Where a model version started reading: the minimum of its start checkpoints (batch -1) per partition."""
-    starts: dict[tuple[str, int], int] = {}
+    """Where a model version started reading: per partition, the minimum over buckets of its start checkpoints.
+
+    A bucket's start is its *latest* batch -1 row: a rescale writes the migrated start, and a driver that
+    switches in place rewrites it from the old model's final checkpoints (``carry_forward``); the rewrite
+    is where the version really started, and the superseded row may lie far behind it.
+    """
+    latest: dict[tuple[str, int, int], tuple[Any, int]] = {}
     for r in control.start_checkpoint_rows(job, version):
-        key = (r["stream"], r["partition"])
-        starts[key] = min(starts.get(key, int(r["offset"])), int(r["offset"]))
+        key = (r["stream"], r["partition"], r["key_bucket"])
+        if key not in latest or r["written_at"] >= latest[key][0]:
+            latest[key] = (r["written_at"], int(r["offset"]))
+    starts: dict[tuple[str, int], int] = {}
+    for (stream, partition, _), (_, offset) in latest.items():
+        starts[(stream, partition)] = min(starts.get((stream, partition), offset), offset)
     return starts
 
 
