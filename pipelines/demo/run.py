@@ -1,36 +1,65 @@
-"""The end-to-end demo on the embedded default: one job through scale-up, expansion and scale-down.
+"""The end-to-end demo on the embedded default: a live job through scale-up, expansion and scale-down.
 
-Each step produces more keyed events, changes the job (rescale, or partition
-expansion absorbed with GroupByPartitionFixedTaskNum), processes everything
-available with the job's active model, and verifies the whole sink against the
-input: no record lost, none duplicated, every key in order, every row routed to
-its key bucket's virtual task. Same operations the CLI and Airflow run.
+A producer appends keyed events continuously (faster than factor 1 can keep
+up with, at 2 ms per record); the enrichment job runs as a continuous driver
+in this process's Spark application. Each step changes the running job with
+the operations the Airflow DAGs run, in this process:
+
+* scale up to 4 and down to 2: ``pipelines.operations.scaling.run_all``, the
+  steps of ``elastic_rescale``;
+* expand the input 2 -> 4: ``pipelines.operations.repartition.detect`` and
+  the same steps with GroupByPartitionFixedTaskNum, as ``repartition_watch``.
+
+Every switch happens in place (the driver stops its query at a batch
+boundary and starts the new model's query in the same Spark application), is
+verified with the Great Expectations suites over its scaling window, and is
+recorded with its downtime. At the end the producer stops, the job drains its
+backlog, and the whole run is verified.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.control.home import Home
 from pipelines.control.tables import ControlPlane
 from pipelines.demo.producer import produce
+from pipelines.errors import PipelinesError
 from pipelines.jobs.config import JobConfig
 from pipelines.jobs.registry import create_job
-from pipelines.operations.rescale import apply_rescale, plan_rescale
+from pipelines.operations import repartition, scaling
 from pipelines.quality.report import run_quality
 from pipelines.runtime.driver import run_job
+from pipelines.runtime.requests import stop_request
 from pipelines.systems.deltalog import DeltaLog
 
 JOB_CONFIG = "include/jobs/enrichment.yaml"
-STEPS: list[tuple[str, int, int | None]] = [  # (step, factor, expand the input to this many partitions)
+STREAM = "events"
+STEPS: list[tuple[str, int | None, int | None]] = [  # (step, factor, expand the input to this many partitions)
     ("start at factor 1", 1, None),
     ("scale up to 4", 4, None),
-    ("expand input 2 -> 4", 4, 4),
+    ("expand input 2 -> 4", None, 4),
     ("scale down to 2", 2, None),
+]
+HEADERS = [
+    "step",
+    "factor",
+    "partitions",
+    "virtual tasks",
+    "records",
+    "records/s",
+    "lag after",
+    "downtime",
+    "replayed",
+    "no loss",
+    "no dup",
+    "order",
+    "routing",
 ]
 
 
@@ -40,111 +69,213 @@ class StepResult:
     factor: int
     partitions: int
     tasks: int
-    records: int
-    seconds: float
-    verdict: Any  # the whole run's
-    passed: bool  # the whole run's and this step's scaling window's validations
+    version: int = 0
+    records: int = 0
+    rate: float = 0.0
+    lag_after: int | None = None  # records behind the input when this model handed over (or stopped)
+    downtime_s: float | None = None
+    replayed: int | None = None
+    counts: dict[str, int] | None = None  # the step's DQ counts (lost, duplicates, out_of_order, misrouted)
+    passed: bool = True
+    notes: list[str] = field(default_factory=list)
 
     def row(self) -> list[str]:
-        v = self.verdict
+        def verdict(key: str) -> str:
+            if self.counts is None:
+                return "-"
+            n = self.counts.get(key, 0)
+            return "ok" if n == 0 else f"BAD {n}"
+
         return [
             self.step,
             str(self.factor),
             str(self.partitions),
             str(self.tasks),
-            str(self.records),
-            f"{self.records / self.seconds:,.0f}" if self.seconds else "-",
-            "ok" if not v.lost else f"LOST {v.lost}",
-            "ok" if not v.duplicates else f"DUP {v.duplicates}",
-            "ok" if not v.order_violations else f"BAD {v.order_violations}",
-            "ok" if not v.misrouted else f"BAD {v.misrouted}",
+            f"{self.records:,}",
+            f"{self.rate:,.0f}" if self.rate else "-",
+            "-" if self.lag_after is None else f"{self.lag_after:,}",
+            f"{self.downtime_s:.2f}s" if self.downtime_s is not None else "-",
+            "-" if self.replayed is None else str(self.replayed),
+            verdict("lost"),
+            verdict("duplicates"),
+            verdict("out_of_order"),
+            verdict("misrouted"),
         ]
+
+
+class Producer(threading.Thread):
+    """Appends ``rate`` keyed records per second (in 4 commits a second) until stopped."""
+
+    def __init__(self, home: Home, rate: int, keys: int) -> None:
+        super().__init__(name="demo-producer", daemon=True)
+        self.home, self.rate, self.keys = home, rate, keys
+        self.log = DeltaLog(home.streams)
+        self.halt = threading.Event()
+        self.produced = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        tick = 0.25
+        per_tick = max(1, int(self.rate * tick))
+        try:
+            while not self.halt.is_set():
+                started = time.monotonic()
+                produce(self.log, self.home, STREAM, per_tick, self.keys, seed=None)
+                self.produced += per_tick
+                self.halt.wait(max(0.0, tick - (time.monotonic() - started)))
+        except BaseException as e:  # reported by the demo, which then stops
+            self.error = e
+
+
+class Driver(threading.Thread):
+    """The job's continuous driver, in this process: switches models in place when they are activated."""
+
+    def __init__(self, spark: Any, home: Home, job: str, say: Any) -> None:
+        super().__init__(name="demo-driver", daemon=True)
+        self.spark, self.home, self.job, self.say = spark, home, job, say
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            run_job(self.spark, self.home, self.job, available_now=False, progress=lambda m: self.say("  " + m))
+        except BaseException as e:
+            self.error = e
+
+    def stop(self, timeout: float = 120.0) -> None:
+        stop_request(self.home, self.job).parent.mkdir(parents=True, exist_ok=True)
+        stop_request(self.home, self.job).touch()
+        self.join(timeout)
 
 
 def run_demo(
     home: Home,
     *,
-    records: int = 2000,
-    keys: int = 100,
+    rate: int = 1500,
+    step_seconds: float = 12.0,
+    keys: int = 200,
     latency_ms: float = 2.0,
     master: str = "local[8]",
     say: Any = print,
-) -> list[StepResult]:
+) -> tuple[list[StepResult], Any]:
     from pipelines.runtime.session import build_session
 
     if home.root.exists():
         shutil.rmtree(home.root)
-    log = DeltaLog(home.streams)
-    log.create("events", 2)
-    base = JobConfig.load(JOB_CONFIG).to_dict()
-    base["process_options"] = {"latency_ms": latency_ms}
-    config = JobConfig.from_dict(base, origin=JOB_CONFIG)
+    DeltaLog(home.streams).create(STREAM, 2)
+    raw = JobConfig.load(JOB_CONFIG).to_dict()
+    raw["process_options"] = {"latency_ms": latency_ms}
+    config = JobConfig.from_dict(raw, origin=JOB_CONFIG)
     say(f"home: {home.root}\nstarting Spark ({master}) ...")
     spark = build_session(master, app_name="pipelines-demo")
-    results = []
-    docs = None
+    results: list[StepResult] = []
+    producer = Producer(home, rate, keys)
+    driver: Driver | None = None
     try:
+        produce(DeltaLog(home.streams), home, STREAM, rate, keys, seed=0)  # a first second of input
+        create_job(home, config)
+        producer.start()
+        driver = Driver(spark, home, config.name, say)
+        driver.start()
         for step, factor, expand_to in STEPS:
             say(f"\n== {step}")
-            produce(log, home, "events", records, keys, seed=len(results))
+            _check(producer, driver)
             if expand_to is not None:
-                log.expand("events", expand_to)
-                produce(log, home, "events", records, keys, seed=100 + len(results))
-            if not results:
-                create_job(home, JobConfig.from_dict({**config.to_dict(), "elasticity_factor": factor}))
+                DeltaLog(home.streams).expand(STREAM, expand_to)
+                say(f"  input {STREAM} expanded to {expand_to} partitions")
+                changes = repartition.detect(home, [config.name])
+                request = changes[0].request()  # what repartition_watch would absorb
+            elif factor != 1:
+                request = scaling.ScalingRequest(config.name, factor, step)
             else:
-                grouper = "GroupByPartitionFixedTaskNum" if expand_to else None
-                plan = plan_rescale(home, config.name, factor, grouper=grouper)
-                apply_rescale(home, plan, reason=step, kind="partition expansion" if expand_to else "rescale")
+                request = None
+            event = None
+            if request is not None:
+                outcome = scaling.run_all(home, request, catch_up_timeout_s=300, say=lambda m: say("  " + m))
+                event = ControlPlane(home).scaling_events(config.name)[-1]
+                if outcome["status"] != "verified":
+                    raise PipelinesError(f"{step}: the scaling step ended {outcome['status']}")
+            else:
+                _wait_processing(home, config.name)
             model = ControlPlane(home).active_model(config.name)
-            before = _processed(home, config.name)
-            started = time.monotonic()
-            run_job(spark, home, config.name, available_now=True, progress=lambda m: say("  " + m))
-            seconds = time.monotonic() - started
-            events = ControlPlane(home).scaling_events(config.name)
-            # verify the whole run, and the scaling step's own window, with Great Expectations
-            reports = [run_quality(home, config.name, sequence="seq")]
-            if events:
-                reports.append(run_quality(home, config.name, events[-1].event_id, sequence="seq"))
-            docs = reports[0].docs_index
-            partitions = sum(model.partitions().values())
-            result = StepResult(
-                step,
-                factor,
-                partitions,
-                model.task_count,
-                _processed(home, config.name) - before,
-                seconds,
-                reports[0].verdict,
-                all(r.success for r in reports),
-            )
+            time.sleep(step_seconds)  # the job runs on the new model while records keep arriving
+            result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
+            result.version = model.version
+            if event is not None:
+                result.downtime_s = event.details.get("downtime_s")
+                result.replayed = event.details.get("records_replayed")
+                result.counts = event.details.get("dq_counts")
+                result.passed = event.details.get("dq") == "pass"
             results.append(result)
-            for report in reports:
-                say("  " + report.summary().replace("\n", "\n  "))
+        say("\n== drain: stop producing, let the job catch up, stop it at a batch boundary")
+        producer.halt.set()
+        producer.join(30)
+        target = scaling.end_offsets(home, config.name)
+        version = ControlPlane(home).active_version(config.name)
+        deadline = time.monotonic() + 300
+        while scaling.lag_behind(ControlPlane(home), config.name, version, target) and time.monotonic() < deadline:
+            _check(producer, driver)
+            time.sleep(1)
+        driver.stop()
+        for result in results:  # each model's figures over its whole life, now that it has ended
+            result.records, result.rate, result.lag_after = _throughput(home, config.name, result.version)
+        final = run_quality(home, config.name, sequence="seq")
+        say("  " + final.summary().replace("\n", "\n  "))
     finally:
+        producer.halt.set()
+        if driver is not None and driver.is_alive():
+            driver.stop()
         spark.stop()
-    headers = [
-        "step",
-        "factor",
-        "partitions",
-        "virtual tasks",
-        "records",
-        "records/s",
-        "no loss",
-        "no dup",
-        "order",
-        "routing",
-    ]
-    say("\n" + _table(headers, [r.row() for r in results]))
+    total = StepResult("whole run", results[-1].factor, results[-1].partitions, results[-1].tasks)
+    v = final.verdict
+    total.records = v.rows + v.dead_letters
+    total.counts = {"lost": v.lost, "duplicates": v.duplicates, "out_of_order": v.order_violations}
+    total.counts["misrouted"] = v.misrouted
+    total.passed = final.success
+    say("\n" + _table(HEADERS, [r.row() for r in [*results, total]]))
+    say(
+        f"\n(input arrives at {rate:,} records/s. records/s: the model's processing rate over its batches; "
+        "lag after: records behind the input when it handed over;\n downtime: the old query's stop at a batch "
+        "boundary to the new query's first batch, inside one Spark application)"
+    )
     say(f"\nsink: {home.sinks / config.sink_table}\ndead letters: {home.sinks / config.dead_letter_table}")
-    if results:
-        say(f"data docs: {docs}")
-    return results
+    say(f"data docs: {final.docs_index}")
+    return [*results, total], final
 
 
-def _processed(home: Home, job: str) -> int:
-    metrics = ControlPlane(home).read_metrics(job, metrics=["records_in"])
-    return int(metrics["value"].sum()) if len(metrics) else 0
+def _check(producer: Producer, driver: Driver | None) -> None:
+    for part in (producer, driver):
+        if part is not None and part.error is not None:
+            raise PipelinesError(f"the demo's {part.name} failed: {part.error}") from part.error
+
+
+def _wait_processing(home: Home, job: str, batches: int = 2, timeout: float = 180.0) -> None:
+    """Until the job's driver is live and has committed ``batches`` batches (Spark's first batch is slow)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        control = ControlPlane(home)
+        beat = scaling.last_heartbeat(control, job)
+        version = control.active_version(job)
+        if beat is not None and beat["live"] and (control.latest_checkpoint_batch(job, version) or -1) >= batches - 1:
+            return
+        time.sleep(0.5)
+    raise PipelinesError(f"the driver of {job} did not start processing within {timeout:.0f}s")
+
+
+def _throughput(home: Home, job: str, version: int) -> tuple[int, float, int | None]:
+    """A model version's records, its rate from its first to its last batch commit, and its last batch's lag."""
+    frame = ControlPlane(home).read_metrics(job, model_version=version, metrics=["records_in", "lag_records"])
+    records_in = frame[frame["metric"] == "records_in"] if len(frame) else frame
+    if not len(records_in):
+        return 0, 0.0, None
+    records = int(records_in["value"].sum())
+    lag = frame[frame["metric"] == "lag_records"]
+    lag_after = int(lag[lag["batch_id"] == lag["batch_id"].max()]["value"].sum()) if len(lag) else None
+    per_batch = records_in.groupby("batch_id")["at"].min().sort_index()
+    if len(per_batch) < 2:
+        return records, 0.0, lag_after
+    span = (per_batch.iloc[-1] - per_batch.iloc[0]).total_seconds()
+    first = int(records_in[records_in["batch_id"] == per_batch.index[0]]["value"].sum())
+    return records, (records - first) / span if span > 0 else 0.0, lag_after
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -154,8 +285,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def main(home: Home, records: int, keys: int, latency_ms: float, master: str) -> int:
-    results = run_demo(home, records=records, keys=keys, latency_ms=latency_ms, master=master)
+def main(home: Home, rate: int, seconds: float, keys: int, latency_ms: float, master: str) -> int:
+    results, _ = run_demo(home, rate=rate, step_seconds=seconds, keys=keys, latency_ms=latency_ms, master=master)
     ok = all(r.passed for r in results)
     print("\ndemo " + ("passed: every step verified" if ok else "FAILED verification"), file=sys.stderr)
     return 0 if ok else 1

@@ -333,7 +333,23 @@ def verify(home: Home, op: dict[str, Any], *, sequence: str | None = None, say: 
     report = run_quality(home, op["job"], op["event_id"], sequence=sequence or default_sequence(home, op["job"]))
     say(report.summary())
     verdict = "pass" if report.success else "fail"
-    _status(control, op, "verified" if report.success else "dq failed", dq=verdict, docs=str(report.docs_index))
+    v = report.verdict
+    counts = {
+        "records": v.records_expected,
+        "lost": v.lost,
+        "duplicates": v.duplicates,
+        "out_of_order": v.order_violations,
+        "misrouted": v.misrouted,
+        "dead_letters": v.dead_letters,
+    }
+    _status(
+        control,
+        op,
+        "verified" if report.success else "dq failed",
+        dq=verdict,
+        dq_counts=counts,
+        docs=str(report.docs_index),
+    )
     if not report.success:
         raise PipelinesError(f"data-quality checks FAILED after scaling {op['job']}: {report.verdict.summary()}")
     return {"dq": verdict, "docs": str(report.docs_index)}

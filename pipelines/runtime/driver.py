@@ -32,6 +32,17 @@ POLL_S = 0.25
 HEARTBEAT_S = 10.0
 
 
+def batch_budget(max_records: int, factor: int) -> int:
+    """Records admitted per micro-batch: ``batch.max_records`` is the budget at factor 1, scaled by the factor.
+
+    A micro-batch has a fixed cost (planning, offset log, sink and checkpoint
+    commits) while each virtual task's share of a fixed budget shrinks as the
+    factor grows; without the scaling, a rescale up adds tasks but not
+    throughput. Scaled, every virtual task gets the same share at any factor.
+    """
+    return max_records * factor
+
+
 def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool) -> Any:
     from pipelines.runtime.session import register_sources
 
@@ -49,7 +60,7 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
         .option("home", str(home.root))
         .option("job", model.job_name)
         .option("modelVersion", str(model.version))
-        .option("maxRecords", str(config.max_records_per_batch))
+        .option("maxRecords", str(batch_budget(config.max_records_per_batch, model.elasticity_factor)))
         .load()
     )
     processor = make_processor(model.job_name, config.process, config.process_options, schemas.to_json(output))
@@ -160,6 +171,7 @@ def _supervise(
     """Watch a query; True when it stopped because another model version became active."""
     last_batch = -1
     last_heartbeat = 0.0
+    resumed = False
     while True:
         if not query.isActive:
             _lifecycle(control, model, "query_stopped")
@@ -167,10 +179,10 @@ def _supervise(
             if exc is not None:
                 raise RuntimeError(f"query of job {job} v{model.version} failed: {exc}")
             return False
-        batch = _report(query, job, last_batch, progress)
-        if last_batch == -1 and batch != -1:
-            _lifecycle(control, model, "first_progress")
-        last_batch = batch
+        if not resumed and (last_batch != -1 or query.status.get("isDataAvailable")):
+            _lifecycle(control, model, "first_progress")  # the first batch with data is running
+            resumed = True
+        last_batch = _report(query, job, last_batch, progress)
         now = time.monotonic()
         if now - last_heartbeat >= HEARTBEAT_S:
             control.append_metrics(
@@ -200,7 +212,7 @@ def _supervise(
                 progress(f"[{job}] carried v{model.version}'s final checkpoints forward to v{new.version}")
             progress(f"[{job}] model v{new.version} is active: switching")
             return True
-        time.sleep(POLL_S)
+        time.sleep(POLL_S if resumed else POLL_S / 5)  # look closely until processing resumed: it is the downtime
 
 
 def _stop_at_batch_boundary(query: Any, drain: Path, timeout: float = 60.0) -> None:

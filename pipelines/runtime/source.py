@@ -10,8 +10,9 @@ long-lived driver-side runner calls ``initialOffset``/``latestOffset``/
 another reader instance. So nothing ``read`` needs may live in reader state:
 each ``TaskRange`` carries it all.
 
-Admission control: at most ``maxRecords`` offsets per micro-batch, water-filled
-over the partitions (``share_budget``). All key buckets of a partition advance to the same
+Admission control: at most ``maxRecords`` offsets per micro-batch (the driver
+passes ``batch.max_records`` times the elasticity factor), water-filled over
+the partitions (``share_budget``). All key buckets of a partition advance to the same
 end offset, so a bucket that never receives a record does not pin its
 checkpoint in the past (DESIGN, "Checkpoint migration"); a bucket that starts
 ahead (after a merge took the minimum of its siblings) skips what it already
