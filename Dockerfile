@@ -1,0 +1,25 @@
+# One image for every process of a deployment: Airflow's servers and workers, Spark's master, workers and drivers.
+# Built by docker-compose.yaml; the same pins as scripts/setup.sh (requirements.txt + constraints.txt).
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/pipelines
+COPY requirements.txt constraints.txt pyproject.toml README.md ./
+RUN pip install --no-cache-dir -r requirements.txt -c constraints.txt psycopg2-binary
+COPY pipelines ./pipelines
+COPY dags ./dags
+COPY plugins ./plugins
+COPY include ./include
+RUN pip install --no-cache-dir --no-deps -e .
+
+ENV PYSPARK_PYTHON=/usr/local/bin/python \
+    PYSPARK_DRIVER_PYTHON=/usr/local/bin/python \
+    PIPELINES_HOME=/data/pipelines-home \
+    AIRFLOW_HOME=/opt/airflow \
+    AIRFLOW__CORE__DAGS_FOLDER=/opt/pipelines/dags \
+    AIRFLOW__CORE__PLUGINS_FOLDER=/opt/pipelines/plugins \
+    AIRFLOW__CORE__LOAD_EXAMPLES=False
+ENTRYPOINT ["/usr/bin/tini", "--"]
