@@ -121,7 +121,18 @@ def begin(
     """Take the job's scaling lock, settle unfinished earlier operations, and open (or resume) this one's event."""
     lock = ScalingLock(home)
     what = f"{request.kind} of {request.job} to factor {request.factor if request.factor is not None else '(same)'}"
-    lock.wait_acquire(request.job, owner, what, ttl_s=ttl_s, wait_s=lock_wait_s, progress=say)
+    state = lock.wait_acquire(request.job, owner, what, ttl_s=ttl_s, wait_s=lock_wait_s, progress=say)
+    try:
+        return _open_event(home, request, owner, ttl_s, what, say)
+    except BaseException:
+        # Nothing of this operation exists yet (no event, no model): let go, so a refused request does not
+        # block the job for a lease. A lock this owner already held (a retry) is kept for its own event.
+        if state.status != "renewed":
+            lock.release(request.job, owner)
+        raise
+
+
+def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, what: str, say: Say) -> dict[str, Any]:
     control = ControlPlane(home)
     mine = None
     for event in control.scaling_events(request.job):

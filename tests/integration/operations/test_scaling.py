@@ -215,3 +215,15 @@ def job_config_of(home: Home, name: str) -> Any:
     from pipelines.jobs.registry import job_config
 
     return job_config(ControlPlane(home).active_model(name))
+
+
+def test_a_request_refused_after_the_lock_was_taken_lets_the_lock_go(home: Home) -> None:
+    produce(home, "events", 50, keys=5)
+    config = job(home, "refused", 1)
+    bad = ScalingRequest(config.name, 2, "cannot", grouper="AllSspToSingleTask")  # refuses a factor above 1
+    with pytest.raises(ConfigError, match="cannot be elastic"):
+        scaling.begin(home, bad, "run-1", say=QUIET)
+    assert ScalingLock(home).state(config.name).status == "released"
+    assert ControlPlane(home).scaling_events(config.name) == []
+    op = scaling.begin(home, ScalingRequest(config.name, 2, "fine"), "run-2", say=QUIET)  # nobody is blocked
+    assert op["to_factor"] == 2

@@ -1,0 +1,159 @@
+"""Benchmark of a rescale's downtime: the in-place model switch against a redeploy, in the same run.
+
+A producer appends keyed records continuously while the job runs. Two ways to move it to a new factor:
+
+* **in place** (what the platform does): a live driver in a spark-submit application notices the
+  activation, drains its source, stops its query at a batch boundary, carries the old model's checkpoints
+  forward and starts the new model's query in the same Spark application;
+* **redeploy** (the baseline, what restarting a Spark job means): stop the driver at a batch boundary
+  (``pipelines stop``), activate the new model, start a new driver with spark-submit.
+
+Downtime, for both, is what the drivers record in the metrics table: from the old query's stop to the new
+query's first batch with data. Each mode rescales ``--steps`` times (1 -> 2 -> 4 -> 2 -> 1 ...); the
+figures are the median and the worst, and the ratio redeploy / in place. Every rescale is followed by the
+data-quality checks over its window (no loss, no duplicates, order), which must pass.
+
+    python -m benchmarks.bench_rescale [--rate 400] [--steps 4] [--master local[4]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from pipelines.control.home import Home
+from pipelines.control.tables import ControlPlane
+from pipelines.demo.producer import produce
+from pipelines.jobs.config import JobConfig
+from pipelines.jobs.registry import create_job
+from pipelines.operations import scaling
+from pipelines.operations.rescale import plan_rescale
+from pipelines.quality.verify import verify_job
+from pipelines.runtime import launcher
+from pipelines.systems.deltalog import DeltaLog
+
+FACTORS = [2, 4, 2, 1, 2, 4, 2, 1]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Producer(threading.Thread):
+    def __init__(self, home: Home, rate: int) -> None:
+        super().__init__(daemon=True)
+        self.home, self.rate, self.halt = home, rate, threading.Event()
+
+    def run(self) -> None:
+        dlog = DeltaLog(self.home.streams)
+        while not self.halt.is_set():
+            produce(dlog, self.home, "events", max(1, self.rate // 4), 100, seed=None)
+            self.halt.wait(0.25)
+
+
+def setup(root: Path, name: str) -> Home:
+    home = Home(root / name)
+    DeltaLog(home.streams).create("events", 2)
+    produce(DeltaLog(home.streams), home, "events", 500, 100, seed=0)
+    raw = JobConfig.load(Path(__file__).resolve().parents[1] / "include/jobs/enrichment.yaml").to_dict()
+    raw.update(process_options={"latency_ms": 1}, batch={"max_records": 500, "trigger_interval": "0.5 seconds"})
+    create_job(home, JobConfig.from_dict(raw))
+    return home
+
+
+def wait_live(home: Home, version: int, timeout: float = 240.0) -> None:
+    control = ControlPlane(home)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        beat = scaling.last_heartbeat(control, "enrichment")
+        if beat and beat["live"] and beat["model_version"] == version:
+            batch = control.latest_checkpoint_batch("enrichment", version)
+            if batch is not None and batch >= 1:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"the driver did not run v{version} within {timeout:.0f}s")
+
+
+def downtime(home: Home, old: int, new: int) -> float:
+    control = ControlPlane(home)
+
+    def times(version: int, metric: str) -> list[float]:
+        frame = control.read_metrics("enrichment", model_version=version, metrics=[metric])
+        return [float(v) for v in frame["value"]] if len(frame) else []
+
+    resumed = min(times(new, "first_progress") or times(new, "query_started"))
+    return resumed - max(t for t in times(old, "query_stopped") if t <= resumed)
+
+
+def in_place(home: Home, master: str, steps: int) -> list[float]:
+    launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
+    wait_live(home, 1)
+    figures = []
+    for factor in FACTORS[:steps]:
+        result = scaling.run_all(home, scaling.ScalingRequest("enrichment", factor, "bench"), say=lambda m: None)
+        assert result["status"] == "verified", result
+        figures.append(result["downtime_s"])
+        replayed = result["records_replayed"]
+        log(f"  in place -> factor {factor}: downtime {result['downtime_s']:.2f}s, replayed {replayed}")
+        wait_live(home, ControlPlane(home).active_version("enrichment"))
+    launcher.stop(home, "enrichment", timeout=120)
+    return figures
+
+
+def redeploy(home: Home, master: str, steps: int) -> list[float]:
+    launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
+    wait_live(home, 1)
+    figures = []
+    control = ControlPlane(home)
+    for factor in FACTORS[:steps]:
+        old = control.active_version("enrichment")
+        assert launcher.stop(home, "enrichment", timeout=120)
+        plan = plan_rescale(home, "enrichment", factor)
+        control.save_job_model(plan.model, reason="bench redeploy")
+        control.write_checkpoints("enrichment", plan.model.version, plan.checkpoints, batch_id=-1)
+        control.activate("enrichment", plan.model.version, reason="bench redeploy")
+        launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
+        wait_live(home, plan.model.version)
+        figures.append(downtime(home, old, plan.model.version))
+        log(f"  redeploy -> factor {factor}: downtime {figures[-1]:.2f}s")
+    launcher.stop(home, "enrichment", timeout=120)
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=int, default=400, help="records produced per second")
+    parser.add_argument("--steps", type=int, default=4, help="rescales per mode (at most 8)")
+    parser.add_argument("--master", default="local[4]")
+    args = parser.parse_args()
+    results: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-rescale-") as tmp:
+        for mode, run in (("in place", in_place), ("redeploy", redeploy)):
+            home = setup(Path(tmp), mode.replace(" ", "-"))
+            producer = Producer(home, args.rate)
+            producer.start()
+            log(f"{mode}: {args.steps} rescales on {args.master}, {args.rate} records/s arriving ...")
+            try:
+                results[mode] = run(home, args.master, args.steps)
+            finally:
+                producer.halt.set()
+                launcher.kill(home, "enrichment")
+            verdict = verify_job(home, "enrichment", sequence="seq")
+            log(f"  whole run: {verdict.summary().splitlines()[0]}")
+            if not verdict.ok:
+                return 1
+    print(f"\n{'mode':<10} {'rescales':>8} {'median s':>9} {'worst s':>8}")
+    for mode, figures in results.items():
+        print(f"{mode:<10} {len(figures):>8} {statistics.median(figures):>9.2f} {max(figures):>8.2f}")
+    ratio = statistics.median(results["redeploy"]) / statistics.median(results["in place"])
+    print(f"\nredeploy / in place (median downtime): {ratio:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
