@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import time
@@ -11,7 +12,7 @@ import pytest
 from pipelines.control.home import Home
 from pipelines.control.tables import ControlPlane
 from pipelines.runtime import launcher
-from pipelines.runtime.driver import run_job
+from pipelines.runtime.driver import batch_budget, run_job
 from pipelines.runtime.session import spark_env
 from pipelines.runtime.sink import FAULT_ENV
 from pipelines.systems.deltalog import DeltaLog
@@ -25,7 +26,7 @@ def test_factors_1_and_4_give_the_same_rows_exactly_once_in_key_order(spark, hom
     bad = produce(home, "events", RECORDS, KEYS, bad_every=97)
     outputs = {}
     for factor in (1, 4):
-        config = job(home, f"f{factor}", factor, max_records=200)
+        config = job(home, f"f{factor}", factor, max_records=100)  # 100 per batch at factor 1, 400 at factor 4
         run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
         rows = sink(home, config)
         assert len(rows) == RECORDS - bad, f"factor {factor}: {len(rows)} rows for {RECORDS - bad} good records"
@@ -33,7 +34,8 @@ def test_factors_1_and_4_give_the_same_rows_exactly_once_in_key_order(spark, hom
         assert order_violations(rows) == []
         assert misrouted(rows, factor).empty
         assert rows["virtual_task"].nunique() == 2 * factor
-        assert rows["batch_id"].nunique() > 1, "admission control should split the input into several batches"
+        budget = batch_budget(100, factor)
+        assert rows["batch_id"].nunique() >= math.ceil(RECORDS / budget) > 1, "admission control splits the input"
         dead = dead_letters(home, config)
         assert len(dead) == bad
         assert dead["error"].str.contains("JSONDecodeError").all()
