@@ -79,15 +79,22 @@ def wait_live(home: Home, version: int, timeout: float = 240.0) -> None:
     raise RuntimeError(f"the driver did not run v{version} within {timeout:.0f}s")
 
 
-def downtime(home: Home, old: int, new: int) -> float:
+def phases(home: Home, old: int, new: int) -> tuple[float, float]:
+    """(old query stopped -> new query started, new query started -> its first batch with data), seconds."""
     control = ControlPlane(home)
 
     def times(version: int, metric: str) -> list[float]:
         frame = control.read_metrics("enrichment", model_version=version, metrics=[metric])
         return [float(v) for v in frame["value"]] if len(frame) else []
 
-    resumed = min(times(new, "first_progress") or times(new, "query_started"))
-    return resumed - max(t for t in times(old, "query_stopped") if t <= resumed)
+    started = min(times(new, "query_started"))
+    resumed = min(times(new, "first_progress") or [started])
+    stopped = max(t for t in times(old, "query_stopped") if t <= started)
+    return started - stopped, resumed - started
+
+
+def downtime(home: Home, old: int, new: int) -> float:
+    return sum(phases(home, old, new))
 
 
 def in_place(home: Home, master: str, steps: int) -> list[float]:
@@ -99,7 +106,11 @@ def in_place(home: Home, master: str, steps: int) -> list[float]:
         assert result["status"] == "verified", result
         figures.append(result["downtime_s"])
         replayed = result["records_replayed"]
-        log(f"  in place -> factor {factor}: downtime {result['downtime_s']:.2f}s, replayed {replayed}")
+        switch, first = phases(home, result["from_version"], ControlPlane(home).active_version("enrichment"))
+        log(
+            f"  in place -> factor {factor}: downtime {result['downtime_s']:.2f}s (stop -> new query "
+            f"{switch:.2f}s, new query -> first batch {first:.2f}s), replayed {replayed}"
+        )
         wait_live(home, ControlPlane(home).active_version("enrichment"))
     launcher.stop(home, "enrichment", timeout=120)
     return figures
@@ -119,8 +130,9 @@ def redeploy(home: Home, master: str, steps: int) -> list[float]:
         control.activate("enrichment", plan.model.version, reason="bench redeploy")
         launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
         wait_live(home, plan.model.version)
-        figures.append(downtime(home, old, plan.model.version))
-        log(f"  redeploy -> factor {factor}: downtime {figures[-1]:.2f}s")
+        switch, first = phases(home, old, plan.model.version)
+        figures.append(switch + first)
+        log(f"  redeploy -> factor {factor}: downtime {figures[-1]:.2f}s (stop -> new query {switch:.2f}s)")
     launcher.stop(home, "enrichment", timeout=120)
     return figures
 

@@ -373,21 +373,26 @@ def finish(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
     failed before activation is closed as rolled back, one that failed after
     it keeps N+1 in force and is closed as failed, with the step it reached.
     """
-    control = ControlPlane(home)
-    event = _event(control, op)
-    figures = measure(control, event)
-    active = control.active_version(op["job"])
-    if event.status in ("verified", "dq failed"):
-        status = event.status
-    elif event.to_version is not None and active == event.to_version:
-        status = "failed"
-        figures["failed_after"] = event.status
-    else:
-        status = "rolled back"
-        figures["failed_after"] = event.status
-    if event.finished_at is None:
-        control.record_scaling_event(event.finish(status, **figures))
-    ScalingLock(home).release(op["job"], op["owner"])
+    try:
+        control = ControlPlane(home)
+        event = _event(control, op)
+        try:
+            figures = measure(control, event)
+        except Exception as e:  # figures are a report: never a reason to keep the job locked
+            figures = {"dq": event.details.get("dq", "not run"), "measure_error": f"{type(e).__name__}: {e}"}
+        active = control.active_version(op["job"])
+        if event.status in ("verified", "dq failed"):
+            status = event.status
+        elif event.to_version is not None and active == event.to_version:
+            status = "failed"
+            figures["failed_after"] = event.status
+        else:
+            status = "rolled back"
+            figures["failed_after"] = event.status
+        if event.finished_at is None:
+            control.record_scaling_event(event.finish(status, **figures))
+    finally:
+        ScalingLock(home).release(op["job"], op["owner"])
     say(f"scaling event {event.event_id} {status}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
     return {"status": status, **figures}
 
