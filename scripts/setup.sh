@@ -19,7 +19,7 @@ fi
 
 if [ ! -x /usr/bin/chromium ]; then
   log "Chromium not found: installing Debian's chromium (the e2e browser tests drive it headless with playwright)"
-  apt_install chromium
+  apt_install chromium fonts-liberation
 fi
 
 PYTHON="${PYTHON:-python3.11}"
