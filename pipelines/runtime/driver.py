@@ -171,6 +171,7 @@ def _supervise(
     """Watch a query; True when it stopped because another model version became active."""
     last_batch = -1
     last_heartbeat = 0.0
+    last_model_check = 0.0
     resumed = False
     while True:
         if not query.isActive:
@@ -202,16 +203,13 @@ def _supervise(
             _lifecycle(control, model, "query_stopped")
             progress(f"[{job}] stopped at a batch boundary after {now - started:.1f}s")
             return False
-        if control.active_version(job) != model.version:
-            _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
-            _lifecycle(control, model, "query_stopped")
-            from pipelines.operations.rescale import carry_forward
-
-            new = control.active_model(job)
-            if new.version > model.version and carry_forward(control.home, model, new):
-                progress(f"[{job}] carried v{model.version}'s final checkpoints forward to v{new.version}")
-            progress(f"[{job}] model v{new.version} is active: switching")
-            return True
+        if now - last_model_check >= POLL_S:  # a Delta read: at most every POLL_S, however fast the loop runs
+            last_model_check = now
+            if control.active_version(job) != model.version:
+                _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
+                _lifecycle(control, model, "query_stopped")  # run_job carries the checkpoints forward, then starts
+                progress(f"[{job}] model v{control.active_version(job)} is active: switching")
+                return True
         time.sleep(POLL_S if resumed else POLL_S / 5)  # look closely until processing resumed: it is the downtime
 
 
