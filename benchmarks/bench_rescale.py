@@ -22,13 +22,13 @@ import argparse
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from pipelines.control.home import Home
 from pipelines.control.tables import ControlPlane
 from pipelines.demo.producer import produce
+from pipelines.demo.run import Producer
 from pipelines.jobs.config import JobConfig
 from pipelines.jobs.registry import create_job
 from pipelines.operations import scaling
@@ -42,18 +42,6 @@ FACTORS = [2, 4, 2, 1, 2, 4, 2, 1]
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-class Producer(threading.Thread):
-    def __init__(self, home: Home, rate: int) -> None:
-        super().__init__(daemon=True)
-        self.home, self.rate, self.halt = home, rate, threading.Event()
-
-    def run(self) -> None:
-        dlog = DeltaLog(self.home.streams)
-        while not self.halt.is_set():
-            produce(dlog, self.home, "events", max(1, self.rate // 4), 100, seed=None)
-            self.halt.wait(0.25)
 
 
 def setup(root: Path, name: str) -> Home:
@@ -147,7 +135,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-rescale-") as tmp:
         for mode, run in (("in place", in_place), ("redeploy", redeploy)):
             home = setup(Path(tmp), mode.replace(" ", "-"))
-            producer = Producer(home, args.rate)
+            producer = Producer(home, args.rate, keys=100)
             producer.start()
             log(f"{mode}: {args.steps} rescales on {args.master}, {args.rate} records/s arriving ...")
             try:

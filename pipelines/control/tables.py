@@ -625,10 +625,25 @@ class ControlPlane:
         table = self._tables[JOB_MODELS.name].read(job, [("event", "=", PLANNED)], ["version"])
         return set(table.column("version").to_pylist())
 
-    def start_checkpoint_rows(self, job: str, version: int) -> list[dict[str, Any]]:
-        """Every start-checkpoint row (batch -1) of a version: the rescale's, and a driver's refresh of them."""
+    def start_checkpoints(self, job: str, version: int) -> dict[SystemStreamPartition, str]:
+        """Where a version started reading, per (SSP, key bucket): its latest start-checkpoint row (batch -1).
+
+        A rescale writes the migrated start, and a driver that switches in place
+        rewrites it from the old model's final checkpoints (``carry_forward``);
+        the rewrite is where the version really started, and the superseded row
+        may lie far behind it.
+        """
         where = [("model_version", "=", version), ("batch_id", "=", INITIAL_BATCH)]
-        return self._tables[CHECKPOINTS.name].read(job, where).to_pylist()
+        rows = self._tables[CHECKPOINTS.name].read(job, where).sort_by("written_at").to_pylist()
+        return {
+            SystemStreamPartition(
+                r["system"],
+                r["stream"],
+                r["partition"],
+                None if r["key_bucket"] == WHOLE_PARTITION else r["key_bucket"],
+            ): r["offset"]
+            for r in rows  # oldest first: the latest row of each bucket wins
+        }
 
     def _checkpoint_rows(self, job: str, version: int, columns: Sequence[str] | None = None) -> pa.Table:
         return self._tables[CHECKPOINTS.name].read(job, [("model_version", "=", version)], columns)

@@ -37,6 +37,18 @@ def integer_offset(offset: Offset) -> int:
     return int(offset)
 
 
+def partition_floor(
+    offsets: Iterable[tuple[SystemStreamPartition, Offset]], offset_key: OffsetKey = integer_offset
+) -> dict[SystemStreamPartition, Any]:
+    """Per whole partition, the smallest offset of its key buckets: where the partition as a whole stands."""
+    floor: dict[SystemStreamPartition, Any] = {}
+    for ssp, offset in offsets:
+        whole, value = ssp.whole(), offset_key(offset)
+        if whole not in floor or value < floor[whole]:
+            floor[whole] = value
+    return floor
+
+
 @dataclass(frozen=True)
 class CheckpointMap:
     """A job model's complete checkpoints: every key bucket of every partition it reads."""

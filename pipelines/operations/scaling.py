@@ -38,9 +38,12 @@ from typing import Any
 from pipelines.control.home import Home
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock
 from pipelines.control.tables import ControlPlane, ScalingEvent
+from pipelines.core.checkpoints import partition_floor
 from pipelines.core.groupers import GroupByPartitionFixedTaskNum
 from pipelines.core.hashing import validate_factor
+from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import ConfigError, PipelinesError
+from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.jobs.registry import job_config
 from pipelines.operations.rescale import RescalePlan, plan_rescale
 from pipelines.systems.registry import open_system
@@ -452,27 +455,11 @@ def records_replayed(control: ControlPlane, job: str, old: int | None, new: int)
     if old is None:
         return None
     try:
-        final = _per_partition(control.latest_checkpoints(job, old).offsets.items())
+        final = partition_floor(control.latest_checkpoints(job, old).offsets.items())
     except PipelinesError:
         return None
-    latest_start: dict[tuple[str, str, int, int], tuple[Any, str]] = {}
-    for r in control.start_checkpoint_rows(job, new):
-        k = (r["system"], r["stream"], r["partition"], r["key_bucket"])
-        if k not in latest_start or r["written_at"] > latest_start[k][0]:
-            latest_start[k] = (r["written_at"], r["offset"])
-    start: dict[tuple[str, str, int], int] = {}
-    for (system, stream, p, _), (_, offset) in latest_start.items():
-        key = (system, stream, p)
-        start[key] = min(start.get(key, int(offset)), int(offset))
-    return sum(max(0, final[k] - start[k]) for k in start if k in final)
-
-
-def _per_partition(offsets: Any) -> dict[tuple[str, str, int], int]:
-    out: dict[tuple[str, str, int], int] = {}
-    for ssp, offset in offsets:
-        key = (ssp.system, ssp.stream, ssp.partition)
-        out[key] = min(out.get(key, int(offset)), int(offset))
-    return out
+    start = partition_floor(control.start_checkpoints(job, new).items())
+    return sum(max(0, final[ssp] - offset) for ssp, offset in start.items() if ssp in final)
 
 
 def end_offsets(home: Home, job: str) -> dict[str, dict[str, int]]:
@@ -487,12 +474,12 @@ def end_offsets(home: Home, job: str) -> dict[str, dict[str, int]]:
 
 def lag_behind(control: ControlPlane, job: str, version: int, target: dict[str, dict[str, int]]) -> int:
     """Records of ``target`` (end offsets per partition) that ``version`` has not committed yet."""
-    committed = _per_partition(control.latest_checkpoints(job, version).offsets.items())
+    committed = partition_floor(control.latest_checkpoints(job, version).offsets.items())
     behind = 0
     for stream_key, partitions in target.items():
         system, stream = stream_key.split("/", 1)
         for p, end in partitions.items():
-            behind += max(0, int(end) - committed.get((system, stream, int(p)), 0))
+            behind += max(0, int(end) - committed.get(SystemStreamPartition(system, stream, int(p)), 0))
     return behind
 
 
@@ -517,8 +504,7 @@ def last_heartbeat(control: ControlPlane, job: str) -> dict[str, Any] | None:
 def default_sequence(home: Home, job: str) -> str | None:
     """The per-key sequence column that proves order across an expansion: ``seq`` when the job emits one."""
     config = job_config(ControlPlane(home).active_model(job))
-    columns = [c.strip().split()[0].lower() for c in config.output_schema.split(",") if c.strip()]
-    return "seq" if "seq" in columns else None
+    return "seq" if "seq" in parse_output_schema(config.output_schema).fieldNames() else None
 
 
 def expansion_request(job: str, stream: str, before: int, after: int) -> ScalingRequest:

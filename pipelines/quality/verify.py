@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
 from pipelines.control.home import Home
 from pipelines.control.tables import ControlPlane
+from pipelines.core.checkpoints import partition_floor
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.deltaio import read_delta
 from pipelines.errors import PipelinesError
@@ -44,7 +43,7 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
     if event is None:
         versions = None
         last = model.version
-        starts: dict[tuple[str, int], int] = {}
+        starts: dict[SystemStreamPartition, int] = {}
         window_id = f"run:v{model.version}"
     else:
         found = [e for e in control.scaling_events(job) if e.event_id == event or e.event_id.startswith(event)]
@@ -56,11 +55,11 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         if not versions:
             raise PipelinesError(f"scaling event {e.event_id} of job {job!r} names no model version")
         last = max(versions)
-        starts = _start_offsets(control, job, min(versions))
+        starts = partition_floor(control.start_checkpoints(job, min(versions)).items())
         window_id = f"event:{e.event_id}"
     # Checkpoints first, then the sink: the sink commits a batch before its checkpoints are appended, so a
     # sink read after the checkpoint read holds every record those checkpoints cover, even while the job runs.
-    committed = _min_offsets(control.latest_checkpoints(job, last).offsets.items())
+    committed = partition_floor(control.latest_checkpoints(job, last).offsets.items())
     rows = _table(home, config.sink_table)
     dead = _table(home, config.dead_letter_table)
     if versions is not None:
@@ -70,8 +69,9 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
     for stream in config.inputs:
         meta = open_system(stream.system, home).describe(stream.stream)
         for p, part in meta.partitions.items():
-            start = max(int(part.earliest), starts.get((stream.stream, p), int(part.earliest)))
-            ranges.append((stream.stream, p, start, committed.get((stream.stream, p), start)))
+            ssp = SystemStreamPartition(stream.system, stream.stream, p)
+            start = max(int(part.earliest), starts.get(ssp, int(part.earliest)))
+            ranges.append((stream.stream, p, start, committed.get(ssp, start)))
     return Window(job, window_id, expected_records(ranges), rows, dead, factors)
 
 
@@ -80,32 +80,6 @@ def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str 
     letters, once, in per-key order, and routed to its bucket's virtual task."""
     w = load_window(home, job, event)
     return verify_rows(w.expected, w.rows, w.dead, w.factors.__getitem__, sequence)
-
-
-def _start_offsets(control: ControlPlane, job: str, version: int) -> dict[tuple[str, int], int]:
-    """Where a model version started reading: per partition, the minimum over buckets of its start checkpoints.
-
-    A bucket's start is its *latest* batch -1 row: a rescale writes the migrated start, and a driver that
-    switches in place rewrites it from the old model's final checkpoints (``carry_forward``); the rewrite
-    is where the version really started, and the superseded row may lie far behind it.
-    """
-    latest: dict[tuple[str, int, int], tuple[Any, int]] = {}
-    for r in control.start_checkpoint_rows(job, version):
-        key = (r["stream"], r["partition"], r["key_bucket"])
-        if key not in latest or r["written_at"] >= latest[key][0]:
-            latest[key] = (r["written_at"], int(r["offset"]))
-    starts: dict[tuple[str, int], int] = {}
-    for (stream, partition, _), (_, offset) in latest.items():
-        starts[(stream, partition)] = min(starts.get((stream, partition), offset), offset)
-    return starts
-
-
-def _min_offsets(offsets: Iterable[tuple[SystemStreamPartition, str]]) -> dict[tuple[str, int], int]:
-    result: dict[tuple[str, int], int] = {}
-    for ssp, offset in offsets:
-        key = (ssp.stream, ssp.partition)
-        result[key] = min(result.get(key, int(offset)), int(offset))
-    return result
 
 
 def _table(home: Home, name: str) -> pd.DataFrame:

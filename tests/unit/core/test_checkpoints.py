@@ -133,3 +133,20 @@ def test_json_round_trip_and_three_part_checkpoints() -> None:
 def test_bad_checkpoint_maps(text: str, message: str) -> None:
     with pytest.raises(ModelError, match=message):
         CheckpointMap.loads(text)
+
+
+def test_partition_floor_is_the_smallest_bucket_offset_per_whole_partition() -> None:
+    from pipelines.core.checkpoints import partition_floor
+
+    offsets = [
+        (SystemStreamPartition("s", "t", 0, 0), "12"),
+        (SystemStreamPartition("s", "t", 0, 1), "9"),
+        (SystemStreamPartition("s", "t", 1), "100000000000000000000000"),  # Kinesis-sized, compared as integers
+        (SystemStreamPartition("s", "t", 2, 0), "10"),
+        (SystemStreamPartition("s", "t", 2, 1), "9"),  # "10" < "9" as strings: must not win
+    ]
+    assert partition_floor(offsets) == {
+        SystemStreamPartition("s", "t", 0): 9,
+        SystemStreamPartition("s", "t", 1): 10**23,
+        SystemStreamPartition("s", "t", 2): 9,
+    }
