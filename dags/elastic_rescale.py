@@ -45,7 +45,7 @@ from pipelines.operations import scaling
 def elastic_rescale() -> None:
     @task
     def validate(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The request, with "auto" resolved by the autosizer; a bad factor or an unknown job fails here."""
+        """The request, with "auto" resolved by the autosizer; a bad factor, reason or an unknown job fails here."""
         assert params is not None
         factor = params["factor"]
         reason = params["reason"]
@@ -58,7 +58,7 @@ def elastic_rescale() -> None:
         elif isinstance(factor, str):
             factor = factor.strip()
         request = scaling.ScalingRequest(params["job"], factor, reason, grouper=params.get("grouper") or None)
-        scaling.plan(PipelinesHook().home(), request)  # validates the factor, the job and the inputs
+        scaling.validate(PipelinesHook().home(), request)  # the factor, the job; the plan task checks the rest
         return request.to_dict()
 
     @task

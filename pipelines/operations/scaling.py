@@ -39,7 +39,7 @@ from pipelines.control.home import Home
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock
 from pipelines.control.tables import ControlPlane, ScalingEvent
 from pipelines.core.checkpoints import partition_floor
-from pipelines.core.groupers import GroupByPartitionFixedTaskNum
+from pipelines.core.groupers import GroupByPartitionFixedTaskNum, grouper_by_name
 from pipelines.core.hashing import validate_factor
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import ConfigError, PipelinesError
@@ -84,10 +84,20 @@ def _print(message: str) -> None:
 # ---------------------------------------------------------------------------------------------------- plan
 
 
-def plan(home: Home, request: ScalingRequest) -> dict[str, Any]:
-    """Validate the request and plan model N+1 without writing anything; the dry run stops here."""
+def validate(home: Home, request: ScalingRequest) -> None:
+    """The cheap checks, before any planning: a reason, a valid factor, a known job and grouper."""
     if not isinstance(request.reason, str) or not request.reason.strip():
         raise ConfigError("a scaling operation needs a reason (it is recorded with the new model)")
+    if request.factor is not None:
+        validate_factor(request.factor)
+    if request.grouper is not None:
+        grouper_by_name(request.grouper)
+    ControlPlane(home).active_model(request.job)  # an unknown job: UnknownJobError, naming the known jobs
+
+
+def plan(home: Home, request: ScalingRequest) -> dict[str, Any]:
+    """Validate the request and plan model N+1 without writing anything; the dry run stops here."""
+    validate(home, request)
     rescale = _plan_model(home, request)
     summary = rescale.summary()
     summary.update(
