@@ -1,57 +1,113 @@
-"""What the job model needs to know about an input system, whatever the system is.
+"""The input-system boundary: everything the platform asks of Kafka, Kinesis or the embedded log.
 
-Kafka, Kinesis and the embedded Delta log differ in how they name partitions
-and offsets, so offsets cross this boundary as strings (Kafka offsets and the
-embedded log's offsets as decimal strings, Kinesis sequence numbers as they
-come) and are only ever compared through ``SystemAdmin.offset_key``: comparing
-the strings themselves would put "10" before "9".
+One protocol, ``InputSystem``, in three roles (Samza's SystemAdmin,
+SystemConsumer and SystemProducer; Flink's enumerator and reader):
 
-``Expansion`` carries the point where a stream's partition count grew, which
-DESIGN "Order across repartitioning" needs: a key that moves from partition
-``p`` to ``p + k*N`` may only be read in its new partition once ``p`` has been
-consumed past ``end_offsets[p]``.
+* **admin** (the driver and the operations): describe a stream's partitions
+  and their history, name its end positions, count records between two
+  positions where the system can, plan how far a micro-batch may read, and
+  create or expand streams where the system allows it;
+* **consumer** (executors): read one partition from a position, either up to
+  a named position or "at most N records", and say where the next read
+  starts;
+* **producer** (tests, demos, benchmarks): append keyed records.
+
+Positions are opaque
+    A ``Position`` is a string only the system that made it understands: a
+    Kafka or embedded-log offset ("next offset to read"), a Kinesis slot's
+    composite of shard sequence numbers. Nothing outside a system's own
+    module parses one, does arithmetic on one, or compares two as strings
+    (``"10" < "9"``). The platform only ever
+
+    * orders positions *of the same partition* with ``position_key``,
+    * asks ``records_between`` (which may answer ``None``: "not countable",
+      e.g. Kinesis, whose lag is reported as time, never guessed),
+    * asks ``advance`` for the end of a read of at most N records, which is
+      either a position (Kafka, the embedded log: offsets can be added to)
+      or a ``Bounded`` end the system can only name by reading (Kinesis:
+      sparse sequence numbers). The runtime pins a bounded end to the
+      position the first read of it returned, durably, so a replayed
+      micro-batch reads exactly the same records (ANCHORS: never
+      ``end = start + n``; transactions and compaction leave gaps).
+
+    A record's own position (the ``offset`` column of ``RECORD_SCHEMA``, the
+    lineage the sink keeps) is a string of the same family: a record at
+    position ``r`` has been read by a reader at checkpoint ``c`` exactly
+    when ``position_key(r) < position_key(c)``. A checkpoint is the next
+    position to read, as in Samza and Kafka.
+
+Holding partitions back
+    Order across repartitioning (DESIGN): a partition created by an expansion
+    may only be read once the partition its keys came from is read past the
+    expansion point. Systems say how far each partition may be read now
+    (``read_limits``); the embedded log derives it from the expansion points
+    it recorded, with ``pipelines.core.batchplan.expansion_holds``. The rest
+    of the batch plan (sharing the budget, moving key buckets together) is
+    pure, in ``pipelines.core.batchplan``.
+
+Why one protocol with optional abilities instead of three: every caller
+holds one object per system and asks what it needs; a system that cannot do
+something (create topics on a cluster the platform does not own, expand a
+Kinesis stream by a partition count) raises ``StreamError`` with the reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from pipelines.core.positions import Bounded, End, Expansion, Position
+
+__all__ = [
+    "RECORD_SCHEMA",
+    "Bounded",
+    "End",
+    "Expansion",
+    "InputSystem",
+    "PartitionMetadata",
+    "Position",
+    "ReadResult",
+    "Record",
+    "Settings",
+    "StreamMetadata",
+]
+
+Settings = Mapping[str, Any]
+"""A system's settings from the job's ``systems:`` section (e.g. Kafka's bootstrap servers); never secrets in clear."""
+
+Record = tuple[bytes | None, bytes, Mapping[str, str] | None]
+"""What a producer appends: key bytes (None: no key), value bytes, string headers (or None)."""
+
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.string(), nullable=False),  # the record's own position
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary(), nullable=False),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("headers", pa.string()),  # JSON object of strings, or null
+    ]
+)
+"""What every consumer returns, records in the partition's order; the key bucket is computed on ``key``."""
 
 
 @dataclass(frozen=True)
 class PartitionMetadata:
-    """One partition's readable range: ``[earliest, end)``; ``end`` is the next offset to be written."""
+    """One partition's readable range now: ``earliest`` is where a new reader starts, ``end`` the next to be written.
 
-    partition: int
-    earliest: str
-    end: str
-
-
-@dataclass(frozen=True)
-class Expansion:
-    """A partition expansion and the end offset of every old partition at the moment it happened.
-
-    Records at offsets ``>= end_offsets[p]`` of an old partition ``p`` were
-    written with ``to_partitions`` in force; everything before them with
-    ``from_partitions``.
+    ``end`` is the last stable position a reader may reach (Kafka: the last
+    stable offset under read-committed, not the high watermark). Systems that
+    cannot name it (Kinesis) give a position ``reached`` understands.
     """
 
-    from_partitions: int
-    to_partitions: int
-    end_offsets: dict[int, str]
-    at: datetime
-
-    def source_partition(self, partition: int) -> int:
-        """The old partition whose keys may now land in ``partition`` (SEP-5: ``p mod N``).
-
-        Kafka's partitioner takes ``hash mod kN``; a key that was in ``p`` under
-        N partitions is in some ``p'`` with ``p' mod N == p`` under kN.
-        """
-        return partition % self.from_partitions
-
-    def new_partitions(self) -> range:
-        return range(self.from_partitions, self.to_partitions)
+    partition: int
+    earliest: Position
+    end: Position
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """System-specific facts for people (Kinesis: the shards in this slot and their lineage)."""
 
 
 @dataclass(frozen=True)
@@ -62,20 +118,108 @@ class StreamMetadata:
     stream: str
     partitions: dict[int, PartitionMetadata]
     expansions: list[Expansion] = field(default_factory=list)
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """System-specific facts for people (Kafka: brokers and consumer-group lag; Kinesis: shard lineage)."""
 
     @property
     def partition_count(self) -> int:
         return len(self.partitions)
 
 
+@dataclass(frozen=True)
+class ReadResult:
+    """One read of one partition: its records in order, and where the next read starts.
+
+    ``next_position`` is what the system says is next (Kafka: the consumer's
+    position after the last record, past any transaction markers), never a
+    count added to the start.
+    """
+
+    records: pa.Table  # RECORD_SCHEMA
+    next_position: Position
+    bytes_fetched: int = 0
+    stats: Mapping[str, float] = field(default_factory=dict)
+    """Counters for the metrics table (e.g. Kinesis: ``throttled``, ``millis_behind_latest``)."""
+
+
 @runtime_checkable
-class SystemAdmin(Protocol):
-    """The metadata side of an input system, enough for planning a job model and migrating checkpoints."""
+class InputSystem(Protocol):
+    """Admin, consumer and producer of one input system; see the module docstring for the rules."""
 
     system: str
 
-    def describe(self, stream: str) -> StreamMetadata: ...
+    # ---------------------------------------------------------------- admin (driver, operations)
 
-    def offset_key(self, offset: str) -> Any:
-        """A sort key with the system's own order of offsets (e.g. ``int`` for Kafka)."""
+    def describe(self, stream: str) -> StreamMetadata:
+        """Partitions with their earliest and end positions, and the stream's expansion history."""
         ...
+
+    def end_positions(self, stream: str) -> dict[int, Position]:
+        """The end (next to be written, or last stable) position of every partition, now; cheaper than describe."""
+        ...
+
+    def position_key(self, position: Position) -> Any:
+        """A sort key with the system's order of the positions of one partition (e.g. ``int`` for offsets)."""
+        ...
+
+    def reached(self, stream: str, partition: int, position: Position, target: Position) -> bool:
+        """Whether a reader at ``position`` has read everything before ``target`` (a past ``end_positions``)."""
+        ...
+
+    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int | None:
+        """Records in ``[start, end)``, or None when the system cannot count them without reading."""
+        ...
+
+    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
+        """Partitions that may not be read freely now, given where each partition's slowest key bucket stands.
+
+        A partition maps to the position it may be read up to (exclusive), or
+        None when it may not be read at all yet; partitions not in the result
+        may be read to their end. This is where an expansion's hold-back lives.
+        """
+        ...
+
+    def advance(
+        self,
+        stream: str,
+        floors: Mapping[int, Position],
+        records: Mapping[int, int],
+        limits: Mapping[int, Position],
+    ) -> dict[int, End]:
+        """The end of this micro-batch's read of each partition in ``records``: at most that many records after
+        its floor, and not past its limit; a ``Bounded`` end where the system cannot name it without reading."""
+        ...
+
+    def create(self, stream: str, partitions: int) -> StreamMetadata:
+        """Create a stream (tests, demos); raises ``StreamError`` where the platform may not create streams."""
+        ...
+
+    def expand(self, stream: str, partitions: int) -> StreamMetadata:
+        """Grow a stream to a multiple of its partition count; anything else is refused with the reason."""
+        ...
+
+    # ---------------------------------------------------------------- consumer (executors)
+
+    def read(
+        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
+    ) -> ReadResult:
+        """The records of ``partition`` from ``start`` up to ``end`` (a position, exclusive, or a ``Bounded``).
+
+        ``columns`` is a hint (verification reads only ``offset``); the table
+        always has ``RECORD_SCHEMA``'s columns, unrequested ones may be null.
+        """
+        ...
+
+    # ---------------------------------------------------------------- producer (tests, demos)
+
+    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
+        """Append records, placed by key as the system's own producers would; (partition, position) each."""
+        ...
+
+    def close(self) -> None:
+        """Release clients and connections; the object must not be used afterwards."""
+        ...
+
+
+def empty_records() -> pa.Table:
+    return RECORD_SCHEMA.empty_table()

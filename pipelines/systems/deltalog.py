@@ -98,7 +98,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -112,17 +112,28 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
+from pipelines.core.batchplan import expansion_holds
 from pipelines.core.partitioner import murmur2
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
-from pipelines.systems.base import Expansion, PartitionMetadata, StreamMetadata
+from pipelines.systems.base import (
+    RECORD_SCHEMA,
+    Bounded,
+    End,
+    Expansion,
+    PartitionMetadata,
+    Position,
+    ReadResult,
+    Record,
+    StreamMetadata,
+)
 
 SYSTEM = "deltalog"
 APP_ID = "deltalog-writer"
 META_KEY = "deltalog.stream"
 META_FORMAT = 1
 
-RECORD_SCHEMA = pa.schema(
+LOG_SCHEMA = pa.schema(
     [
         pa.field("partition", pa.int32(), nullable=False),
         pa.field("offset", pa.int64(), nullable=False),
@@ -132,10 +143,9 @@ RECORD_SCHEMA = pa.schema(
         pa.field("headers", pa.string()),
     ]
 )
+"""The table's own schema: offsets are int64 here; the protocol's records carry them as position strings."""
 # Delta keeps partition values in the log, not in the data files.
-_FILE_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name != "partition"])
-
-Record = tuple[bytes | None, bytes, Mapping[str, str] | None]
+_FILE_SCHEMA = pa.schema([f for f in LOG_SCHEMA if f.name != "partition"])
 
 _BACKOFF_BASE_S = 0.005
 _BACKOFF_CAP_S = 0.25
@@ -175,6 +185,7 @@ class _Snapshot:
     """What a reader or writer needs from one table version, built once per version from the log."""
 
     version: int
+    table_id: str
     partitions: int
     expansions: list[Expansion]
     files: dict[int, _PartitionFiles]
@@ -188,7 +199,10 @@ class _Snapshot:
 
 
 class DeltaLog:
-    """Admin, producer and consumer of the streams under one root directory.
+    """The embedded log as an ``InputSystem``: admin, producer and consumer of the streams under one root.
+
+    Positions are decimal offset strings ("next offset to read"); this module
+    is the only place that turns them into integers.
 
     Every method that answers "what is there now" (``describe``,
     ``end_offsets``, ``produce``, ``expand``) reads the latest table version;
@@ -304,22 +318,43 @@ class DeltaLog:
         return _describe(stream, self._latest(stream)[1])
 
     def end_offsets(self, stream: str) -> dict[int, int]:
-        """The next offset to be written, per partition, from the log's file statistics."""
+        """The next offset to be written, per partition, from the log's file statistics (this module's own view)."""
         snap = self._latest(stream)[1]
         return {p: snap.end(p) for p in range(snap.partitions)}
 
-    def offset_key(self, offset: str) -> int:
-        try:
-            value = int(offset)
-        except (TypeError, ValueError):
-            raise StreamError(f"{SYSTEM} offsets are decimal integers, got {offset!r}") from None
-        if value < 0:
-            raise StreamError(f"{SYSTEM} offsets are >= 0, got {offset!r}")
-        return value
+    def end_positions(self, stream: str) -> dict[int, Position]:
+        return {p: str(end) for p, end in self.end_offsets(stream).items()}
+
+    def position_key(self, position: Position) -> int:
+        return _offset(position)
+
+    def reached(self, stream: str, partition: int, position: Position, target: Position) -> bool:
+        return _offset(position) >= _offset(target)
+
+    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
+        """Offsets are dense here: every offset between two positions is a record."""
+        return max(0, _offset(end) - _offset(start))
+
+    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
+        """New partitions of an expansion are held back until their source is past the recorded expansion point."""
+        expansions = self._latest(stream)[1].expansions
+        return dict.fromkeys(expansion_holds(expansions, floors, _offset))
+
+    def advance(
+        self,
+        stream: str,
+        floors: Mapping[int, Position],
+        records: Mapping[int, int],
+        limits: Mapping[int, Position],
+    ) -> dict[int, End]:
+        return {p: str(min(_offset(floors[p]) + n, _offset(limits[p]))) for p, n in records.items()}
+
+    def close(self) -> None:
+        self._tables.clear()
 
     # -------------------------------------------------------------- producer
 
-    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, int]]:
+    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
         """Append records in one Delta commit; returns ``(partition, offset)`` per record, in input order.
 
         Non-null keys go to ``kafka_partition(key, n)``; null keys round-robin
@@ -379,7 +414,7 @@ class DeltaLog:
                 if group is None:
                     groups[p] = group = []
                     ends[p] = snap.end(p)
-                placed.append((p, ends[p] + len(group)))
+                placed.append((p, str(ends[p] + len(group))))
                 group.append(i)
 
             written: list[Path] = []
@@ -488,8 +523,24 @@ class DeltaLog:
         """The data files (paths relative to the table) a read of ``[start, end)`` opens, from statistics only."""
         return self._plan(stream, partition, start, end)
 
-    def read(self, stream: str, partition: int, start: int, end: int) -> pa.Table:
-        """Records at offsets ``[start, end)`` of one partition, in offset order, as ``RECORD_SCHEMA``.
+    def read(
+        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
+    ) -> ReadResult:
+        """``[start, end)``, or with a ``Bounded`` end at most ``end.records`` records from ``start``."""
+        first = _offset(start)
+        if isinstance(end, Bounded):
+            last = min(first + max(end.records, 0), self._plan_end(stream, partition))
+        else:
+            last = _offset(end)
+        data = self.read_range(stream, partition, first, max(first, last), columns=columns)
+        columns_out = [data.column(n) if n != "offset" else data.column(n).cast(pa.string()) for n in LOG_SCHEMA.names]
+        records = pa.Table.from_arrays(columns_out, schema=RECORD_SCHEMA)
+        return ReadResult(records, str(max(first, last)), bytes_fetched=data.nbytes)
+
+    def read_range(
+        self, stream: str, partition: int, start: int, end: int, *, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Records at offsets ``[start, end)`` of one partition, in offset order, as ``LOG_SCHEMA``.
 
         The range must lie within ``[earliest, end offset]``; asking past the
         end is an error rather than a short read, so a caller never mistakes
@@ -497,10 +548,13 @@ class DeltaLog:
         """
         files = self._plan(stream, partition, start, end)
         if start == end:
-            return RECORD_SCHEMA.empty_table()
+            return LOG_SCHEMA.empty_table()
         root = self.path(stream)
         filters = [("offset", ">=", start), ("offset", "<", end)]
-        parts = [pq.read_table(_local_path(root, rel), schema=_FILE_SCHEMA, filters=filters) for rel in files]
+        wanted = None if columns is None else [c for c in _FILE_SCHEMA.names if c in columns or c == "offset"]
+        parts = [
+            pq.read_table(_local_path(root, rel), schema=_FILE_SCHEMA, filters=filters, columns=wanted) for rel in files
+        ]
         data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         offsets = data["offset"].combine_chunks()
         if (
@@ -514,10 +568,20 @@ class DeltaLog:
                 f"stream {stream!r} partition {partition}: files {files} do not hold exactly offsets "
                 f"[{start}, {end}) (got {data.num_rows} rows); the table was modified outside {SYSTEM}"
             )
+        arrays = [
+            data.column(f.name) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+            for f in _FILE_SCHEMA
+        ]
         return pa.Table.from_arrays(
-            [pa.repeat(pa.scalar(partition, pa.int32()), data.num_rows), *data.columns],
-            schema=RECORD_SCHEMA,
+            [pa.repeat(pa.scalar(partition, pa.int32()), data.num_rows), *arrays],
+            schema=LOG_SCHEMA,
         )
+
+    def _plan_end(self, stream: str, partition: int) -> int:
+        snap = self._latest(stream)[1]
+        if partition >= snap.partitions:
+            raise StreamError(f"stream {stream!r} has partitions 0..{snap.partitions - 1}, not {partition}")
+        return snap.end(partition)
 
     def _plan(self, stream: str, partition: int, start: int, end: int) -> list[str]:
         for name, value in (("partition", partition), ("start", start), ("end", end)):
@@ -565,6 +629,17 @@ class DeltaLog:
         return table, snap
 
 
+def _offset(position: Position) -> int:
+    """A position of this system as the offset it is; anything else is somebody else's position."""
+    try:
+        value = int(position)
+    except (TypeError, ValueError):
+        raise StreamError(f"{SYSTEM} positions are decimal offsets, got {position!r}") from None
+    if value < 0:
+        raise StreamError(f"{SYSTEM} positions are offsets >= 0, got {position!r}")
+    return value
+
+
 def _validate_count(partitions: object) -> int:
     if isinstance(partitions, bool) or not isinstance(partitions, int):
         raise ConfigError(f"partition count must be a whole number >= 1, got {partitions!r}")
@@ -584,8 +659,8 @@ def _encode_headers(index: int, headers: Mapping[str, str] | None) -> str | None
 
 
 def _table_schema(meta: dict[str, Any]) -> pa.Schema:
-    partition = RECORD_SCHEMA.field("partition").with_metadata({META_KEY: json.dumps(meta, separators=(",", ":"))})
-    return RECORD_SCHEMA.set(0, partition)
+    partition = LOG_SCHEMA.field("partition").with_metadata({META_KEY: json.dumps(meta, separators=(",", ":"))})
+    return LOG_SCHEMA.set(0, partition)
 
 
 def _expansion_to_json(expansion: Expansion) -> dict[str, Any]:
@@ -657,7 +732,7 @@ def _snapshot(stream: str, table: DeltaTable) -> _Snapshot:
             pf.mins.append(lo)
             pf.maxs.append(hi)
             pf.paths.append(path)
-    return _Snapshot(version, partitions, expansions, files, frozenset(paths))
+    return _Snapshot(version, str(table.metadata().id), partitions, expansions, files, frozenset(paths))
 
 
 def _describe(stream: str, snap: _Snapshot) -> StreamMetadata:
@@ -665,7 +740,13 @@ def _describe(stream: str, snap: _Snapshot) -> StreamMetadata:
     for p in range(snap.partitions):
         files = snap.partition_files(p)
         partitions[p] = PartitionMetadata(partition=p, earliest=str(files.earliest), end=str(files.end))
-    return StreamMetadata(system=SYSTEM, stream=stream, partitions=partitions, expansions=list(snap.expansions))
+    return StreamMetadata(
+        system=SYSTEM,
+        stream=stream,
+        partitions=partitions,
+        expansions=list(snap.expansions),
+        details={"id": snap.table_id, "table_version": snap.version},
+    )
 
 
 def _local_path(root: str, rel: str) -> str:

@@ -17,8 +17,8 @@ from deltalake import DeltaTable
 
 from pipelines.core.partitioner import kafka_partition
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
-from pipelines.systems.base import SystemAdmin
-from pipelines.systems.deltalog import RECORD_SCHEMA, SYSTEM, DeltaLog
+from pipelines.systems.base import InputSystem
+from pipelines.systems.deltalog import LOG_SCHEMA, SYSTEM, DeltaLog
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ def _produce_commits(root: str, stream: str, worker: int, commits: int, size: in
     for c in range(commits):
         records = [(f"w{worker}-{c}-{i}".encode(), f"w{worker}-{c}-{i}".encode(), None) for i in range(size)]
         for (_, value, _), (p, o) in zip(records, log.produce(stream, records), strict=True):
-            placed.append((value, p, o))
+            placed.append((value, p, int(o)))
     return placed
 
 
@@ -98,7 +98,7 @@ def test_concurrent_producers_in_several_processes_keep_offsets_dense_and_unique
     # What each producer was told matches what is stored, and keys sit where Kafka would put them.
     stored = {}
     for p in offsets:
-        t = log.read("events", p, 0, len(offsets[p]))
+        t = log.read_range("events", p, 0, len(offsets[p]))
         stored.update({v: (p, o) for v, o in zip(t["value"].to_pylist(), t["offset"].to_pylist(), strict=True)})
     told = {value: (p, o) for placed in results for value, p, o in placed}
     assert told == stored
@@ -124,7 +124,7 @@ def test_producers_racing_an_expansion_never_write_old_placements_past_the_expan
     for found in _offsets_by_partition(log, "events").values():
         assert found == list(range(len(found)))
     for p in range(4):
-        t = log.read("events", p, 0, log.end_offsets("events")[p])
+        t = log.read_range("events", p, 0, log.end_offsets("events")[p])
         for key, offset in zip(t["key"].to_pylist(), t["offset"].to_pylist(), strict=True):
             if p >= 2 or offset >= point[p]:
                 # written under 4 partitions
@@ -132,7 +132,7 @@ def test_producers_racing_an_expansion_never_write_old_placements_past_the_expan
             else:
                 assert kafka_partition(key, 2) == p
     # Before the point, partition p held keys that now belong to p + 2: the expansion really moved keys.
-    before = log.read("events", 0, 0, point[0])
+    before = log.read_range("events", 0, 0, point[0])
     assert any(kafka_partition(k, 4) == 2 for k in before["key"].to_pylist())
 
 
@@ -142,21 +142,21 @@ def test_range_read_returns_exactly_the_range_in_offset_order(tmp_path: Path) ->
     for c in range(5):
         log.produce("one", [(None, f"r{c * 10 + i}".encode(), {"i": str(i)}) for i in range(10)])
 
-    t = log.read("one", 0, 15, 37)
-    assert t.schema == RECORD_SCHEMA
+    t = log.read_range("one", 0, 15, 37)
+    assert t.schema == LOG_SCHEMA
     assert t["offset"].to_pylist() == list(range(15, 37))
     assert t["value"].to_pylist() == [f"r{o}".encode() for o in range(15, 37)]
     assert t["partition"].to_pylist() == [0] * 22
     assert t["headers"][0].as_py() == '{"i":"5"}'
     assert t["timestamp"].null_count == 0
-    assert log.read("one", 0, 20, 20).num_rows == 0
-    assert log.read("one", 0, 0, 50)["offset"].to_pylist() == list(range(50))
+    assert log.read_range("one", 0, 20, 20).num_rows == 0
+    assert log.read_range("one", 0, 0, 50)["offset"].to_pylist() == list(range(50))
     with pytest.raises(StreamError, match="ends at offset 50"):
-        log.read("one", 0, 40, 51)
+        log.read_range("one", 0, 40, 51)
     with pytest.raises(StreamError, match="not 1"):
-        log.read("one", 1, 0, 1)
+        log.read_range("one", 1, 0, 1)
     with pytest.raises(StreamError, match="after end"):
-        log.read("one", 0, 30, 20)
+        log.read_range("one", 0, 30, 20)
 
 
 def test_range_read_opens_only_files_that_overlap_the_range(tmp_path: Path) -> None:
@@ -182,7 +182,7 @@ def test_range_read_opens_only_files_that_overlap_the_range(tmp_path: Path) -> N
     for data_file in table_dir.glob("partition=*/*.parquet"):
         if str(data_file.relative_to(table_dir)) not in selected:
             data_file.unlink()
-    assert log.read("one", 0, 15, 37)["offset"].to_pylist() == list(range(15, 37))
+    assert log.read_range("one", 0, 15, 37)["offset"].to_pylist() == list(range(15, 37))
 
 
 def test_expansion_keeps_old_data_readable_and_new_records_use_the_new_count(tmp_path: Path) -> None:
@@ -190,11 +190,11 @@ def test_expansion_keeps_old_data_readable_and_new_records_use_the_new_count(tmp
     log.create("events", 2)
     stale = DeltaLog(tmp_path)  # another producer, whose cached snapshot predates the expansion
     stale.produce("events", _keyed(100))
-    before = {p: log.read("events", p, 0, e) for p, e in log.end_offsets("events").items()}
+    before = {p: log.read_range("events", p, 0, e) for p, e in log.end_offsets("events").items()}
 
     meta = log.expand("events", 4)
     assert sorted(meta.partitions) == [0, 1, 2, 3]
-    assert {p: log.read("events", p, 0, int(before[p].num_rows)) for p in (0, 1)} == before
+    assert {p: log.read_range("events", p, 0, int(before[p].num_rows)) for p in (0, 1)} == before
 
     records = _keyed(200, prefix="new")
     placed = stale.produce("events", records)
@@ -205,8 +205,8 @@ def test_expansion_keeps_old_data_readable_and_new_records_use_the_new_count(tmp
     counts = Counter(p for p, _ in placed)
     assert ends == {p: before[p].num_rows + counts[p] if p < 2 else counts[p] for p in range(4)}
     # New records continue the old partitions' offsets; new partitions start at 0.
-    assert min(o for p, o in placed if p == 0) == before[0].num_rows
-    assert min(o for p, o in placed if p == 3) == 0
+    assert min(int(o) for p, o in placed if p == 0) == before[0].num_rows
+    assert min(int(o) for p, o in placed if p == 3) == 0
 
 
 @pytest.mark.parametrize(("target", "message"), [(1, "shrinking"), (3, "multiple"), (5, "multiple")])
@@ -251,7 +251,7 @@ def test_expansion_point_is_the_end_offsets_at_expansion_and_is_durable(tmp_path
 
 def test_describe_reports_earliest_and_end_per_partition(tmp_path: Path) -> None:
     log = DeltaLog(tmp_path)
-    assert isinstance(log, SystemAdmin)
+    assert isinstance(log, InputSystem)
     meta = log.create("events", 3)
     assert meta.system == SYSTEM and meta.stream == "events" and meta.partition_count == 3
     assert {p: (m.earliest, m.end) for p, m in meta.partitions.items()} == {p: ("0", "0") for p in range(3)}
@@ -261,7 +261,7 @@ def test_describe_reports_earliest_and_end_per_partition(tmp_path: Path) -> None
     meta = log.describe("events")
     assert {p: (m.earliest, m.end) for p, m in meta.partitions.items()} == {p: ("0", str(counts[p])) for p in range(3)}
     assert Counter(p for p, _ in placed[50:]) == {0: 2, 1: 2, 2: 2}  # null keys round-robin
-    assert log.offset_key("10") > log.offset_key("9")
+    assert log.position_key("10") > log.position_key("9")
 
 
 def test_metadata_survives_a_checkpoint_and_the_log_is_the_only_source(tmp_path: Path) -> None:
@@ -278,7 +278,7 @@ def test_metadata_survives_a_checkpoint_and_the_log_is_the_only_source(tmp_path:
     fresh = DeltaLog(tmp_path)
     assert fresh.describe("events") == log.describe("events")
     assert fresh.end_offsets("events") == log.end_offsets("events")
-    assert fresh.read("events", 1, 0, 5)["offset"].to_pylist() == list(range(5))
+    assert fresh.read_range("events", 1, 0, 5)["offset"].to_pylist() == list(range(5))
 
 
 def test_produce_of_ten_thousand_records_is_fast(tmp_path: Path) -> None:
@@ -302,7 +302,7 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
     log.create("clicks", 1)
     assert log.list_streams() == ["clicks", "orders"]
     with pytest.raises(StreamError, match=r"'missing' does not exist.*existing streams: clicks, orders"):
-        log.read("missing", 0, 0, 0)
+        log.read_range("missing", 0, 0, 0)
     with pytest.raises(StreamError, match="already exists"):
         log.create("orders", 2)
     for bad in (0, -1, True, "2"):
@@ -319,7 +319,7 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
     assert log.end_offsets("orders") == {0: 0}
     assert log.produce("orders", []) == []
     with pytest.raises(StreamError, match="decimal"):
-        log.offset_key("abc")
+        log.position_key("abc")
 
 
 def test_a_pickled_log_drops_its_table_handles_and_still_works(tmp_path: Path) -> None:
@@ -329,5 +329,26 @@ def test_a_pickled_log_drops_its_table_handles_and_still_works(tmp_path: Path) -
     clone = pickle.loads(pickle.dumps(log))
     assert clone.end_offsets("events") == log.end_offsets("events")
     assert (
-        pa.concat_tables([clone.read("events", p, 0, e) for p, e in clone.end_offsets("events").items()]).num_rows == 10
+        pa.concat_tables([clone.read_range("events", p, 0, e) for p, e in clone.end_offsets("events").items()]).num_rows == 10
     )
+
+
+def test_the_embedded_log_keeps_the_input_system_contract(tmp_path: Path) -> None:
+    from tests.integration.systems.contract import check_input_system_contract
+
+    log = DeltaLog(tmp_path)
+    log.create("events", 3)
+    check_input_system_contract(log, "events")
+
+
+def test_an_expansion_holds_new_partitions_until_their_source_is_past_the_point(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    log.produce("events", _keyed(40))
+    log.expand("events", 4)
+    point = log.describe("events").expansions[0].end_offsets
+    at_start = {0: "0", 1: "0", 2: "0", 3: "0"}
+    assert log.read_limits("events", at_start) == {2: None, 3: None}
+    past_0 = {**at_start, 0: point[0]}
+    assert log.read_limits("events", past_0) == {3: None}
+    assert log.read_limits("events", {p: log.end_positions("events")[p] for p in range(4)}) == {}
