@@ -31,10 +31,13 @@ Positions are opaque
       ``end = start + n``; transactions and compaction leave gaps).
 
     A record's own position (the ``offset`` column of ``RECORD_SCHEMA``, the
-    lineage the sink keeps) is a string of the same family: a record at
-    position ``r`` has been read by a reader at checkpoint ``c`` exactly
-    when ``position_key(r) < position_key(c)``. A checkpoint is the next
-    position to read, as in Samza and Kafka.
+    lineage the sink keeps) identifies it within its partition. Whether a
+    reader at checkpoint ``c`` has read a record is the system's answer
+    (``unread``): for offsets it is ``offset >= c``, for a Kinesis slot that
+    holds several shards it depends on the record's shard. ``position_key``
+    of record positions orders the records of one key as the input did (the
+    per-key order check relies on it). A checkpoint is the next position to
+    read, as in Samza and Kafka.
 
 Holding partitions back
     Order across repartitioning (DESIGN): a partition created by an expansion
@@ -166,6 +169,10 @@ class InputSystem(Protocol):
         """Whether a reader at ``position`` has read everything before ``target`` (a past ``end_positions``)."""
         ...
 
+    def unread(self, stream: str, partition: int, records: Sequence[Position], position: Position) -> list[bool]:
+        """For each record position, whether a reader at checkpoint ``position`` has yet to read that record."""
+        ...
+
     def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int | None:
         """Records in ``[start, end)``, or None when the system cannot count them without reading."""
         ...
@@ -207,6 +214,15 @@ class InputSystem(Protocol):
 
         ``columns`` is a hint (verification reads only ``offset``); the table
         always has ``RECORD_SCHEMA``'s columns, unrequested ones may be null.
+        """
+        ...
+
+    def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
+        """Tell the system's own tools how far ``job`` has committed (Kafka: the job's consumer group).
+
+        Called after each committed micro-batch with every partition's floor;
+        the Delta checkpoints stay the truth, so a failure here is reported,
+        never fatal. Systems without such tools do nothing.
         """
         ...
 

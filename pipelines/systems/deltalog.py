@@ -331,6 +331,13 @@ class DeltaLog:
     def reached(self, stream: str, partition: int, position: Position, target: Position) -> bool:
         return _offset(position) >= _offset(target)
 
+    def unread(self, stream: str, partition: int, records: Sequence[Position], position: Position) -> list[bool]:
+        at = _offset(position)
+        return [_offset(r) >= at for r in records]
+
+    def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
+        """The embedded log has no tools of its own to show progress in: the checkpoints table is all there is."""
+
     def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
         """Offsets are dense here: every offset between two positions is a record."""
         return max(0, _offset(end) - _offset(start))
