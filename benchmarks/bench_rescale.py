@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.demo.producer import produce
 from pipelines.demo.run import Producer
 from pipelines.jobs.config import JobConfig
@@ -60,7 +60,7 @@ def wait_live(home: Home, version: int, timeout: float = 240.0) -> None:
     while time.monotonic() < end:
         beat = scaling.last_heartbeat(control, "enrichment")
         if beat and beat["live"] and beat["model_version"] == version:
-            batch = control.latest_checkpoint_batch("enrichment", version)
+            batch = control.checkpoints.latest_batch("enrichment", version)
             if batch is not None and batch >= 1:
                 return
         time.sleep(0.5)
@@ -72,7 +72,7 @@ def phases(home: Home, old: int, new: int) -> tuple[float, float]:
     control = ControlPlane(home)
 
     def times(version: int, metric: str) -> list[float]:
-        frame = control.read_metrics("enrichment", model_version=version, metrics=[metric])
+        frame = control.metrics.read("enrichment", model_version=version, metrics=[metric])
         return [float(v) for v in frame["value"]] if len(frame) else []
 
     started = min(times(new, "query_started"))
@@ -94,12 +94,12 @@ def in_place(home: Home, master: str, steps: int) -> list[float]:
         assert result["status"] == "verified", result
         figures.append(result["downtime_s"])
         replayed = result["records_replayed"]
-        switch, first = phases(home, result["from_version"], ControlPlane(home).active_version("enrichment"))
+        switch, first = phases(home, result["from_version"], ControlPlane(home).job_models.active_version("enrichment"))
         log(
             f"  in place -> factor {factor}: downtime {result['downtime_s']:.2f}s (stop -> new query "
             f"{switch:.2f}s, new query -> first batch {first:.2f}s), replayed {replayed}"
         )
-        wait_live(home, ControlPlane(home).active_version("enrichment"))
+        wait_live(home, ControlPlane(home).job_models.active_version("enrichment"))
     launcher.stop(home, "enrichment", timeout=120)
     return figures
 
@@ -110,12 +110,12 @@ def redeploy(home: Home, master: str, steps: int) -> list[float]:
     figures = []
     control = ControlPlane(home)
     for factor in FACTORS[:steps]:
-        old = control.active_version("enrichment")
+        old = control.job_models.active_version("enrichment")
         assert launcher.stop(home, "enrichment", timeout=120)
         plan = plan_rescale(home, "enrichment", factor)
-        control.save_job_model(plan.model, reason="bench redeploy")
-        control.write_checkpoints("enrichment", plan.model.version, plan.checkpoints, batch_id=-1)
-        control.activate("enrichment", plan.model.version, reason="bench redeploy")
+        control.job_models.save(plan.model, reason="bench redeploy")
+        control.checkpoints.write("enrichment", plan.model.version, plan.checkpoints, batch_id=-1)
+        control.job_models.activate("enrichment", plan.model.version, reason="bench redeploy")
         launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
         wait_live(home, plan.model.version)
         switch, first = phases(home, old, plan.model.version)

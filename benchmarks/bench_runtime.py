@@ -276,7 +276,7 @@ def run_elastic(
 ) -> Run:
     import deltalake
 
-    from pipelines.control.tables import ControlPlane
+    from pipelines.control import ControlPlane
     from pipelines.jobs.config import JobConfig
     from pipelines.jobs.registry import create_job
     from pipelines.runtime.driver import run_job
@@ -320,7 +320,7 @@ def run_elastic(
     run.window_s = float((stamps["max"] - stamps["min"]).sum()) / 1e9
     firsts = df.groupby(["batch_id", "virtual_task"])["processed_ns"].min().groupby(level=0)
     run.stagger_s = float((firsts.max() - firsts.min()).sum()) / 1e9
-    metrics = ControlPlane(home).read_metrics(
+    metrics = ControlPlane(home).metrics.read(
         name, metrics=["records_fetched", "records_in", "read_s", "key_hash_s", "process_s", "sink_commit_s"]
     )
     sums = metrics.groupby("metric")["value"].sum().to_dict()

@@ -14,7 +14,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 from pipelines_airflow.assets import JOB_MODELS, QUALITY
 from pipelines_airflow.hooks import PipelinesHook
 
-from pipelines.control.tables import ControlPlane
+from pipelines.control import ControlPlane
 from pipelines.errors import PipelinesError
 
 
@@ -35,7 +35,7 @@ def quality_report() -> None:
         home = PipelinesHook().home()
         verdicts: dict[str, Any] = {}
         docs = None
-        for job in ControlPlane(home).jobs():
+        for job in ControlPlane(home).job_models.jobs():
             try:
                 report = run_quality(home, job, sequence=default_sequence(home, job))
             except PipelinesError as e:  # e.g. a job that never ran: nothing to validate yet

@@ -15,8 +15,8 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import dag, task
 from pipelines_airflow.hooks import PipelinesHook
 
+from pipelines.control import ControlPlane
 from pipelines.control.locks import ScalingLock
-from pipelines.control.tables import ControlPlane
 
 
 @dag(
@@ -36,7 +36,7 @@ def scale_evaluation() -> None:
         home = PipelinesHook().home()
         lock = ScalingLock(home)
         confs = []
-        for job in ControlPlane(home).jobs():
+        for job in ControlPlane(home).job_models.jobs():
             state = lock.state(job)
             if state is not None and state.held:
                 print(f"{job}: skipped, {state.describe()}")

@@ -444,7 +444,7 @@ def cmd_model_plan(args: argparse.Namespace, home: Home, output: Output) -> None
     factor = validate_factor(args.factor)  # bad input is reported before the Delta libraries load
     job = validate_name("job", args.job)
     stream = SystemStream(validate_name("system", args.system), validate_name("stream", args.stream))
-    from pipelines.control.tables import ControlPlane
+    from pipelines.control import ControlPlane
 
     partitions = args.partitions
     if partitions is None:
@@ -455,8 +455,8 @@ def cmd_model_plan(args: argparse.Namespace, home: Home, output: Output) -> None
         except StreamError as e:
             raise StreamError(f"{e}; give --partitions N to plan without an embedded stream") from None
     cp = ControlPlane(home)
-    latest = cp.latest_version(job)
-    previous = cp.active_model(job) if cp.active_version(job) is not None else None
+    latest = cp.job_models.latest_version(job)
+    previous = cp.job_models.active(job) if cp.job_models.active_version(job) is not None else None
     version = 1 if latest is None else latest + 1
     model = plan_job_model(
         job,
@@ -468,7 +468,7 @@ def cmd_model_plan(args: argparse.Namespace, home: Home, output: Output) -> None
         previous=previous,
     )
     if args.save:
-        cp.save_job_model(model, args.reason)
+        cp.job_models.save(model, args.reason)
         output.note(f"saved {job} version {version} (planned, not active)")
     output.emit(model.to_json(), lambda: _model_text(model, previous, saved=args.save))
 
@@ -570,12 +570,12 @@ def _model_text(model: JobModel, previous: JobModel | None, *, saved: bool) -> s
 
 
 def cmd_job_list(args: argparse.Namespace, home: Home, output: Output) -> None:
-    from pipelines.control.tables import ControlPlane
+    from pipelines.control import ControlPlane
 
     cp = ControlPlane(home)
     rows = []
-    for job in cp.jobs():
-        history = cp.model_history(job)
+    for job in cp.job_models.jobs():
+        history = cp.job_models.history(job)
         active = next((h for h in reversed(history) if h["active"]), None)
         rows.append(
             {
@@ -611,17 +611,17 @@ def cmd_job_list(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def cmd_job_show(args: argparse.Namespace, home: Home, output: Output) -> None:
-    from pipelines.control.tables import ControlPlane
+    from pipelines.control import ControlPlane
 
     cp = ControlPlane(home)
     job = validate_name("job", args.job)
-    history = cp.model_history(job)
-    active_version = cp.active_version(job)
-    model = cp.job_model(job, active_version) if active_version is not None else None
+    history = cp.job_models.history(job)
+    active_version = cp.job_models.active_version(job)
+    model = cp.job_models.get(job, active_version) if active_version is not None else None
     data = {
         "job": job,
         "active_version": active_version,
-        "latest_version": cp.latest_version(job),
+        "latest_version": cp.job_models.latest_version(job),
         "active_model": model.to_json() if model else None,
         "history": history,
     }
@@ -656,14 +656,14 @@ def cmd_job_show(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def cmd_job_checkpoints(args: argparse.Namespace, home: Home, output: Output) -> None:
-    from pipelines.control.tables import ControlPlane
+    from pipelines.control import ControlPlane
 
     cp = ControlPlane(home)
     job = validate_name("job", args.job)
     version = args.version
     if version is None:
-        version = cp.active_model(job).version
-    checkpoints = cp.latest_checkpoints(job, version)
+        version = cp.job_models.active(job).version
+    checkpoints = cp.checkpoints.latest(job, version)
     output.emit(
         checkpoints.to_json(),
         lambda: (

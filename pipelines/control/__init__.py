@@ -1,27 +1,79 @@
-"""The control plane: a deployment's durable state (job models, checkpoints, events, metrics) in Delta tables.
+"""The control plane: a deployment's durable state in Delta tables, one module per table.
 
-Everything lives under one home directory (`Home`); the tables are written
-with the `deltalake` package, so the driver, the executors and Airflow tasks
-share them without Spark. `ControlPlane` and `ScalingEvent` are imported on
-first use, so code that only needs paths (`Home`, `resolve_home`) does not pay
-for pyarrow and deltalake.
+Everything lives under one home directory (``home.Home``); the tables are
+written with the ``deltalake`` package over one primitive
+(``table.ControlTable``), so the driver, the executors and Airflow tasks
+share them without Spark. ``ControlPlane`` bundles one object per table for
+callers that use several; its parts are imported on first use, so code that
+only needs paths (``Home``, ``resolve_home``) does not pay for pyarrow and
+deltalake.
+
+=================  ====================================================
+module             table
+=================  ====================================================
+``job_models``     versions of job models and which one is in force
+``checkpoints``    next position per model version, SSP and key bucket
+``scaling_events`` rescales and partition changes, per status change
+``metrics``        per-batch, per-task and lifecycle values
+``dq_results``     data-quality verdicts per window
+``locks``          the scaling lock (one operation per job at a time)
+``decisions``      the autosizer's decisions and what they saw
+=================  ====================================================
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from pipelines.control.home import Home, resolve_home
 
 if TYPE_CHECKING:
-    from pipelines.control.tables import ControlPlane, ScalingEvent
+    from pipelines.control.checkpoints import Checkpoints
+    from pipelines.control.dq_results import DqResults
+    from pipelines.control.job_models import JobModels
+    from pipelines.control.metrics import Metrics
+    from pipelines.control.scaling_events import ScalingEvents
 
-__all__ = ["ControlPlane", "Home", "ScalingEvent", "resolve_home"]
+__all__ = ["ControlPlane", "Home", "resolve_home"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("ControlPlane", "ScalingEvent"):
-        from pipelines.control import tables
+class ControlPlane:
+    """One handle per control table of a home; cheap, holds no lock, not shared between threads.
 
-        return getattr(tables, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    Each part keeps its DeltaTable and refreshes it before each read, so it
+    sees other processes' commits.
+    """
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+
+    @cached_property
+    def job_models(self) -> JobModels:
+        from pipelines.control.job_models import JobModels
+
+        return JobModels(self.home)
+
+    @cached_property
+    def checkpoints(self) -> Checkpoints:
+        from pipelines.control.checkpoints import Checkpoints
+
+        return Checkpoints(self.home)
+
+    @cached_property
+    def events(self) -> ScalingEvents:
+        from pipelines.control.scaling_events import ScalingEvents
+
+        return ScalingEvents(self.home)
+
+    @cached_property
+    def metrics(self) -> Metrics:
+        from pipelines.control.metrics import Metrics
+
+        return Metrics(self.home)
+
+    @cached_property
+    def dq_results(self) -> DqResults:
+        from pipelines.control.dq_results import DqResults
+
+        return DqResults(self.home)

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.control.home import Home
-from pipelines.control.tables import TIMESTAMP, TableSpec, _f, _Table, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
 from pipelines.core.autosize import Decision, Observation
 from pipelines.core.ssp import validate_name
 
@@ -26,15 +26,15 @@ AUTOSIZE_DECISIONS = TableSpec(
     "autosize_decisions",
     pa.schema(
         [
-            _f("job", pa.string()),
-            _f("model_version", pa.int64()),  # the active version the observation was taken from
-            _f("current_factor", pa.int32()),
-            _f("action", pa.string()),  # "up" | "down" | "hold"
-            _f("target_factor", pa.int32()),  # equal to current_factor on hold
-            _f("policy", pa.string()),
-            _f("reasons", pa.string()),  # JSON list of strings
-            _f("observation", pa.string()),  # JSON object: Observation.to_dict()
-            _f("decided_at", TIMESTAMP),
+            column("job", pa.string()),
+            column("model_version", pa.int64()),  # the active version the observation was taken from
+            column("current_factor", pa.int32()),
+            column("action", pa.string()),  # "up" | "down" | "hold"
+            column("target_factor", pa.int32()),  # equal to current_factor on hold
+            column("policy", pa.string()),
+            column("reasons", pa.string()),  # JSON list of strings
+            column("observation", pa.string()),  # JSON object: Observation.to_dict()
+            column("decided_at", TIMESTAMP),
         ]
     ),
     "Autosizer decisions per job: action, target factor, the policy's reasons and the observation they came from",
@@ -42,8 +42,8 @@ AUTOSIZE_DECISIONS = TableSpec(
 )
 
 
-def _table(home: Home) -> _Table:
-    return _Table(AUTOSIZE_DECISIONS, home.control_table(AUTOSIZE_DECISIONS.name))
+def _table(home: Home) -> ControlTable:
+    return ControlTable(AUTOSIZE_DECISIONS, home)
 
 
 def record_decision(

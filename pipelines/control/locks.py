@@ -33,7 +33,7 @@ from deltalake import Transaction
 from deltalake.exceptions import CommitFailedError
 
 from pipelines.control.home import Home
-from pipelines.control.tables import TIMESTAMP, TableSpec, _f, _Table, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
 from pipelines.core.ssp import validate_name
 from pipelines.errors import PipelinesError
 
@@ -44,14 +44,14 @@ SCALING_LOCKS = TableSpec(
     "scaling_locks",
     pa.schema(
         [
-            _f("job", pa.string()),
-            _f("seq", pa.int64()),  # 1, 2, ... per job; the highest is the lock's state
-            _f("status", pa.string()),  # acquired | renewed | taken over | released
-            _f("owner", pa.string()),  # who holds it, stable across retries (e.g. dag_id/run_id)
-            _f("operation", pa.string()),  # what for, for a human reading a refusal
-            _f("expires_at", TIMESTAMP),
-            _f("previous_owner", pa.string(), nullable=True),  # on a take-over: the expired holder
-            _f("at", TIMESTAMP),
+            column("job", pa.string()),
+            column("seq", pa.int64()),  # 1, 2, ... per job; the highest is the lock's state
+            column("status", pa.string()),  # acquired | renewed | taken over | released
+            column("owner", pa.string()),  # who holds it, stable across retries (e.g. dag_id/run_id)
+            column("operation", pa.string()),  # what for, for a human reading a refusal
+            column("expires_at", TIMESTAMP),
+            column("previous_owner", pa.string(), nullable=True),  # on a take-over: the expired holder
+            column("at", TIMESTAMP),
         ]
     ),
     "One row per change of a job's scaling lock; the highest seq is in force",
@@ -89,7 +89,7 @@ class ScalingLock:
     """The lock of every job in one home; cheap to create, keeps no state but a table handle."""
 
     def __init__(self, home: Home) -> None:
-        self._table = _Table(SCALING_LOCKS, home.control_table(SCALING_LOCKS.name))
+        self._table = ControlTable(SCALING_LOCKS, home)
 
     def state(self, job: str) -> LockState | None:
         rows = self._table.read(validate_name("job", job)).to_pylist()

@@ -1,13 +1,20 @@
 """SystemStreamPartition: the unit of input, optionally narrowed to one key bucket.
 
-Serialized as a JSON list: three parts ``[system, stream, partition]`` for a
-whole partition, four parts ``[system, stream, partition, key_bucket]`` for one
-key bucket of it (SEP-32, "Public Interfaces"). Three-part SSPs written before
-elasticity existed still load.
+One encoding everywhere. In job models an SSP is a JSON list: three parts
+``[system, stream, partition]`` for a whole partition, four parts
+``[system, stream, partition, key_bucket]`` for one key bucket of it (SEP-32,
+"Public Interfaces"); three-part SSPs written before elasticity existed still
+load, and so does Samza's object form. Where an SSP must be one string (keys
+of Spark offsets, sink markers, the ``task`` column of per-partition metrics)
+it is that same list as compact JSON (``wire``). In table rows, whose
+``key_bucket`` column cannot hold "none", a whole partition's bucket is
+``NO_BUCKET`` (-1): an ordinary value for SQL GROUP BY and pandas, never a
+real bucket.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +24,10 @@ from pipelines.errors import ConfigError, ModelError
 # Kafka topic names, Kinesis stream names and our embedded streams all fit this;
 # it also keeps task names such as "SystemStreamPartition [a, b, 0]" unambiguous.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+NO_BUCKET = -1
+"""The ``key_bucket`` column value of a whole partition (an SSP without a key bucket, factor 1)."""
 
 
 def validate_name(kind: str, name: str) -> str:
@@ -78,6 +89,29 @@ class SystemStreamPartition:
         if not _is_index(partition) or (rest and not _is_index(rest[0])):
             raise ModelError(f"SSP partition and key bucket must be integers >= 0, got {value!r}")
         return cls(system, stream, partition, rest[0] if rest else None)
+
+    def wire(self) -> str:
+        """The SSP as one string: its JSON list, compact; the inverse of ``from_wire``."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    @classmethod
+    def from_wire(cls, text: str) -> SystemStreamPartition:
+        try:
+            return cls.from_json(json.loads(text))
+        except ValueError as e:
+            if isinstance(e, ModelError):
+                raise
+            raise ModelError(f"SSP {text!r} is not a JSON list") from None
+
+    @property
+    def bucket_column(self) -> int:
+        """The ``key_bucket`` column value of this SSP in a table row."""
+        return NO_BUCKET if self.key_bucket is None else self.key_bucket
+
+    @classmethod
+    def from_columns(cls, system: str, stream: str, partition: int, key_bucket: int) -> SystemStreamPartition:
+        """The SSP of a table row (``key_bucket`` is ``NO_BUCKET`` for a whole partition)."""
+        return cls(system, stream, int(partition), None if key_bucket == NO_BUCKET else int(key_bucket))
 
     def __str__(self) -> str:
         base = f"[{self.system}, {self.stream}, {self.partition}"

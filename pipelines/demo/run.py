@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.demo.producer import produce
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import JobConfig
@@ -191,12 +191,12 @@ def run_demo(
             event = None
             if request is not None:
                 outcome = scaling.run_all(home, request, catch_up_timeout_s=300, say=lambda m: say("  " + m))
-                event = ControlPlane(home).scaling_events(config.name)[-1]
+                event = ControlPlane(home).events.history(config.name)[-1]
                 if outcome["status"] != "verified":
                     raise PipelinesError(f"{step}: the scaling step ended {outcome['status']}")
             else:
                 _wait_processing(home, config.name)
-            model = ControlPlane(home).active_model(config.name)
+            model = ControlPlane(home).job_models.active(config.name)
             time.sleep(step_seconds)  # the job runs on the new model while records keep arriving
             result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
             result.version = model.version
@@ -210,7 +210,7 @@ def run_demo(
         producer.halt.set()
         producer.join(30)
         target = scaling.end_offsets(home, config.name)
-        version = ControlPlane(home).active_version(config.name)
+        version = ControlPlane(home).job_models.active_version(config.name)
         deadline = time.monotonic() + 300
         while scaling.lag_behind(ControlPlane(home), config.name, version, target) and time.monotonic() < deadline:
             _check(producer, driver)
@@ -254,8 +254,8 @@ def _wait_processing(home: Home, job: str, batches: int = 2, timeout: float = 18
     while time.monotonic() < deadline:
         control = ControlPlane(home)
         beat = scaling.last_heartbeat(control, job)
-        version = control.active_version(job)
-        if beat is not None and beat["live"] and (control.latest_checkpoint_batch(job, version) or -1) >= batches - 1:
+        version = control.job_models.active_version(job)
+        if beat is not None and beat["live"] and (control.checkpoints.latest_batch(job, version) or -1) >= batches - 1:
             return
         time.sleep(0.5)
     raise PipelinesError(f"the driver of {job} did not start processing within {timeout:.0f}s")
@@ -263,7 +263,7 @@ def _wait_processing(home: Home, job: str, batches: int = 2, timeout: float = 18
 
 def _throughput(home: Home, job: str, version: int) -> tuple[int, float, int | None]:
     """A model version's records, its rate from its first to its last batch commit, and its last batch's lag."""
-    frame = ControlPlane(home).read_metrics(job, model_version=version, metrics=["records_in", "lag_records"])
+    frame = ControlPlane(home).metrics.read(job, model_version=version, metrics=["records_in", "lag_records"])
     records_in = frame[frame["metric"] == "records_in"] if len(frame) else frame
     if not len(records_in):
         return 0, 0.0, None

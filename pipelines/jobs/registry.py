@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel
@@ -31,7 +31,7 @@ def job_config(model: JobModel) -> JobConfig:
 def create_job(home: Home, config: JobConfig) -> JobModel:
     """Plan version 1 of a new job, write its start checkpoints (earliest offsets), activate it, make its tables."""
     control = ControlPlane(home)
-    if control.latest_version(config.name) is not None:
+    if control.job_models.latest_version(config.name) is not None:
         raise ConfigError(f"job {config.name!r} already exists; change it with a rescale, not a second create")
     output = parse_output_schema(config.output_schema)
     inputs = {}
@@ -52,9 +52,9 @@ def create_job(home: Home, config: JobConfig) -> JobModel:
     )
     start = migrate_checkpoints(CheckpointMap(1, {}), model.elasticity_factor, earliest, earliest)
     ensure_output_tables(home, config, output)
-    control.save_job_model(model, reason="job create")
-    control.write_checkpoints(config.name, model.version, start, batch_id=-1)
-    control.activate(config.name, model.version, reason="job create")
+    control.job_models.save(model, reason="job create")
+    control.checkpoints.write(config.name, model.version, start, batch_id=-1)
+    control.job_models.activate(config.name, model.version, reason="job create")
     return model
 
 

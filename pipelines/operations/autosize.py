@@ -70,9 +70,9 @@ from typing import Any
 
 import pandas as pd
 
+from pipelines.control import ControlPlane
 from pipelines.control.decisions import record_decision
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.core.autosize import (
     AutosizeConfig,
     AutosizePolicy,
@@ -101,7 +101,7 @@ PolicyLike = AutosizePolicy | str | None
 def observe(home: Home, job: str, now: datetime | None = None, *, config: ConfigLike = None) -> Observation:
     """The active model version's picture over the window; ``config`` (default: the job's) sets the window."""
     control = ControlPlane(home)
-    model = control.active_model(job)
+    model = control.job_models.active(job)
     return _observe(control, model, _config(model, config), _utc(now))
 
 
@@ -123,7 +123,7 @@ def evaluate(
     ``ConfigError`` and not recorded.
     """
     control = ControlPlane(home)
-    model = control.active_model(job)
+    model = control.job_models.active(job)
     cfg = _config(model, config)
     chosen = _policy(policy, cfg)
     observation = _observe(control, model, cfg, _utc(now))
@@ -181,7 +181,7 @@ def _observe(control: ControlPlane, model: JobModel, cfg: AutosizeConfig, now: d
     job, version = model.job_name, model.version
     # One scan of the whole version for the small per-batch and per-query rows; the per-task rows are read
     # for the window's batches only (``since_batch`` prunes files by their batch_id statistics).
-    frame = control.read_metrics(job, model_version=version, metrics=[*BATCH_METRICS, *QUERY_BOUNDARIES, HEARTBEAT])
+    frame = control.metrics.read(job, model_version=version, metrics=[*BATCH_METRICS, *QUERY_BOUNDARIES, HEARTBEAT])
     dated = _first_commits(frame[frame["metric"].isin(BATCH_METRICS)], cfg, now)
     commits = {b: dated[b] for b in sorted(dated)[-cfg.window_batches :]}
     base = {
@@ -194,7 +194,7 @@ def _observe(control: ControlPlane, model: JobModel, cfg: AutosizeConfig, now: d
         return Observation(
             **base, input_rate=0.0, processed_rate=0.0, lag_samples=(), busy_mean=0.0, busy_max=0.0, batches=0
         )
-    rows = control.read_metrics(
+    rows = control.metrics.read(
         job, model_version=version, metrics=[*TASK_METRICS, LAG_METRIC], since_batch=min(commits)
     ).to_dict("records")
     rows = [r for r in rows if r["batch_id"] in commits and _ts(r["at"]) == commits[r["batch_id"]]]
@@ -262,7 +262,7 @@ def _query_boundaries(frame: pd.DataFrame) -> list[datetime]:
 
 
 def _seconds_since_scaling(control: ControlPlane, job: str, now: datetime) -> float | None:
-    events = control.scaling_events(job)
+    events = control.events.history(job)
     if not events:
         return None
     latest = max(e.finished_at or e.started_at for e in events)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
-from pipelines.control.tables import ControlPlane
 from pipelines.errors import PipelinesError
 from pipelines.jobs.registry import job_config
 from pipelines.operations.scaling import last_heartbeat
@@ -23,9 +23,9 @@ def jobs_by_trigger(home: Home) -> dict[str, list[str]]:
     """Active jobs grouped by their configured trigger: ``available-now`` and ``continuous``."""
     control = ControlPlane(home)
     groups: dict[str, list[str]] = {"available-now": [], "continuous": []}
-    for job in control.jobs():
+    for job in control.job_models.jobs():
         try:
-            model = control.active_model(job)
+            model = control.job_models.active(job)
         except PipelinesError:
             continue
         groups.setdefault(job_config(model).trigger, []).append(job)

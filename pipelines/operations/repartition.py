@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
-from pipelines.control.tables import ControlPlane
 from pipelines.core.groupers import check_partition_change
 from pipelines.errors import PartitionChangeError, PipelinesError
 from pipelines.jobs.registry import job_config
@@ -45,9 +45,9 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
     control = ControlPlane(home)
     lock = ScalingLock(home)
     changes = []
-    for job in jobs if jobs is not None else control.jobs():
+    for job in jobs if jobs is not None else control.job_models.jobs():
         try:
-            model = control.active_model(job)
+            model = control.job_models.active(job)
         except PipelinesError:
             continue  # planned but never activated: nothing runs, nothing to absorb
         planned = model.partitions()

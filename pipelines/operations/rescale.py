@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane, ScalingEvent
+from pipelines.control.scaling_events import ScalingEvent
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
@@ -51,7 +52,7 @@ def plan_rescale(home: Home, job: str, factor: object, *, grouper: str | None = 
     """Model N+1 for ``factor`` over the inputs' current partitions, and its migrated start checkpoints."""
     x = validate_factor(factor)
     control = ControlPlane(home)
-    current = control.active_model(job)
+    current = control.job_models.active(job)
     config = job_config(current)
     raw = config.to_dict()
     raw["elasticity_factor"] = x
@@ -62,7 +63,7 @@ def plan_rescale(home: Home, job: str, factor: object, *, grouper: str | None = 
     }
     model = plan_job_model(
         job,
-        (control.latest_version(job) or current.version) + 1,
+        (control.job_models.latest_version(job) or current.version) + 1,
         inputs,
         factor=x,
         grouper=raw.get("grouper", config.grouper),
@@ -82,7 +83,7 @@ def migrated(home: Home, previous: JobModel, model: JobModel) -> CheckpointMap:
         offset_key = system.offset_key
         for p, part in system.describe(stream.stream).partitions.items():
             earliest[SystemStreamPartition(stream.system, stream.stream, p)] = part.earliest
-    old = ControlPlane(home).latest_checkpoints(previous.job_name, previous.version)
+    old = ControlPlane(home).checkpoints.latest(previous.job_name, previous.version)
     return migrate_checkpoints(old, model.elasticity_factor, model.whole_ssps(), earliest, offset_key)
 
 
@@ -97,12 +98,12 @@ def carry_forward(home: Home, previous: JobModel, model: JobModel) -> bool:
     model that has already committed a batch is left alone. True if written.
     """
     control = ControlPlane(home)
-    if (control.latest_checkpoint_batch(model.job_name, model.version) or -1) >= 0:
+    if (control.checkpoints.latest_batch(model.job_name, model.version) or -1) >= 0:
         return False
     fresh = migrated(home, previous, model)
-    if fresh == control.latest_checkpoints(model.job_name, model.version):
+    if fresh == control.checkpoints.latest(model.job_name, model.version):
         return False
-    control.write_checkpoints(model.job_name, model.version, fresh, batch_id=-1)
+    control.checkpoints.write(model.job_name, model.version, fresh, batch_id=-1)
     return True
 
 
@@ -122,11 +123,11 @@ def apply_rescale(home: Home, plan: RescalePlan, reason: str, kind: str = "resca
         to_factor=plan.model.elasticity_factor,
         details={"reason": reason, **plan.summary()},
     )
-    control.record_scaling_event(event)
-    control.save_job_model(plan.model, reason=reason)
-    control.write_checkpoints(plan.model.job_name, plan.model.version, plan.checkpoints, batch_id=-1)
-    control.activate(plan.model.job_name, plan.model.version, reason=reason)
-    control.record_scaling_event(event.finish("activated"))
+    control.events.record(event)
+    control.job_models.save(plan.model, reason=reason)
+    control.checkpoints.write(plan.model.job_name, plan.model.version, plan.checkpoints, batch_id=-1)
+    control.job_models.activate(plan.model.job_name, plan.model.version, reason=reason)
+    control.events.record(event.finish("activated"))
     return plan.model
 
 

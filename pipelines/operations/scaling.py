@@ -35,9 +35,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock
-from pipelines.control.tables import ControlPlane, ScalingEvent
+from pipelines.control.scaling_events import ScalingEvent
 from pipelines.core.checkpoints import partition_floor
 from pipelines.core.groupers import GroupByPartitionFixedTaskNum, grouper_by_name
 from pipelines.core.hashing import validate_factor
@@ -92,7 +93,7 @@ def validate(home: Home, request: ScalingRequest) -> None:
         validate_factor(request.factor)
     if request.grouper is not None:
         grouper_by_name(request.grouper)
-    ControlPlane(home).active_model(request.job)  # an unknown job: UnknownJobError, naming the known jobs
+    ControlPlane(home).job_models.active(request.job)  # an unknown job: UnknownJobError, naming the known jobs
 
 
 def plan(home: Home, request: ScalingRequest) -> dict[str, Any]:
@@ -114,7 +115,7 @@ def plan(home: Home, request: ScalingRequest) -> dict[str, Any]:
 
 def _plan_model(home: Home, request: ScalingRequest) -> RescalePlan:
     control = ControlPlane(home)
-    current = control.active_model(request.job)  # unknown job: UnknownJobError, with the known jobs
+    current = control.job_models.active(request.job)  # unknown job: UnknownJobError, with the known jobs
     factor = current.elasticity_factor if request.factor is None else validate_factor(request.factor)
     return plan_rescale(home, request.job, factor, grouper=request.grouper)
 
@@ -148,7 +149,7 @@ def begin(
 def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, what: str, say: Say) -> dict[str, Any]:
     control = ControlPlane(home)
     mine = None
-    for event in control.scaling_events(request.job):
+    for event in control.events.history(request.job):
         if event.finished_at is not None:
             continue
         if event.details.get("owner") == owner:
@@ -167,7 +168,7 @@ def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, w
         to_factor=rescale.model.elasticity_factor,
         details={"reason": request.reason, "owner": owner, "grouper": rescale.model.grouper, **rescale.summary()},
     )
-    control.record_scaling_event(event)
+    control.events.record(event)
     say(f"scaling event {event.event_id}: {what} (v{rescale.previous.version} → v{rescale.model.version})")
     return _op(event, owner, ttl_s)
 
@@ -188,7 +189,7 @@ def _op(event: ScalingEvent, owner: str, ttl_s: float) -> dict[str, Any]:
 
 def _settle(control: ControlPlane, event: ScalingEvent, owner: str, say: Say) -> None:
     """Close an operation that died half way: recovered if its model is in force, rolled back otherwise."""
-    active = control.active_version(event.job)
+    active = control.job_models.active_version(event.job)
     if event.to_version is not None and active == event.to_version:
         status = "recovered"
         note = f"v{event.to_version} was activated before the operation stopped; it stays in force"
@@ -197,7 +198,7 @@ def _settle(control: ControlPlane, event: ScalingEvent, owner: str, say: Say) ->
         note = f"v{active} stays in force" + (
             f"; v{event.to_version} was planned but never activated" if event.to_version is not None else ""
         )
-    control.record_scaling_event(event.finish(status, settled_by=owner, settled=note))
+    control.events.record(event.finish(status, settled_by=owner, settled=note))
     say(f"earlier scaling event {event.event_id} ({event.status}) {status}: {note}")
 
 
@@ -246,8 +247,8 @@ def migrate(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]
             f"job {op['job']} moved from v{op['from_version']} to v{rescale.previous.version} during this operation; "
             "nothing was changed by it: plan again"
         )
-    control.save_job_model(rescale.model, reason=op["reason"])
-    control.write_checkpoints(op["job"], rescale.model.version, rescale.checkpoints, batch_id=-1)
+    control.job_models.save(rescale.model, reason=op["reason"])
+    control.checkpoints.write(op["job"], rescale.model.version, rescale.checkpoints, batch_id=-1)
     _status(control, op, "migrated", to_version=rescale.model.version)
     say(
         f"saved v{rescale.model.version}: factor {rescale.model.elasticity_factor}, {rescale.model.task_count} "
@@ -265,8 +266,8 @@ def activate(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any
     event = _event(control, op)
     if event.to_version is None:
         raise PipelinesError(f"scaling event {op['event_id']} has no migrated model to activate; run migrate first")
-    if control.active_version(op["job"]) != event.to_version:
-        control.activate(op["job"], event.to_version, reason=op["reason"])
+    if control.job_models.active_version(op["job"]) != event.to_version:
+        control.job_models.activate(op["job"], event.to_version, reason=op["reason"])
         say(f"v{event.to_version} of {op['job']} is active")
     else:
         say(f"v{event.to_version} of {op['job']} was already active: resuming")
@@ -393,7 +394,7 @@ def finish(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
             figures = measure(control, event)
         except Exception as e:  # figures are a report: never a reason to keep the job locked
             figures = {"dq": event.details.get("dq", "not run"), "measure_error": f"{type(e).__name__}: {e}"}
-        active = control.active_version(op["job"])
+        active = control.job_models.active_version(op["job"])
         if event.status in ("verified", "dq failed"):
             status = event.status
         elif event.to_version is not None and active == event.to_version:
@@ -403,7 +404,7 @@ def finish(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
             status = "rolled back"
             figures["failed_after"] = event.status
         if event.finished_at is None:
-            control.record_scaling_event(event.finish(status, **figures))
+            control.events.record(event.finish(status, **figures))
     finally:
         ScalingLock(home).release(op["job"], op["owner"])
     say(f"scaling event {event.event_id} {status}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
@@ -465,16 +466,16 @@ def records_replayed(control: ControlPlane, job: str, old: int | None, new: int)
     if old is None:
         return None
     try:
-        final = partition_floor(control.latest_checkpoints(job, old).offsets.items())
+        final = partition_floor(control.checkpoints.latest(job, old).offsets.items())
     except PipelinesError:
         return None
-    start = partition_floor(control.start_checkpoints(job, new).items())
+    start = partition_floor(control.checkpoints.start(job, new).items())
     return sum(max(0, final[ssp] - offset) for ssp, offset in start.items() if ssp in final)
 
 
 def end_offsets(home: Home, job: str) -> dict[str, dict[str, int]]:
     """Every input's end offset per partition, now: ``{"system/stream": {"0": 1200, ...}}``."""
-    config = job_config(ControlPlane(home).active_model(job))
+    config = job_config(ControlPlane(home).job_models.active(job))
     result = {}
     for stream in config.inputs:
         meta = open_system(stream.system, home).describe(stream.stream)
@@ -484,7 +485,7 @@ def end_offsets(home: Home, job: str) -> dict[str, dict[str, int]]:
 
 def lag_behind(control: ControlPlane, job: str, version: int, target: dict[str, dict[str, int]]) -> int:
     """Records of ``target`` (end offsets per partition) that ``version`` has not committed yet."""
-    committed = partition_floor(control.latest_checkpoints(job, version).offsets.items())
+    committed = partition_floor(control.checkpoints.latest(job, version).offsets.items())
     behind = 0
     for stream_key, partitions in target.items():
         system, stream = stream_key.split("/", 1)
@@ -500,7 +501,7 @@ def last_heartbeat(control: ControlPlane, job: str) -> dict[str, Any] | None:
     whose latest query event is not a stop: a driver that just finished an
     available-now run has a fresh heartbeat too, but nothing will switch.
     """
-    frame = control.read_metrics(job, metrics=["heartbeat", "query_started", "query_stopped"])
+    frame = control.metrics.read(job, metrics=["heartbeat", "query_started", "query_stopped"])
     beats = frame[frame["metric"] == "heartbeat"] if len(frame) else frame
     if not len(beats):
         return None
@@ -513,7 +514,7 @@ def last_heartbeat(control: ControlPlane, job: str) -> dict[str, Any] | None:
 
 def default_sequence(home: Home, job: str) -> str | None:
     """The per-key sequence column that proves order across an expansion: ``seq`` when the job emits one."""
-    config = job_config(ControlPlane(home).active_model(job))
+    config = job_config(ControlPlane(home).job_models.active(job))
     return "seq" if "seq" in parse_output_schema(config.output_schema).fieldNames() else None
 
 
@@ -537,7 +538,7 @@ def _renew(home: Home, op: dict[str, Any]) -> None:
 
 
 def _event(control: ControlPlane, op: dict[str, Any]) -> ScalingEvent:
-    for event in control.scaling_events(op["job"]):
+    for event in control.events.history(op["job"]):
         if event.event_id == op["event_id"]:
             return event
     raise PipelinesError(f"scaling event {op['event_id']} of job {op['job']!r} is not in the control plane")
@@ -547,7 +548,7 @@ def _status(
     control: ControlPlane, op: dict[str, Any], status: str, to_version: int | None = None, **details: Any
 ) -> None:
     event = _event(control, op)
-    control.record_scaling_event(
+    control.events.record(
         replace(
             event,
             status=status,
@@ -560,5 +561,5 @@ def _status(
 def _metric_times(control: ControlPlane, job: str, version: int | None, names: tuple[str, ...]) -> list[float]:
     if version is None:
         return []
-    frame = control.read_metrics(job, model_version=version, metrics=names)
+    frame = control.metrics.read(job, model_version=version, metrics=names)
     return [float(v) for v in frame["value"]] if len(frame) else []

@@ -87,9 +87,9 @@ def validate_window(
     if docs:
         report.docs_index = quality_dir(home) / "docs" / "index.html"
     if record:
-        from pipelines.control.tables import ControlPlane
+        from pipelines.control import ControlPlane
 
-        ControlPlane(home).append_dq_results(results)
+        ControlPlane(home).dq_results.append(results)
     return report
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.core.checkpoints import partition_floor
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.deltaio import read_delta
@@ -37,29 +37,29 @@ class Window:
 
 def load_window(home: Home, job: str, event: str | None = None) -> Window:
     control = ControlPlane(home)
-    model = control.active_model(job)
+    model = control.job_models.active(job)
     config = job_config(model)
-    factors = {int(h["version"]): int(h["factor"]) for h in control.model_history(job) if h["event"] == "planned"}
+    factors = {int(h["version"]): int(h["factor"]) for h in control.job_models.history(job) if h["event"] == "planned"}
     if event is None:
         versions = None
         last = model.version
         starts: dict[SystemStreamPartition, int] = {}
         window_id = f"run:v{model.version}"
     else:
-        found = [e for e in control.scaling_events(job) if e.event_id == event or e.event_id.startswith(event)]
+        found = [e for e in control.events.history(job) if e.event_id == event or e.event_id.startswith(event)]
         if len(found) != 1:
-            known = ", ".join(e.event_id[:12] for e in control.scaling_events(job)) or "none"
+            known = ", ".join(e.event_id[:12] for e in control.events.history(job)) or "none"
             raise PipelinesError(f"job {job!r} has {len(found)} scaling events matching {event!r}; events: {known}")
         e = found[0]
         versions = [v for v in (e.from_version, e.to_version) if v is not None]
         if not versions:
             raise PipelinesError(f"scaling event {e.event_id} of job {job!r} names no model version")
         last = max(versions)
-        starts = partition_floor(control.start_checkpoints(job, min(versions)).items())
+        starts = partition_floor(control.checkpoints.start(job, min(versions)).items())
         window_id = f"event:{e.event_id}"
     # Checkpoints first, then the sink: the sink commits a batch before its checkpoints are appended, so a
     # sink read after the checkpoint read holds every record those checkpoints cover, even while the job runs.
-    committed = partition_floor(control.latest_checkpoints(job, last).offsets.items())
+    committed = partition_floor(control.checkpoints.latest(job, last).offsets.items())
     rows = _table(home, config.sink_table)
     dead = _table(home, config.dead_letter_table)
     if versions is not None:

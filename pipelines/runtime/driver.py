@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home, resolve_home
-from pipelines.control.tables import ControlPlane
 from pipelines.core.model import JobModel
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.jobs.registry import ensure_output_tables, job_config
@@ -98,7 +98,7 @@ def run_job(
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     queries = 0
     while True:
-        model = control.active_model(job)
+        model = control.job_models.active(job)
         _carry_forward_on_start(control, model, progress)
         started = time.monotonic()
         query = start_query(spark, home, model, available_now=available_now)
@@ -120,7 +120,7 @@ def _lifecycle(control: ControlPlane, model: JobModel, event: str) -> None:
     restart, and read by ``pipelines.operations.scaling`` from the table.
     """
     with contextlib.suppress(Exception):  # a metric must never take the job down
-        control.append_metrics(
+        control.metrics.append(
             [
                 {
                     "job": model.job_name,
@@ -146,13 +146,13 @@ def _carry_forward_on_start(control: ControlPlane, model: JobModel, progress: Ca
     previous = previous_active_version(control, model.job_name, model.version)
     if previous is None or previous >= model.version:
         return
-    if carry_forward(control.home, control.job_model(model.job_name, previous), model):
+    if carry_forward(control.home, control.job_models.get(model.job_name, previous), model):
         progress(f"[{model.job_name}] carried v{previous}'s final checkpoints forward to v{model.version}")
 
 
 def previous_active_version(control: ControlPlane, job: str, version: int) -> int | None:
     """The version that was in force before ``version`` was last activated, if any."""
-    activated = [r["version"] for r in control.model_history(job) if r["event"] == "activated"]
+    activated = [r["version"] for r in control.job_models.history(job) if r["event"] == "activated"]
     while activated and activated[-1] == version:
         activated.pop()
     return activated[-1] if activated else None
@@ -186,7 +186,7 @@ def _supervise(
         last_batch = _report(query, job, last_batch, progress)
         now = time.monotonic()
         if now - last_heartbeat >= HEARTBEAT_S:
-            control.append_metrics(
+            control.metrics.append(
                 [
                     {
                         "job": job,
@@ -205,10 +205,10 @@ def _supervise(
             return False
         if now - last_model_check >= POLL_S:  # a Delta read: at most every POLL_S, however fast the loop runs
             last_model_check = now
-            if control.active_version(job) != model.version:
+            if control.job_models.active_version(job) != model.version:
                 _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
                 _lifecycle(control, model, "query_stopped")  # run_job carries the checkpoints forward, then starts
-                progress(f"[{job}] model v{control.active_version(job)} is active: switching")
+                progress(f"[{job}] model v{control.job_models.active_version(job)} is active: switching")
                 return True
         time.sleep(POLL_S if resumed else POLL_S / 5)  # look closely until processing resumed: it is the downtime
 

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.errors import PipelinesError
 from pipelines.runtime.requests import stop_request
 from pipelines.runtime.session import spark_confs, spark_env
@@ -61,7 +61,7 @@ def run(
     home: Home, job: str, *, available_now: bool, master: str, detach: bool, max_seconds: float | None = None
 ) -> int:
     """Run the job's driver; in the foreground returns its exit code, detached returns its pid."""
-    ControlPlane(home).active_model(job)  # an unknown job fails here, with the known jobs listed
+    ControlPlane(home).job_models.active(job)  # an unknown job fails here, with the known jobs listed
     (home.root / "run").mkdir(parents=True, exist_ok=True)
     stop_request(home, job).unlink(missing_ok=True)
     cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
@@ -75,7 +75,7 @@ def run(
 
 def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> bool:
     """Ask the job's driver to stop at its next batch boundary; True once it has exited (or none ran)."""
-    ControlPlane(home).active_model(job)
+    ControlPlane(home).job_models.active(job)
     request = stop_request(home, job)
     request.parent.mkdir(parents=True, exist_ok=True)
     request.touch()

@@ -115,8 +115,8 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
     # ------------------------------------------------------------ driver
 
     def commit(self, messages: list[BatchFiles | None], batchId: int) -> None:
+        from pipelines.control import ControlPlane
         from pipelines.control.home import Home
-        from pipelines.control.tables import ControlPlane
 
         present = [m for m in messages if m is not None]
         if not present:
@@ -131,14 +131,14 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         control = ControlPlane(Home(Path(self.home)))
         checkpoints, metrics = _from_markers(present, self.job, self.version, self.factor, batchId)
         if checkpoints.offsets:
-            control.write_checkpoints(self.job, self.version, checkpoints, batchId)
+            control.checkpoints.write(self.job, self.version, checkpoints, batchId)
         metrics += _lag(Home(Path(self.home)), checkpoints, self.job, self.version, batchId)
         metrics.append(_metric(self.job, self.version, batchId, None, "task_count", self.task_count))
         metrics.append(_metric(self.job, self.version, batchId, None, "sink_commit_s", commit_s))
         metrics.append(
             _metric(self.job, self.version, batchId, None, "batch_replayed", 0.0 if data_new or dead_new else 1.0)
         )
-        control.append_metrics(metrics)
+        control.metrics.append(metrics)
 
     def abort(self, messages: list[BatchFiles | None], batchId: int) -> None:
         """Uncommitted files are invisible to Delta readers; leave them for vacuum rather than guess."""

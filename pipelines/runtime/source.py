@@ -114,16 +114,16 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def model(self) -> JobModel:
         if self._model is None:
-            from pipelines.control.tables import ControlPlane
+            from pipelines.control import ControlPlane
 
-            self._model = ControlPlane(self.home).job_model(self.job, self.version)
+            self._model = ControlPlane(self.home).job_models.get(self.job, self.version)
         return self._model
 
     def initialOffset(self) -> dict:
         """The model's latest checkpoints in the control plane: its start checkpoints, or where it stopped."""
-        from pipelines.control.tables import ControlPlane
+        from pipelines.control import ControlPlane
 
-        checkpoints = ControlPlane(self.home).latest_checkpoints(self.job, self.version)
+        checkpoints = ControlPlane(self.home).checkpoints.latest(self.job, self.version)
         model = self.model()
         offsets: dict[SystemStreamPartition, str] = {}
         for ssp in model.ssp_to_task():

@@ -51,12 +51,12 @@ REFRESH_S = 30
 
 def collect(job: str | None = None, home: Any = None) -> dict[str, Any]:
     """Everything the page shows, as plain JSON-able data: ``{"home", "generated_at", "jobs": [...]}``."""
+    from pipelines.control import ControlPlane
     from pipelines.control.home import resolve_home
-    from pipelines.control.tables import ControlPlane
 
     home = home if home is not None else resolve_home()
     control = ControlPlane(home)
-    names = control.jobs()
+    names = control.job_models.jobs()
     if job is not None:
         names = [n for n in names if n == job]
     return {
@@ -86,7 +86,7 @@ def job_status(control: Any, home: Any, job: str) -> dict[str, Any]:
 
 
 def _model(control: Any, home: Any, job: str) -> dict[str, Any]:
-    model = control.active_model(job)
+    model = control.job_models.active(job)
     inputs = []
     for stream, partitions in sorted(model.partitions().items(), key=lambda kv: str(kv[0])):
         now = None
@@ -97,10 +97,10 @@ def _model(control: Any, home: Any, job: str) -> dict[str, Any]:
         except Exception:  # an input we cannot describe here: show what the model saw
             now = None
         inputs.append({"input": str(stream), "partitions": partitions, "partitions_now": now})
-    activations = [h for h in control.model_history(job) if h["event"] == "activated" and h.get("active")]
+    activations = [h for h in control.job_models.history(job) if h["event"] == "activated" and h.get("active")]
     return {
         "version": model.version,
-        "latest_version": control.latest_version(job),
+        "latest_version": control.job_models.latest_version(job),
         "factor": model.elasticity_factor,
         "grouper": model.grouper,
         "virtual_tasks": model.task_count,
@@ -113,7 +113,7 @@ def _model(control: Any, home: Any, job: str) -> dict[str, Any]:
 
 
 def _scaling_events(control: Any, job: str) -> list[dict[str, Any]]:
-    events = control.scaling_events(job)[-EVENTS_SHOWN:]
+    events = control.events.history(job)[-EVENTS_SHOWN:]
     rows = []
     for e in reversed(events):  # newest first
         details = dict(e.details or {})
@@ -143,7 +143,7 @@ def _scaling_events(control: Any, job: str) -> list[dict[str, Any]]:
 
 
 def _dq(control: Any, job: str) -> list[dict[str, Any]]:
-    frame = control.read_dq_results(job)
+    frame = control.dq_results.read(job)
     if frame is None or len(frame) == 0:
         return []
     rows = frame.to_dict("records")

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
-from pipelines.control.tables import ControlPlane
 from pipelines.core.groupers import plan_job_model
 from pipelines.demo import producer
 from pipelines.jobs.config import JobConfig
@@ -95,7 +95,7 @@ def test_a_dry_run_shows_the_plan_and_changes_nothing(dagbag: Any, home: Home) -
     summary = next(ti for ti in run.get_task_instances() if ti.task_id == "plan").xcom_pull(task_ids="plan")
     assert (summary["to_factor"], summary["virtual_tasks"]) == (4, 8)
     control = ControlPlane(home)
-    assert control.latest_version("enrichment") == 1 and control.scaling_events("enrichment") == []
+    assert control.job_models.latest_version("enrichment") == 1 and control.events.history("enrichment") == []
 
 
 def test_a_bad_factor_or_unknown_job_fails_validation_and_changes_nothing(dagbag: Any, home: Home) -> None:
@@ -105,7 +105,7 @@ def test_a_bad_factor_or_unknown_job_fails_validation_and_changes_nothing(dagbag
         run = dag.test(run_conf=conf)
         assert str(run.state) == "failed", conf
         assert _task_states(run)["validate"] == "failed", conf
-    assert ControlPlane(home).latest_version("enrichment") == 1
+    assert ControlPlane(home).job_models.latest_version("enrichment") == 1
 
 
 def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
@@ -122,20 +122,20 @@ def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
     states = _task_states(crashed)
     assert str(crashed.state) == "failed"
     assert states["scale.migrate_checkpoints"] == "failed" and states["scale.record_event"] == "success"
-    assert control.active_version(config.name) == 1  # the old model stays fully in force
-    assert control.scaling_events(config.name)[-1].status == "rolled back"
+    assert control.job_models.active_version(config.name) == 1  # the old model stays fully in force
+    assert control.events.history(config.name)[-1].status == "rolled back"
     assert ScalingLock(home).state(config.name).status == "released"
 
     producer.produce(DeltaLog(home.streams), home, "events", 200, 20, seed=2)
     run = dag.test(run_conf={"job": config.name, "factor": 4, "reason": "scale up"})
     assert str(run.state) == "success", _task_states(run)
-    model = control.active_model(config.name)
+    model = control.job_models.active(config.name)
     assert (model.version, model.elasticity_factor, model.task_count) == (3, 4, 8)  # v2 stays inert
-    event = control.scaling_events(config.name)[-1]
+    event = control.events.history(config.name)[-1]
     assert event.status == "verified"
     assert event.details["dq"] == "pass" and event.details["records_replayed"] == 0
     assert event.details["mode"] == "cold" and event.details["caught_up_s"] >= 0
-    dq = control.read_dq_results(config.name)
+    dq = control.dq_results.read(config.name)
     assert set(dq[dq["window"] == f"event:{event.event_id}"]["check"]) >= {"no_loss", "no_duplicates", "key_order"}
 
 
@@ -148,14 +148,14 @@ def test_repartition_watch_absorbs_an_expansion_with_keys_kept_on_their_tasks(da
     producer.produce(log, home, "events", 200, 20, seed=4)  # ... and newer ones of the same keys in new ones
     run = dagbag.get_dag("repartition_watch").test()
     assert str(run.state) == "success", _task_states(run)
-    model = ControlPlane(home).active_model(config.name)
+    model = ControlPlane(home).job_models.active(config.name)
     assert model.grouper == "GroupByPartitionFixedTaskNum"
     assert sorted(model.partitions().values()) == [4]
     assert model.task_count == 2  # SEP-5: partitions 2 and 3 joined the tasks of partitions 0 and 1
-    event = ControlPlane(home).scaling_events(config.name)[-1]
+    event = ControlPlane(home).events.history(config.name)[-1]
     assert (event.kind, event.status, event.details["dq"]) == ("partition expansion", "verified", "pass")
     again = dagbag.get_dag("repartition_watch").test()  # nothing left to absorb
-    assert str(again.state) == "success" and ControlPlane(home).active_version(config.name) == model.version
+    assert str(again.state) == "success" and ControlPlane(home).job_models.active_version(config.name) == model.version
 
 
 def test_repartition_watch_fails_on_a_change_it_cannot_absorb_and_keeps_the_model(dagbag: Any, home: Home) -> None:
@@ -166,17 +166,17 @@ def test_repartition_watch_fails_on_a_change_it_cannot_absorb_and_keeps_the_mode
     config = JobConfig.from_dict({**raw, "grouper": "GroupByPartitionFixedTaskNum"})
     create_job(home, config)
     control = ControlPlane(home)
-    v1 = control.active_model(config.name)
+    v1 = control.job_models.active(config.name)
     three = plan_job_model(
         config.name, 2, {config.inputs[0]: 3}, grouper=config.grouper, config={CONFIG_KEY: v1.config[CONFIG_KEY]}
     )
-    control.save_job_model(three, reason="the job was planned when the topic had 3 partitions")
-    control.activate(config.name, 2)
+    control.job_models.save(three, reason="the job was planned when the topic had 3 partitions")
+    control.job_models.activate(config.name, 2)
     run = dagbag.get_dag("repartition_watch").test()
     states = _task_states(run)
     assert str(run.state) == "failed"
     assert states["refuse_invalid"] == "failed"
-    assert control.active_version(config.name) == 2 and control.latest_version(config.name) == 2
+    assert control.job_models.active_version(config.name) == 2 and control.job_models.latest_version(config.name) == 2
 
 
 def test_scale_evaluation_records_its_decision_and_triggers_a_rescale(dagbag: Any, home: Home) -> None:
@@ -204,7 +204,7 @@ def test_microbatch_runs_available_now_jobs_and_relaunches_a_continuous_one(dagb
     try:
         run = dagbag.get_dag("elastic_microbatch").test()
         assert str(run.state) == "success", _task_states(run)
-        rows = ControlPlane(home).latest_checkpoints(batch.name, 1)
+        rows = ControlPlane(home).checkpoints.latest(batch.name, 1)
         ends = DeltaLog(home.streams).end_offsets("events")
         assert {s.partition: int(o) for s, o in rows.offsets.items()} == ends  # every record of the input read
         from pipelines.operations.scaling import last_heartbeat
@@ -224,7 +224,7 @@ def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any,
     assert launcher.run(home, config.name, available_now=True, master="local[2]", detach=False) == 0
     run = dagbag.get_dag("quality_report").test()
     assert str(run.state) == "success", _task_states(run)
-    dq = ControlPlane(home).read_dq_results(config.name)
+    dq = ControlPlane(home).dq_results.read(config.name)
     assert len(dq) and dq["success"].all()
     assert (home.root / "quality" / "docs" / "index.html").exists()
 

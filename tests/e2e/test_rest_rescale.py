@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.deltaio import read_delta
 from pipelines.demo.producer import produce
 from pipelines.jobs.config import JobConfig
@@ -58,7 +58,7 @@ def test_elastic_rescale_through_the_rest_api_keeps_the_output_complete_and_in_o
     log.create(stream, 2)
     produce(log, home, stream, 600, 40, seed=1)
     create_job(home, config)
-    assert ControlPlane(home).active_model(job).elasticity_factor == 1
+    assert ControlPlane(home).job_models.active(job).elasticity_factor == 1
     started = time.monotonic()
     code = launcher.run(home, job, available_now=True, master="local[2]", detach=False)
     assert code == 0, f"the factor-1 run of {job} exited with {code}"
@@ -83,10 +83,10 @@ def test_elastic_rescale_through_the_rest_api_keeps_the_output_complete_and_in_o
     assert states["proceed"] == "success" and states["scale.begin"] == "skipped", states  # nothing to do
 
     control = ControlPlane(home)
-    model = control.active_model(job)
+    model = control.job_models.active(job)
     assert model.elasticity_factor == 4 and model.version == 2, (model.version, model.elasticity_factor)
     assert model.task_count == 8  # 2 partitions x 4 key buckets
-    events = control.scaling_events(job)
+    events = control.events.history(job)
     assert [(e.from_factor, e.to_factor) for e in events] == [(1, 4)], events
     assert events[-1].finished_at is not None, events[-1]  # the DAG's teardown closed the event ...
     assert events[-1].status not in ("failed", "dq failed", "rolled back"), events[-1]  # ... as a success

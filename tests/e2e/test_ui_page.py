@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.demo.producer import produce
 from pipelines.jobs.config import JobConfig
 from pipelines.jobs.registry import create_job
@@ -76,7 +76,7 @@ def rescaled_job(running_airflow: AirflowClient) -> dict[str, Any]:
     )
     create_job(home, JobConfig.from_dict(raw))
     model = rescale(home, JOB, 4, reason="scale up for the UI test")
-    event = ControlPlane(home).scaling_events(JOB)[-1]
+    event = ControlPlane(home).events.history(JOB)[-1]
     report = run_quality(home, JOB, event.event_id, sequence="seq", docs=False)
     decision = evaluate(home, JOB)  # the autosizer's verdict right after a rescale (recorded in autosize_decisions)
     return {"home": home, "model": model, "event": event, "report": report, "decision": decision}

@@ -153,10 +153,10 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
 def test_job_list_show_and_checkpoints(tmp_path: Path) -> None:
     assert "no jobs in" in run(tmp_path, "job", "list").stdout
     cp = ControlPlane(Home(tmp_path / "home"))
-    cp.save_job_model(plan_job_model("orders", 1, {EVENTS: 2}, factor=2), "first deployment")
-    cp.activate("orders", 1)
-    cp.write_checkpoints("orders", 1, CheckpointMap(2, {ssp(p, b): str(p + b) for p in range(2) for b in range(2)}), -1)
-    cp.save_job_model(plan_job_model("orders", 2, {EVENTS: 2}, factor=4), "rescale to 4, not activated")
+    cp.job_models.save(plan_job_model("orders", 1, {EVENTS: 2}, factor=2), "first deployment")
+    cp.job_models.activate("orders", 1)
+    cp.checkpoints.write("orders", 1, CheckpointMap(2, {ssp(p, b): str(p + b) for p in range(2) for b in range(2)}), -1)
+    cp.job_models.save(plan_job_model("orders", 2, {EVENTS: 2}, factor=4), "rescale to 4, not activated")
 
     jobs = json.loads(run(tmp_path, "job", "list", "--json").stdout)
     assert [(j["job"], j["active_version"], j["latest_version"], j["factor"]) for j in jobs] == [("orders", 1, 2, 2)]
@@ -172,8 +172,8 @@ def test_job_list_show_and_checkpoints(tmp_path: Path) -> None:
 def test_model_plan_builds_on_the_active_model(tmp_path: Path) -> None:
     cp = ControlPlane(Home(tmp_path / "home"))
     grouper = "GroupByPartitionFixedTaskNum"
-    cp.save_job_model(plan_job_model("orders", 1, {EVENTS: 2}, grouper=grouper), "first")
-    cp.activate("orders", 1)
+    cp.job_models.save(plan_job_model("orders", 1, {EVENTS: 2}, grouper=grouper), "first")
+    cp.job_models.activate("orders", 1)
     plan = ["model", "plan", "--job", "orders", "--grouper", grouper, "--factor", "2"]
     assert "grew from 2 to 3 partitions, which is not a multiple" in fails(tmp_path, *plan, "--partitions", "3")
     out = run(tmp_path, *plan, "--partitions", "4", "--save", "--reason", "input expanded", "--json")
@@ -183,7 +183,7 @@ def test_model_plan_builds_on_the_active_model(tmp_path: Path) -> None:
     for s, task in model.ssp_to_task().items():
         by_base[task.base].add(s.partition)
     assert by_base == {"Partition 0": {0, 2}, "Partition 1": {1, 3}}  # SEP-5: keys stay with their task
-    assert cp.latest_version("orders") == 2 and cp.active_version("orders") == 1
+    assert cp.job_models.latest_version("orders") == 2 and cp.job_models.active_version("orders") == 1
 
 
 def test_home_comes_from_the_environment(tmp_path: Path) -> None:
@@ -211,7 +211,7 @@ def test_rescale_dry_run_prints_the_plan_and_bad_requests_change_nothing(tmp_pat
     same = run(tmp_path, "rescale", "enrichment", "--factor", "1").stdout
     assert "already runs this model: nothing to do" in same
     control = ControlPlane(Home(tmp_path / "home"))
-    assert control.latest_version("enrichment") == 1 and control.scaling_events("enrichment") == []
+    assert control.job_models.latest_version("enrichment") == 1 and control.events.history("enrichment") == []
 
 
 def test_watch_reports_an_absorbable_expansion_and_autosize_holds_without_metrics(tmp_path: Path) -> None:

@@ -9,8 +9,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from pipelines.control import ControlPlane, Home, ScalingEvent, resolve_home, tables
-from pipelines.control.tables import CHECKPOINTS, JOB_MODELS, utc_now
+from pipelines.control import ControlPlane, Home, job_models, resolve_home
+from pipelines.control.checkpoints import CHECKPOINTS
+from pipelines.control.job_models import JOB_MODELS
+from pipelines.control.scaling_events import EventStatus, ScalingEvent
+from pipelines.control.table import utc_now
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel
@@ -54,110 +57,110 @@ def test_home_layout_and_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_empty_home_reads_without_creating_tables(cp: ControlPlane, home: Home) -> None:
-    assert cp.jobs() == []
-    assert cp.active_version("orders") is None
-    assert cp.latest_version("orders") is None
+    assert cp.job_models.jobs() == []
+    assert cp.job_models.active_version("orders") is None
+    assert cp.job_models.latest_version("orders") is None
     assert not home.control.exists()
 
 
 def test_save_activate_and_read_back(cp: ControlPlane, home: Home) -> None:
     m1 = model(1, factor=2)
-    cp.save_job_model(m1, "first deployment")
-    assert cp.active_version("orders") is None
-    cp.activate("orders", 1)
-    assert cp.active_version("orders") == 1
-    assert cp.active_model("orders") == m1
-    assert cp.job_model("orders", 1) == m1
-    assert cp.jobs() == ["orders"]
-    history = cp.model_history("orders")
+    cp.job_models.save(m1, "first deployment")
+    assert cp.job_models.active_version("orders") is None
+    cp.job_models.activate("orders", 1)
+    assert cp.job_models.active_version("orders") == 1
+    assert cp.job_models.active("orders") == m1
+    assert cp.job_models.get("orders", 1) == m1
+    assert cp.job_models.jobs() == ["orders"]
+    history = cp.job_models.history("orders")
     assert [(h["version"], h["event"], h["active"]) for h in history] == [(1, "planned", False), (1, "activated", True)]
     assert history[0]["reason"] == "first deployment"
     assert history[0]["factor"] == 2 and history[0]["task_count"] == 4
     # another process (a fresh instance) sees the same state
-    assert ControlPlane(home).active_model("orders") == m1
+    assert ControlPlane(home).job_models.active("orders") == m1
     assert DeltaTable(home.control_table("job_models")).metadata().partition_columns == ["job"]
 
 
 def test_planned_but_not_activated_keeps_previous_version_active(cp: ControlPlane, home: Home) -> None:
-    cp.save_job_model(model(1), "first deployment")
-    cp.activate("orders", 1)
-    cp.save_job_model(model(2, factor=4), "rescale to 4")  # then the process "crashes"
+    cp.job_models.save(model(1), "first deployment")
+    cp.job_models.activate("orders", 1)
+    cp.job_models.save(model(2, factor=4), "rescale to 4")  # then the process "crashes"
     other = ControlPlane(home)
-    assert other.active_version("orders") == 1
-    assert other.latest_version("orders") == 2
-    assert other.active_model("orders").elasticity_factor == 1
-    other.activate("orders", 2)
-    assert cp.active_model("orders").elasticity_factor == 4
-    cp.activate("orders", 1, reason="roll back")  # a rollback is one more activation
-    assert other.active_version("orders") == 1
+    assert other.job_models.active_version("orders") == 1
+    assert other.job_models.latest_version("orders") == 2
+    assert other.job_models.active("orders").elasticity_factor == 1
+    other.job_models.activate("orders", 2)
+    assert cp.job_models.active("orders").elasticity_factor == 4
+    cp.job_models.activate("orders", 1, reason="roll back")  # a rollback is one more activation
+    assert other.job_models.active_version("orders") == 1
 
 
 def test_duplicate_and_backwards_versions_are_refused(cp: ControlPlane) -> None:
-    cp.save_job_model(model(1), "first")
-    cp.save_job_model(model(2), "second")
+    cp.job_models.save(model(1), "first")
+    cp.job_models.save(model(2), "second")
     with pytest.raises(ModelError, match=r"already has a model version 2.*plan version 3"):
-        cp.save_job_model(model(2, factor=2), "again")
+        cp.job_models.save(model(2, factor=2), "again")
     with pytest.raises(ModelError, match="go back in history"):
-        cp.save_job_model(model(0), "older")
-    assert cp.latest_version("orders") == 2
-    assert cp.job_model("orders", 2).elasticity_factor == 1
+        cp.job_models.save(model(0), "older")
+    assert cp.job_models.latest_version("orders") == 2
+    assert cp.job_models.get("orders", 2).elasticity_factor == 1
 
 
 def test_concurrent_planners_cannot_both_save_a_version(cp: ControlPlane, home: Home) -> None:
-    cp.save_job_model(model(1), "first")
+    cp.job_models.save(model(1), "first")
     racer = ControlPlane(home)
-    table = racer._tables["job_models"]
+    table = racer.job_models.table
     stale = table.load()  # the racer read the table before the other planner committed ...
-    cp.save_job_model(model(2), "planner A")
+    cp.job_models.save(model(2), "planner A")
     table.load = lambda: stale  # type: ignore[method-assign]  # ... and commits on that snapshot
     with pytest.raises(ModelError, match="at the same time"):
-        racer.save_job_model(model(2, factor=2), "planner B")
-    assert ControlPlane(home).job_model("orders", 2).elasticity_factor == 1
+        racer.job_models.save(model(2, factor=2), "planner B")
+    assert ControlPlane(home).job_models.get("orders", 2).elasticity_factor == 1
 
 
 def test_activation_order_does_not_trust_clocks(cp: ControlPlane, home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    cp.save_job_model(model(1), "first")
-    cp.save_job_model(model(2, factor=2), "second")
-    cp.activate("orders", 2)
+    cp.job_models.save(model(1), "first")
+    cp.job_models.save(model(2, factor=2), "second")
+    cp.job_models.activate("orders", 2)
     racer = ControlPlane(home)
-    table = racer._tables["job_models"]
+    table = racer.job_models.table
     stale = table.load()
-    cp.activate("orders", 1, reason="roll back")
+    cp.job_models.activate("orders", 1, reason="roll back")
     table.load = lambda: stale  # type: ignore[method-assign]
     with pytest.raises(ModelError, match="activated a model of job 'orders' at the same time"):
-        racer.activate("orders", 2)
+        racer.job_models.activate("orders", 2)
     # a machine whose clock is an hour behind activates version 2 again: it is still the latest activation
-    monkeypatch.setattr(tables, "utc_now", lambda: datetime.now(UTC) - timedelta(hours=1))
-    cp.activate("orders", 2, reason="slow clock")
-    assert ControlPlane(home).active_version("orders") == 2
-    assert [h["reason"] for h in cp.model_history("orders") if h["active"]] == ["slow clock"]
+    monkeypatch.setattr(job_models, "utc_now", lambda: datetime.now(UTC) - timedelta(hours=1))
+    cp.job_models.activate("orders", 2, reason="slow clock")
+    assert ControlPlane(home).job_models.active_version("orders") == 2
+    assert [h["reason"] for h in cp.job_models.history("orders") if h["active"]] == ["slow clock"]
 
 
 def test_activate_refuses_unknown_version_and_unknown_job(cp: ControlPlane) -> None:
-    cp.save_job_model(model(1), "first")
+    cp.job_models.save(model(1), "first")
     with pytest.raises(ModelError, match=r"job 'orders' has no model version 7; its versions are 1"):
-        cp.activate("orders", 7)
+        cp.job_models.activate("orders", 7)
     with pytest.raises(UnknownJobError, match=r"'payments'.*known jobs: orders"):
-        cp.activate("payments", 1)
+        cp.job_models.activate("payments", 1)
     with pytest.raises(ModelError, match="none was activated"):
-        cp.active_model("orders")
+        cp.job_models.active("orders")
 
 
 def test_unknown_job_error_lists_known_jobs(cp: ControlPlane) -> None:
     with pytest.raises(UnknownJobError, match="no job has a model yet"):
-        cp.active_model("orders")
+        cp.job_models.active("orders")
     for job in ("orders", "clicks"):
-        cp.save_job_model(model(1, job=job), "first")
-        cp.activate(job, 1)
+        cp.job_models.save(model(1, job=job), "first")
+        cp.job_models.activate(job, 1)
     with pytest.raises(UnknownJobError, match=r"job 'payments' has no job model .*known jobs: clicks, orders"):
-        cp.active_model("payments")
+        cp.job_models.active("payments")
     with pytest.raises(UnknownJobError, match="known jobs: clicks, orders"):
-        cp.model_history("payments")
+        cp.job_models.history("payments")
 
 
 def test_corrupt_model_row_names_job_and_version(cp: ControlPlane, home: Home) -> None:
-    cp.save_job_model(model(1), "first")
-    cp.activate("orders", 1)
+    cp.job_models.save(model(1), "first")
+    cp.job_models.activate("orders", 1)
     row = {
         "job": "orders",
         "version": 2,
@@ -177,12 +180,12 @@ def test_corrupt_model_row_names_job_and_version(cp: ControlPlane, home: Home) -
         mode="append",
     )
     with pytest.raises(ModelError, match=r"job 'orders' version 2 is corrupt: job model is not valid JSON"):
-        cp.active_model("orders")
+        cp.job_models.active("orders")
     with pytest.raises(ModelError, match=r"job 'orders' version 2 is corrupt"):
-        cp.job_model("orders", 2)
+        cp.job_models.get("orders", 2)
     with pytest.raises(ModelError, match=r"job 'orders' version 2 is corrupt"):
-        cp.activate("orders", 2)
-    assert cp.job_model("orders", 1) == model(1)
+        cp.job_models.activate("orders", 2)
+    assert cp.job_models.get("orders", 1) == model(1)
 
 
 def test_tables_made_by_an_older_version_gain_new_nullable_columns(cp: ControlPlane, home: Home) -> None:
@@ -203,25 +206,25 @@ def test_tables_made_by_an_older_version_gain_new_nullable_columns(cp: ControlPl
     write_deltalake(
         home.control_table("job_models"), pa.Table.from_pylist([planned], schema=old_schema), partition_by=["job"]
     )
-    assert cp.job_model("orders", 1) == m1 and cp.active_version("orders") is None
-    cp.activate("orders", 1)
-    assert ControlPlane(home).active_version("orders") == 1
+    assert cp.job_models.get("orders", 1) == m1 and cp.job_models.active_version("orders") is None
+    cp.job_models.activate("orders", 1)
+    assert ControlPlane(home).job_models.active_version("orders") == 1
     assert "activation" in DeltaTable(home.control_table("job_models")).schema().to_arrow().names
 
 
 def test_latest_checkpoints_take_the_highest_batch_per_bucket(cp: ControlPlane) -> None:
     start = {ssp(p, b): "0" for p in range(2) for b in range(2)}
-    cp.write_checkpoints("orders", 2, CheckpointMap(2, start), batch_id=-1)
-    cp.write_checkpoints("orders", 2, CheckpointMap(2, {ssp(0, 0): "10", ssp(0, 1): "12"}), batch_id=0)
-    cp.write_checkpoints("orders", 2, CheckpointMap(2, {ssp(0, 0): "30"}), batch_id=3)
-    cp.write_checkpoints("orders", 2, CheckpointMap(2, {ssp(0, 0): "20", ssp(1, 1): "5"}), batch_id=2)  # late
-    cp.write_checkpoints("orders", 2, CheckpointMap(2, {ssp(1, 1): "7"}), batch_id=2)  # replayed batch: later wins
-    cp.write_checkpoints("orders", 1, CheckpointMap(1, {ssp(0): "99", ssp(1): "99"}), batch_id=8)  # other version
-    latest = cp.latest_checkpoints("orders", 2)
+    cp.checkpoints.write("orders", 2, CheckpointMap(2, start), batch_id=-1)
+    cp.checkpoints.write("orders", 2, CheckpointMap(2, {ssp(0, 0): "10", ssp(0, 1): "12"}), batch_id=0)
+    cp.checkpoints.write("orders", 2, CheckpointMap(2, {ssp(0, 0): "30"}), batch_id=3)
+    cp.checkpoints.write("orders", 2, CheckpointMap(2, {ssp(0, 0): "20", ssp(1, 1): "5"}), batch_id=2)  # late
+    cp.checkpoints.write("orders", 2, CheckpointMap(2, {ssp(1, 1): "7"}), batch_id=2)  # replayed batch: later wins
+    cp.checkpoints.write("orders", 1, CheckpointMap(1, {ssp(0): "99", ssp(1): "99"}), batch_id=8)  # other version
+    latest = cp.checkpoints.latest("orders", 2)
     assert latest.factor == 2
     assert latest.offsets == {ssp(0, 0): "30", ssp(0, 1): "12", ssp(1, 0): "0", ssp(1, 1): "7"}
-    assert cp.latest_checkpoint_batch("orders", 2) == 3
-    whole = cp.latest_checkpoints("orders", 1)
+    assert cp.checkpoints.latest_batch("orders", 2) == 3
+    whole = cp.checkpoints.latest("orders", 1)
     assert whole.offsets == {ssp(0): "99", ssp(1): "99"}
     stored = DeltaTable(cp.home.control_table(CHECKPOINTS.name)).to_pyarrow_table(filters=[("model_version", "=", 1)])
     assert set(stored.column("key_bucket").to_pylist()) == {-1}
@@ -229,31 +232,34 @@ def test_latest_checkpoints_take_the_highest_batch_per_bucket(cp: ControlPlane) 
 
 def test_missing_or_incomplete_checkpoints_are_model_errors(cp: ControlPlane) -> None:
     with pytest.raises(ModelError, match="version 3 has no checkpoints"):
-        cp.latest_checkpoints("orders", 3)
-    assert cp.latest_checkpoint_batch("orders", 3) is None
-    cp.write_checkpoints("orders", 3, CheckpointMap(2, {ssp(0, 0): "4"}), batch_id=1)
+        cp.checkpoints.latest("orders", 3)
+    assert cp.checkpoints.latest_batch("orders", 3) is None
+    cp.checkpoints.write("orders", 3, CheckpointMap(2, {ssp(0, 0): "4"}), batch_id=1)
     with pytest.raises(ModelError, match=r"version 3 are incomplete.*\[deltalog, events, 0, 1\]"):
-        cp.latest_checkpoints("orders", 3)
+        cp.checkpoints.latest("orders", 3)
     with pytest.raises(ModelError, match="needs a key bucket"):
-        cp.write_checkpoints("orders", 3, CheckpointMap(2, {ssp(0): "4"}), batch_id=1)
+        cp.checkpoints.write("orders", 3, CheckpointMap(2, {ssp(0): "4"}), batch_id=1)
 
 
 def test_scaling_events_keep_their_latest_state(cp: ControlPlane) -> None:
     started = ScalingEvent.start("orders", "rescale", from_version=1, to_version=2, from_factor=1, to_factor=4)
-    cp.record_scaling_event(started)
+    cp.events.record(started)
     other = ScalingEvent.start("orders", "partition-expansion", details={"from": 2, "to": 4})
-    cp.record_scaling_event(other)
-    cp.record_scaling_event(started.finish("succeeded", migrated=8))
-    events = cp.scaling_events("orders")
-    assert [(e.event_id, e.status) for e in events] == [(started.event_id, "succeeded"), (other.event_id, "started")]
+    cp.events.record(other)
+    cp.events.record(started.finish(EventStatus.VERIFIED, migrated=8))
+    events = cp.events.history("orders")
+    assert [(e.event_id, e.status) for e in events] == [
+        (started.event_id, EventStatus.VERIFIED),
+        (other.event_id, EventStatus.STARTED),
+    ]
     assert events[0].details == {"migrated": 8}
     assert events[0].finished_at is not None and events[0].finished_at > events[0].started_at
     assert events[1].details == {"from": 2, "to": 4}
-    assert cp.scaling_events("clicks") == []
+    assert cp.events.history("clicks") == []
 
 
 def test_metrics_are_long_and_filterable(cp: ControlPlane) -> None:
-    cp.append_metrics(
+    cp.metrics.append(
         [
             {
                 "job": "orders",
@@ -275,9 +281,9 @@ def test_metrics_are_long_and_filterable(cp: ControlPlane) -> None:
             {"job": "clicks", "model_version": 1, "batch_id": 0, "metric": "records", "value": 1},
         ]
     )
-    frame = cp.read_metrics("orders")
+    frame = cp.metrics.read("orders")
     assert list(frame["value"]) == [5.0, 2.5, 7.0]
     assert frame["task"].isna().tolist() == [False, True, False]
-    assert list(cp.read_metrics("orders", metrics=["records"], model_version=2)["task"]) == ["Partition 0-1-2"]
-    assert list(cp.read_metrics("orders", since_batch=1)["batch_id"]) == [1, 2]
-    assert cp.read_metrics("payments").empty
+    assert list(cp.metrics.read("orders", metrics=["records"], model_version=2)["task"]) == ["Partition 0-1-2"]
+    assert list(cp.metrics.read("orders", since_batch=1)["batch_id"]) == [1, 2]
+    assert cp.metrics.read("payments").empty

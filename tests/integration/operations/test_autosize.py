@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from pipelines.control import ControlPlane
 from pipelines.control.decisions import read_decisions, record_decision
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane, ScalingEvent
+from pipelines.control.scaling_events import ScalingEvent
 from pipelines.core.autosize import DOWN, HOLD, UP, AutosizeConfig, Decision, Observation
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig
@@ -72,14 +73,14 @@ def write_batches(
 ) -> datetime:
     """Commit one batch per load, ``wall_s`` apart, as the sink does; returns the last commit time."""
     control = ControlPlane(home)
-    model = control.active_model(JOB)
+    model = control.job_models.active(JOB)
     tasks = [t.task_name.name for t in model.tasks()]
     at = start
     for i, load in enumerate(loads):
         batch = first_batch + i
         at = start + timedelta(seconds=wall_s * i)
         rows = [*sink_rows(model.version, batch, tasks, load), *job_rows(model.version, batch, len(tasks))]
-        control.append_metrics([{**r, "at": at} for r in rows])
+        control.metrics.append([{**r, "at": at} for r in rows])
     return at
 
 
@@ -179,7 +180,7 @@ def test_cooldown_after_a_scaling_step_holds(home: Home) -> None:
     make_job(home, factor=2)
     now = after(write_batches(home, hot()))
     event = ScalingEvent.start(JOB, "rescale", from_factor=1, to_factor=2)
-    ControlPlane(home).record_scaling_event(replace(event, status="activated", finished_at=now - timedelta(seconds=60)))
+    ControlPlane(home).events.record(replace(event, status="activated", finished_at=now - timedelta(seconds=60)))
     decision = evaluate(home, JOB, now=now)
     assert decision.action == HOLD and "cooldown" in decision.reasons[0]
     assert evaluate(home, JOB, now=now, config={"cooldown_s": 30}).action == UP
@@ -226,13 +227,13 @@ def test_restarts_replays_and_old_batches_do_not_distort_the_busy_ratio(home: Ho
     last = write_batches(home, hot(4), first_batch=3)
     # the driver was restarted: 2 minutes of downtime, then a new query's start marker before its first batch
     restart = last + timedelta(minutes=2)
-    control.append_metrics(
+    control.metrics.append(
         [{"job": JOB, "model_version": 1, "batch_id": -1, "metric": marker, "value": 0.0, "at": restart}]
     )
     last = write_batches(home, hot(4), first_batch=7, start=restart + timedelta(seconds=10))
     # batch 10 replayed after a crash: its metrics are appended a second time, later, with other figures
     replay = [*sink_rows(1, 10, ["Partition 0-0-2"], Load(9.0, 999, 0)), *job_rows(1, 10, 4)]
-    control.append_metrics([{**r, "at": last + timedelta(seconds=30)} for r in replay])
+    control.metrics.append([{**r, "at": last + timedelta(seconds=30)} for r in replay])
 
     obs = observe(home, JOB, after(last + timedelta(seconds=30)))
     assert obs.batches == 6  # 8 batches in the window; the first, and the one after the restart, are not measured
@@ -263,7 +264,7 @@ def test_the_job_config_sets_the_bounds(home: Home) -> None:
     config = make_job(home, factor=2, autosize={"max_factor": 2, "min_batches": 3})
     assert config.to_dict()["autosize"] == {"max_factor": 2, "min_batches": 3}
     assert JobConfig.from_dict(config.to_dict()) == config
-    model = ControlPlane(home).active_model(JOB)
+    model = ControlPlane(home).job_models.active(JOB)
     assert autosize_config(model) == AutosizeConfig(max_factor=2, min_batches=3)
     decision = evaluate(home, JOB, now=after(write_batches(home, hot(4))))
     assert decision.action == HOLD and "max_factor=2" in decision.reasons[-1]
@@ -284,7 +285,7 @@ def test_a_bad_autosize_section_fails_at_job_create(home: Home, autosize: Any, f
     with pytest.raises(ConfigError, match=field) as info:
         make_job(home, factor=1, autosize=autosize)
     assert str(info.value).startswith("job config: ")
-    assert ControlPlane(home).jobs() == []
+    assert ControlPlane(home).job_models.jobs() == []
 
 
 def test_record_and_read_decisions_keep_order_and_jobs_apart(home: Home) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingInProgressError, ScalingLock
-from pipelines.control.tables import ControlPlane
 from pipelines.demo import producer
 from pipelines.errors import ConfigError, UnknownJobError
 from pipelines.operations import scaling
@@ -57,9 +57,9 @@ def test_rescale_without_a_driver_catches_up_verifies_and_records_its_figures(
     assert result["records_replayed"] == 0
     assert result["downtime_s"] is None  # nothing was running, so nothing was down
     control = ControlPlane(home)
-    model = control.active_model(ran_once)
+    model = control.job_models.active(ran_once)
     assert (model.version, model.elasticity_factor, model.task_count) == (2, 4, 8)
-    event = control.scaling_events(ran_once)[-1]
+    event = control.events.history(ran_once)[-1]
     assert (event.status, event.from_version, event.to_version) == ("verified", 1, 2)
     assert event.details["records_replayed"] == 0 and event.details["mode"] == "cold"
     assert ScalingLock(home).state(ran_once).status == "released"
@@ -80,7 +80,7 @@ def test_a_dry_plan_validates_and_writes_nothing(home: Home, ran_once: str) -> N
         scaling.plan(home, ScalingRequest(ran_once, 0, "bad"))
     with pytest.raises(UnknownJobError, match="known jobs: elastic"):
         scaling.plan(home, ScalingRequest("nope", 2, "bad"))
-    assert control.latest_version(ran_once) == 1 and control.scaling_events(ran_once) == []
+    assert control.job_models.latest_version(ran_once) == 1 and control.events.history(ran_once) == []
 
 
 def _crash_after_migration(home: Home, job_name: str, owner: str, monkeypatch: pytest.MonkeyPatch, ttl: float) -> dict:
@@ -97,11 +97,11 @@ def test_a_crash_between_migration_and_activation_is_rolled_back_by_the_next_run
     spark: Any, home: Home, ran_once: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     control = ControlPlane(home)
-    before = control.latest_checkpoints(ran_once, 1)
+    before = control.checkpoints.latest(ran_once, 1)
     crashed = _crash_after_migration(home, ran_once, "run-1", monkeypatch, ttl=1.0)
-    assert control.active_version(ran_once) == 1  # model 1 fully in force: its checkpoints untouched
-    assert control.latest_checkpoints(ran_once, 1) == before
-    assert control.latest_version(ran_once) == 2  # v2 saved with start checkpoints, never activated
+    assert control.job_models.active_version(ran_once) == 1  # model 1 fully in force: its checkpoints untouched
+    assert control.checkpoints.latest(ran_once, 1) == before
+    assert control.job_models.latest_version(ran_once) == 2  # v2 saved with start checkpoints, never activated
     with pytest.raises(ScalingInProgressError, match="run-1 holds it"):
         scaling.begin(home, ScalingRequest(ran_once, 4, "too early"), "run-2", say=QUIET)
     time.sleep(1.2)  # the crashed run's lease expires
@@ -110,10 +110,10 @@ def test_a_crash_between_migration_and_activation_is_rolled_back_by_the_next_run
         home, ScalingRequest(ran_once, 4, "after the crash"), owner="run-2", catch_up=_catch_up(spark), say=QUIET
     )
     assert result["status"] == "verified"
-    events = {e.event_id: e for e in control.scaling_events(ran_once)}
+    events = {e.event_id: e for e in control.events.history(ran_once)}
     assert events[crashed["event_id"]].status == "rolled back"
     assert events[crashed["event_id"]].details["settled_by"] == "run-2"
-    assert control.active_version(ran_once) == 3  # v2 stays an inert planned row
+    assert control.job_models.active_version(ran_once) == 3  # v2 stays an inert planned row
     rows = sink(home, job_config_of(home, ran_once))
     assert len(rows) == 500 and not rows.duplicated(["partition", "offset"]).any()
     assert order_violations(rows) == []
@@ -129,7 +129,8 @@ def test_a_retry_of_the_crashed_run_resumes_its_own_operation(
     assert result["event_id"] == crashed["event_id"]
     assert result["status"] == "verified"
     control = ControlPlane(home)
-    assert control.active_version(ran_once) == 2 and control.latest_version(ran_once) == 2  # no second N+1
+    # no second N+1
+    assert control.job_models.active_version(ran_once) == 2 and control.job_models.latest_version(ran_once) == 2
 
 
 def test_two_operations_started_together_one_is_refused_and_nothing_is_written_for_it(
@@ -153,7 +154,7 @@ def test_two_operations_started_together_one_is_refused_and_nothing_is_written_f
     refused = [o for o, r in outcomes.items() if isinstance(r, ScalingInProgressError)]
     assert len(refused) == 1, outcomes
     winner = "a" if refused == ["b"] else "b"
-    events = ControlPlane(home).scaling_events(ran_once)
+    events = ControlPlane(home).events.history(ran_once)
     assert [e.details["owner"] for e in events] == [winner]
     assert ScalingLock(home).state(ran_once).owner == winner
 
@@ -179,8 +180,8 @@ def test_a_live_driver_switches_in_place_with_a_short_measured_downtime(spark: A
         t.start()
     try:
         _wait_for(lambda: (scaling.last_heartbeat(ControlPlane(home), ran_once) or {}).get("live"))
-        committed = ControlPlane(home).latest_checkpoint_batch(ran_once, 1)
-        _wait_for(lambda: ControlPlane(home).latest_checkpoint_batch(ran_once, 1) > committed)  # it is processing
+        committed = ControlPlane(home).checkpoints.latest_batch(ran_once, 1)
+        _wait_for(lambda: ControlPlane(home).checkpoints.latest_batch(ran_once, 1) > committed)  # it is processing
         result = scaling.run_all(home, ScalingRequest(ran_once, 4, "live"), catch_up_timeout_s=180, say=QUIET)
     finally:
         stop_producing.set()
@@ -191,7 +192,7 @@ def test_a_live_driver_switches_in_place_with_a_short_measured_downtime(spark: A
         threads[1].join(120)
     assert not failures, failures
     assert result["status"] == "verified", result
-    assert ControlPlane(home).scaling_events(ran_once)[-1].details["mode"] == "in-place"
+    assert ControlPlane(home).events.history(ran_once)[-1].details["mode"] == "in-place"
     assert result["records_replayed"] == 0
     assert 0 < result["downtime_s"] < 30, result  # one batch boundary plus a query start; reported, not timed
     print(f"in-place switch downtime: {result['downtime_s']:.2f}s")
@@ -214,7 +215,7 @@ def _wait_for(condition: Any, timeout: float = 120.0) -> None:
 def job_config_of(home: Home, name: str) -> Any:
     from pipelines.jobs.registry import job_config
 
-    return job_config(ControlPlane(home).active_model(name))
+    return job_config(ControlPlane(home).job_models.active(name))
 
 
 def test_a_request_refused_after_the_lock_was_taken_lets_the_lock_go(home: Home) -> None:
@@ -224,6 +225,6 @@ def test_a_request_refused_after_the_lock_was_taken_lets_the_lock_go(home: Home)
     with pytest.raises(ConfigError, match="cannot be elastic"):
         scaling.begin(home, bad, "run-1", say=QUIET)
     assert ScalingLock(home).state(config.name).status == "released"
-    assert ControlPlane(home).scaling_events(config.name) == []
+    assert ControlPlane(home).events.history(config.name) == []
     op = scaling.begin(home, ScalingRequest(config.name, 2, "fine"), "run-2", say=QUIET)  # nobody is blocked
     assert op["to_factor"] == 2

@@ -7,8 +7,9 @@ import io
 import pandas as pd
 
 from pipelines.cli import main as cli
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane, ScalingEvent
+from pipelines.control.scaling_events import ScalingEvent
 from pipelines.quality.report import run_quality, validate_window
 from pipelines.quality.verify import load_window
 from pipelines.runtime.driver import run_job
@@ -51,7 +52,7 @@ def test_clean_runs_pass_and_a_seeded_fault_copy_fails(spark, home: Home) -> Non
     assert not by_check["key_order"]["success"] and f"key {key}: seq 1 then seq 0" in by_check["key_order"]["examples"]
     assert by_check["no_duplicates"]["success"] and by_check["routing"]["success"]
 
-    results = ControlPlane(home).read_dq_results("q4")
+    results = ControlPlane(home).dq_results.read("q4")
     assert set(results["window"]) == {"run:v1", "run:seeded-faults"}
     assert len(results) == 10 and results["success"].sum() == 8
     assert list((home.root / "quality" / "docs" / "validations").rglob("*.html")), "one Data Docs page per validation"
@@ -61,7 +62,7 @@ def test_clean_runs_pass_and_a_seeded_fault_copy_fails(spark, home: Home) -> Non
     assert cli(["--home", str(home.root), "verify", "q4", "--sequence", "seq"], out, err) == 0, err.getvalue()
     assert "PASS" in out.getvalue() and "index.html" in out.getvalue()
     event = ScalingEvent.start("q4", "rescale", from_version=1, to_version=1).finish("succeeded")
-    ControlPlane(home).record_scaling_event(event)
+    ControlPlane(home).events.record(event)
     assert cli(["--home", str(home.root), "verify", "q4", "--event", event.event_id[:8]], out, err) == 0
 
 
@@ -79,4 +80,4 @@ def test_cli_verify_fails_with_exit_2_naming_the_offender(home: Home, monkeypatc
     assert cli(["--home", str(home.root), "verify", "synthetic"], out, err) == 2
     assert f"events/{lost['partition']}@{lost['offset']}" in out.getvalue()
     assert "error: data quality of job synthetic" in err.getvalue()
-    assert isinstance(ControlPlane(home).read_dq_results("synthetic"), pd.DataFrame)
+    assert isinstance(ControlPlane(home).dq_results.read("synthetic"), pd.DataFrame)

@@ -41,7 +41,7 @@ def test_a_batch_committed_between_the_window_reads_is_not_reported_lost(
 
 def test_a_version_starts_where_its_latest_start_checkpoints_are_not_at_a_superseded_row(home: Home) -> None:
     """A rescale writes v2's migrated start; an in-place switch rewrites it later from v1's final checkpoints."""
-    from pipelines.control.tables import ControlPlane
+    from pipelines.control import ControlPlane
     from pipelines.core.checkpoints import CheckpointMap, partition_floor
     from pipelines.core.ssp import SystemStreamPartition
 
@@ -49,9 +49,9 @@ def test_a_version_starts_where_its_latest_start_checkpoints_are_not_at_a_supers
         return CheckpointMap(2, {SystemStreamPartition("deltalog", "events", p, b): o for (p, b), o in offsets.items()})
 
     control = ControlPlane(home)
-    control.write_checkpoints("job", 2, start({(0, 0): "0", (0, 1): "0", (1, 0): "0", (1, 1): "0"}), batch_id=-1)
-    control.write_checkpoints("job", 2, start({(0, 0): "1000", (0, 1): "1000", (1, 0): "900", (1, 1): "950"}), -1)
-    starts = partition_floor(control.start_checkpoints("job", 2).items())
+    control.checkpoints.write("job", 2, start({(0, 0): "0", (0, 1): "0", (1, 0): "0", (1, 1): "0"}), batch_id=-1)
+    control.checkpoints.write("job", 2, start({(0, 0): "1000", (0, 1): "1000", (1, 0): "900", (1, 1): "950"}), -1)
+    starts = partition_floor(control.checkpoints.start("job", 2).items())
     assert starts == {
         SystemStreamPartition("deltalog", "events", 0): 1000,
         SystemStreamPartition("deltalog", "events", 1): 900,

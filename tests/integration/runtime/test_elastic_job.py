@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.runtime import launcher
 from pipelines.runtime.driver import batch_budget, run_job
 from pipelines.runtime.session import spark_env
@@ -41,12 +41,12 @@ def test_factors_1_and_4_give_the_same_rows_exactly_once_in_key_order(spark, hom
         assert dead["error"].str.contains("JSONDecodeError").all()
         assert (dead["value"] == b"{not json").all()
         outputs[factor] = set(zip(rows["partition"], rows["offset"], rows["event_key"], rows["seq"], strict=True))
-        checkpoints = ControlPlane(home).latest_checkpoints(config.name, 1)
+        checkpoints = ControlPlane(home).checkpoints.latest(config.name, 1)
         ends = DeltaLog(home.streams).end_offsets("events")
         assert {ssp: int(off) for ssp, off in checkpoints.offsets.items()} == {
             ssp: ends[ssp.partition] for ssp in checkpoints.offsets
         }, "every key bucket's checkpoint ends at its partition's end, even buckets without records"
-        metrics = ControlPlane(home).read_metrics(config.name)
+        metrics = ControlPlane(home).metrics.read(config.name)
         per_task = metrics[metrics["metric"] == "records_in"].groupby("task")["value"].sum()
         assert per_task.sum() == RECORDS and len(per_task) == 2 * factor
         lag = metrics[metrics["metric"] == "lag_records"]
@@ -104,7 +104,7 @@ def test_crash_between_sink_commit_and_checkpoint_append_loses_and_doubles_nothi
     assert crashed.returncode != 0, "the injected fault should have failed the driver"
     committed = len(sink(home, config))
     assert committed > 0, "the first batch's sink commit should have landed before the crash"
-    assert ControlPlane(home).latest_checkpoint_batch(config.name, 1) == -1, "the crash came before the checkpoints"
+    assert ControlPlane(home).checkpoints.latest_batch(config.name, 1) == -1, "the crash came before the checkpoints"
     _restart_and_check(home, config, 300)
 
 

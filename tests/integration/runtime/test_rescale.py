@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.tables import ControlPlane
 from pipelines.operations.rescale import apply_rescale, plan_rescale, rescale
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import run_job
@@ -58,11 +58,11 @@ def test_scale_up_expand_and_scale_down_keep_every_record_once_and_in_order(spar
         assert not rows.duplicated(["stream", "partition", "offset"]).any(), f"after {step}: duplicates"
         assert order_violations(rows) == [], f"after {step}: keys out of order"
         for version, part in rows.groupby("model_version"):
-            factor_of = ControlPlane(home).job_model(config.name, int(version)).elasticity_factor
+            factor_of = ControlPlane(home).job_models.get(config.name, int(version)).elasticity_factor
             assert misrouted(part, factor_of).empty
-    history = ControlPlane(home).model_history(config.name)
+    history = ControlPlane(home).job_models.history(config.name)
     assert [h["version"] for h in history if h["event"] == "activated"] == [1, 2, 3, 4]
-    events = ControlPlane(home).scaling_events(config.name)
+    events = ControlPlane(home).events.history(config.name)
     assert [(e.from_version, e.to_version, e.status) for e in events] == [
         (1, 2, "activated"),
         (2, 3, "activated"),
@@ -79,7 +79,7 @@ def test_a_bad_factor_is_refused_and_the_job_keeps_its_model(home: Home) -> None
     for bad in (0, -1, "x", 1.5):
         with pytest.raises(Exception, match="elasticity factor"):
             rescale(home, config.name, bad)
-    assert ControlPlane(home).active_version(config.name) == 1
+    assert ControlPlane(home).job_models.active_version(config.name) == 1
 
 
 def test_a_running_driver_switches_models_in_the_same_application_without_rereading(spark, home: Home) -> None:
@@ -99,7 +99,7 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
     driver.start()
     control = ControlPlane(home)
     deadline = time.monotonic() + 120
-    while (control.latest_checkpoint_batch(config.name, 1) or -1) < 0 and time.monotonic() < deadline:
+    while (control.checkpoints.latest_batch(config.name, 1) or -1) < 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     producer.produce(300)  # the old query is still committing batches while the rescale migrates
     rescale(home, config.name, 4, reason="scale up while running")
@@ -107,7 +107,7 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
         time.sleep(0.2)
     producer.produce(200)  # for the new model
     while time.monotonic() < deadline:
-        if len(sink(home, config)) >= producer.total and (control.latest_checkpoint_batch(config.name, 2) or -1) >= 0:
+        if len(sink(home, config)) >= producer.total and (control.checkpoints.latest_batch(config.name, 2) or -1) >= 0:
             break
         time.sleep(0.3)
     stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)

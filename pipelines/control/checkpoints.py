@@ -1,0 +1,129 @@
+"""The ``checkpoints`` table: the next position to read per job, model version, SSP and key bucket.
+
+A row per (SSP, key bucket) per committed micro-batch; a bucket's latest
+checkpoint is its row with the highest ``batch_id`` (ties: the latest
+``written_at``). Planning a version writes its start checkpoints as batch
+``INITIAL_BATCH`` (-1), so every model version covers its whole key space
+from the moment it exists; only the active version's checkpoints are trusted.
+Positions are stored as the input system made them (opaque strings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from pipelines.control.home import Home
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column, utc_now
+from pipelines.core.checkpoints import CheckpointMap
+from pipelines.core.ssp import NO_BUCKET, SystemStreamPartition, validate_name
+from pipelines.errors import ModelError
+
+INITIAL_BATCH = -1
+"""``batch_id`` of a model version's start checkpoints (written when the version is planned, or carried forward)."""
+
+CHECKPOINTS = TableSpec(
+    "checkpoints",
+    pa.schema(
+        [
+            column("job", pa.string()),
+            column("model_version", pa.int64()),
+            column("system", pa.string()),
+            column("stream", pa.string()),
+            column("partition", pa.int32()),
+            column("key_bucket", pa.int32()),  # NO_BUCKET (-1): the whole partition
+            column("factor", pa.int32()),
+            column("offset", pa.string()),  # next position to read, in the input system's own format
+            column("batch_id", pa.int64()),  # INITIAL_BATCH (-1): start checkpoints of the version
+            column("written_at", TIMESTAMP),
+        ]
+    ),
+    "Next offset to read per job, model version, (SSP, key bucket); latest = highest batch_id",
+)
+
+
+class Checkpoints:
+    """Write a batch's checkpoints and read where a model version stands."""
+
+    def __init__(self, home: Home) -> None:
+        self.table = ControlTable(CHECKPOINTS, home)
+
+    def write(self, job: str, version: int, checkpoints: CheckpointMap, batch_id: int) -> None:
+        """Append one batch's checkpoints in one commit; partial maps (only advanced buckets) are fine."""
+        validate_name("job", job)
+        check_int("model version", version, 0)
+        check_int("batch id", batch_id, INITIAL_BATCH)
+        factor = checkpoints.factor
+        if not checkpoints.offsets:
+            raise ModelError(f"no checkpoints to write for job {job!r} version {version} batch {batch_id}")
+        now = utc_now()
+        rows = []
+        for ssp, offset in checkpoints.offsets.items():
+            if factor > 1 and ssp.key_bucket is None:
+                raise ModelError(f"checkpoint for {ssp} needs a key bucket: the factor is {factor}")
+            bucket = NO_BUCKET if factor == 1 else ssp.bucket_column
+            if bucket >= factor:
+                raise ModelError(f"checkpoint for {ssp} has key bucket >= factor {factor}")
+            if not isinstance(offset, str) or not offset:
+                raise ModelError(f"checkpoint for {ssp} must have a non-empty string offset, got {offset!r}")
+            rows.append(
+                {
+                    "job": job,
+                    "model_version": version,
+                    "system": ssp.system,
+                    "stream": ssp.stream,
+                    "partition": ssp.partition,
+                    "key_bucket": bucket,
+                    "factor": factor,
+                    "offset": offset,
+                    "batch_id": batch_id,
+                    "written_at": now,
+                }
+            )
+        self.table.append(rows)
+
+    def latest(self, job: str, version: int) -> CheckpointMap:
+        """The next position of every (SSP, key bucket) of one model version: its latest row each."""
+        rows = self._rows(job, version)
+        if rows.num_rows == 0:
+            raise ModelError(
+                f"job {job!r} model version {version} has no checkpoints; a version gets its start checkpoints "
+                "(batch -1) when it is planned, so it was planned outside a rescale or the rescale did not finish"
+            )
+        latest: dict[SystemStreamPartition, tuple[int, str]] = {}
+        for r in rows.sort_by([("batch_id", "ascending"), ("written_at", "ascending")]).to_pylist():
+            ssp = SystemStreamPartition.from_columns(r["system"], r["stream"], r["partition"], r["key_bucket"])
+            latest[ssp] = (r["factor"], r["offset"])
+        factors = {f for f, _ in latest.values()}
+        if len(factors) != 1:
+            raise ModelError(f"checkpoints of job {job!r} version {version} mix elasticity factors {sorted(factors)}")
+        result = CheckpointMap(factors.pop(), {ssp: off for ssp, (_, off) in latest.items()})
+        try:
+            result.check_complete()
+        except ModelError as e:
+            raise ModelError(f"checkpoints of job {job!r} version {version} are incomplete: {e}") from None
+        return result
+
+    def latest_batch(self, job: str, version: int) -> int | None:
+        """The highest batch whose checkpoints are stored (-1: only the start checkpoints), None if none."""
+        rows = self._rows(job, version, ["batch_id"])
+        return max(rows.column("batch_id").to_pylist()) if rows.num_rows else None
+
+    def start(self, job: str, version: int) -> dict[SystemStreamPartition, str]:
+        """Where a version started reading, per (SSP, key bucket): its latest start-checkpoint row (batch -1).
+
+        Planning writes the migrated start, and a driver that switches in place
+        rewrites it from the old model's final checkpoints (carry-forward); the
+        rewrite is where the version really started, and the superseded row
+        may lie far behind it.
+        """
+        where = [("model_version", "=", version), ("batch_id", "=", INITIAL_BATCH)]
+        rows = self.table.read(job, where).sort_by("written_at").to_pylist()
+        return {  # oldest first: the latest row of each bucket wins
+            SystemStreamPartition.from_columns(r["system"], r["stream"], r["partition"], r["key_bucket"]): r["offset"]
+            for r in rows
+        }
+
+    def _rows(self, job: str, version: int, columns: Sequence[str] | None = None) -> pa.Table:
+        return self.table.read(job, [("model_version", "=", version)], columns)

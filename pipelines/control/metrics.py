@@ -1,0 +1,86 @@
+"""The ``metrics`` table: one value per row (long and narrow), so a new metric needs no schema change.
+
+Per job, model version, micro-batch and (for per-task or per-partition
+values) the virtual task's name or the partition's SSP in its wire form.
+Query lifecycle events (``query_started``, ``first_progress``,
+``query_stopped``, ``heartbeat``) are rows too, their value the wall-clock
+time, so downtime is measured the same way for every kind of switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from pipelines.control.home import Home
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
+from pipelines.core.ssp import validate_name
+from pipelines.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+METRICS = TableSpec(
+    "metrics",
+    pa.schema(
+        [
+            column("job", pa.string()),
+            column("model_version", pa.int64()),
+            column("batch_id", pa.int64()),
+            column("task", pa.string(), nullable=True),  # virtual task or SSP (wire form); NULL for job-wide
+            column("metric", pa.string()),
+            column("value", pa.float64()),
+            column("at", TIMESTAMP),
+        ]
+    ),
+    "One metric value per row (long and narrow), per job, model version, batch and virtual task",
+)
+
+
+def metric(job: str, version: int, batch_id: int, task: str | None, name: str, value: float) -> dict[str, Any]:
+    """One row of the metrics table."""
+    return {"job": job, "model_version": version, "batch_id": batch_id, "task": task, "metric": name, "value": value}
+
+
+class Metrics:
+    def __init__(self, home: Home) -> None:
+        self.table = ControlTable(METRICS, home)
+
+    def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """One commit for a batch of metric values: job, model_version, batch_id, task?, metric, value, at?."""
+        now = utc_now()
+        allowed = set(METRICS.schema.names)
+        prepared = []
+        for i, row in enumerate(rows):
+            unknown = set(row) - allowed
+            missing = {"job", "model_version", "batch_id", "metric", "value"} - set(row)
+            if unknown or missing:
+                raise ConfigError(
+                    f"metric row #{i} has unknown fields {sorted(unknown)} / lacks {sorted(missing)}; "
+                    f"fields are {METRICS.schema.names}"
+                )
+            validate_name("job", row["job"])
+            prepared.append({"task": None, "at": now, **row, "value": float(row["value"])})
+        if prepared:
+            self.table.append(prepared)
+
+    def read(
+        self,
+        job: str,
+        *,
+        model_version: int | None = None,
+        metrics: Iterable[str] | None = None,
+        since_batch: int | None = None,
+    ) -> pd.DataFrame:
+        """A job's metric rows, oldest first, narrowed by version, metric names and first batch."""
+        where: list[tuple[str, str, Any]] = []
+        if model_version is not None:
+            where.append(("model_version", "=", model_version))
+        if metrics is not None:
+            where.append(("metric", "in", sorted(set(metrics))))
+        if since_batch is not None:
+            where.append(("batch_id", ">=", since_batch))
+        table = self.table.read(job, where)
+        return table.sort_by([("at", "ascending"), ("batch_id", "ascending")]).to_pandas()

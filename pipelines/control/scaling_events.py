@@ -1,0 +1,147 @@
+"""The ``scaling_events`` table: rescales and partition changes, one row per status change.
+
+The latest row per ``event_id`` is the event's state. An event is the window
+the data-quality checks verify (``pipelines verify JOB --event ID``) and the
+record operators read (downtime, records replayed, the verdict). Statuses are
+``EventStatus`` values, shared by the operations that write them, the CLI and
+the Airflow page that show them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.control.home import Home
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
+from pipelines.core.ssp import validate_name
+
+
+class EventStatus(StrEnum):
+    """Where a scaling event stands; the steps of ``pipelines.operations.scaling`` in order, then its ends."""
+
+    STARTED = "started"
+    STOPPED = "stopped"  # how the job switches is decided (in place, or a catch-up run)
+    MIGRATED = "migrated"  # model N+1 and its start checkpoints are saved, not active
+    ACTIVATED = "activated"
+    CAUGHT_UP = "caught up"
+    VERIFIED = "verified"  # an end: the data-quality checks passed
+    DQ_FAILED = "dq failed"  # an end: N+1 is in force, the checks found a problem
+    FAILED = "failed"  # an end: N+1 is in force, a later step failed
+    ROLLED_BACK = "rolled back"  # an end: N+1 was never activated, N stays in force
+    RECOVERED = "recovered"  # an end: a crashed operation's N+1 had been activated, settled later
+
+    @property
+    def bad(self) -> bool:
+        return self in (EventStatus.FAILED, EventStatus.DQ_FAILED)
+
+    @property
+    def undone(self) -> bool:
+        return self is EventStatus.ROLLED_BACK
+
+
+SCALING_EVENTS = TableSpec(
+    "scaling_events",
+    pa.schema(
+        [
+            column("job", pa.string()),
+            column("event_id", pa.string()),
+            column("kind", pa.string()),
+            column("status", pa.string()),
+            column("from_version", pa.int64(), nullable=True),
+            column("to_version", pa.int64(), nullable=True),
+            column("from_factor", pa.int32(), nullable=True),
+            column("to_factor", pa.int32(), nullable=True),
+            column("started_at", TIMESTAMP),
+            column("finished_at", TIMESTAMP, nullable=True),
+            column("details", pa.string(), nullable=True),  # JSON object
+            column("recorded_at", TIMESTAMP),
+        ]
+    ),
+    "Rescales and partition changes; one row per status change, the latest row per event_id is its state",
+)
+
+
+@dataclass(frozen=True)
+class ScalingEvent:
+    """One rescale or partition change; recorded at start and again at every status change."""
+
+    job: str
+    event_id: str
+    kind: str
+    status: EventStatus
+    started_at: datetime
+    from_version: int | None = None
+    to_version: int | None = None
+    from_factor: int | None = None
+    to_factor: int | None = None
+    finished_at: datetime | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, job: str, kind: str, **fields: Any) -> ScalingEvent:
+        return cls(
+            job=job, event_id=uuid.uuid4().hex, kind=kind, status=EventStatus.STARTED, started_at=utc_now(), **fields
+        )
+
+    def moved(self, status: EventStatus, to_version: int | None = None, **details: Any) -> ScalingEvent:
+        """The same event at its next step; ``details`` are merged into the recorded ones."""
+        return replace(
+            self,
+            status=status,
+            to_version=to_version if to_version is not None else self.to_version,
+            details={**self.details, **details},
+        )
+
+    def finish(self, status: EventStatus, **details: Any) -> ScalingEvent:
+        """The same event, ended; ``details`` are merged into the recorded ones."""
+        return replace(self, status=status, finished_at=utc_now(), details={**self.details, **details})
+
+
+class ScalingEvents:
+    def __init__(self, home: Home) -> None:
+        self.table = ControlTable(SCALING_EVENTS, home)
+
+    def record(self, event: ScalingEvent) -> None:
+        validate_name("job", event.job)
+        row = {
+            "job": event.job,
+            "event_id": event.event_id,
+            "kind": event.kind,
+            "status": str(event.status),
+            "from_version": event.from_version,
+            "to_version": event.to_version,
+            "from_factor": event.from_factor,
+            "to_factor": event.to_factor,
+            "started_at": event.started_at,
+            "finished_at": event.finished_at,
+            "details": json.dumps(dict(event.details), default=str, sort_keys=True),
+            "recorded_at": utc_now(),
+        }
+        self.table.append([row])
+
+    def history(self, job: str) -> list[ScalingEvent]:
+        """Each event's latest state, oldest event first."""
+        table = self.table.read(job).sort_by("recorded_at")
+        latest: dict[str, dict[str, Any]] = {}
+        for r in table.to_pylist():
+            latest[r["event_id"]] = r
+        events = []
+        for r in sorted(latest.values(), key=lambda r: (r["started_at"], r["event_id"])):
+            r.pop("recorded_at")
+            r["details"] = json.loads(r["details"]) if r["details"] else {}
+            r["status"] = EventStatus(r["status"])
+            events.append(ScalingEvent(**r))
+        return events
+
+    def find(self, job: str, event_id: str) -> ScalingEvent | None:
+        """An event by id, or by an unambiguous prefix of it."""
+        found = [e for e in self.history(job) if e.event_id == event_id or e.event_id.startswith(event_id)]
+        return found[0] if len(found) == 1 else None

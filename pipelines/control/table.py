@@ -1,0 +1,192 @@
+"""The one table primitive of the control plane: a lazily created, append-only-friendly Delta table.
+
+Every control table (job models, checkpoints, scaling events, metrics,
+data-quality results, locks, autosize decisions) is a ``ControlTable`` over a
+``TableSpec``, written with the ``deltalake`` package (no Spark) under
+``<home>/control/<table>/`` and created with its explicit schema by its first
+write. The modules beside this one each own one table: its spec, its rows,
+and the questions asked of it.
+
+Why the tables are append-only. delta-rs retries no conflicting MERGE or
+UPDATE, and a control plane is written by several processes at once (the
+driver after every batch, Airflow tasks between them). Blind appends never
+conflict, so each fact is a new row and readers pick the latest row. Where
+two writers must not both win, the commit carries a Delta application
+transaction (``ControlTable.append(txn=...)``): delta-rs rejects a commit
+whose app id a concurrent commit also set, so two racing writers end in one
+success and one ``CommitFailedError``, never in two rows that both count.
+
+Every table is partitioned by ``job``: every read is about one job, so log
+replay prunes the other jobs' files without opening them, ``jobs()`` comes
+from the partition listing alone, and per-job retention or compaction touches
+one folder. Within a job, files carry min/max statistics, so filters on
+``model_version`` or ``batch_id`` prune files too.
+
+Timestamps are UTC microseconds and strictly increase within a process
+(``utc_now``), so "latest written" is never a tie for rows this process wrote.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.schema import Schema as DeltaSchema
+
+from pipelines.control.home import Home
+from pipelines.deltaio import read_delta
+from pipelines.errors import ConfigError, ModelError
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+Where = Sequence[tuple[str, str, Any]]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    schema: pa.Schema
+    description: str
+    append_only: bool = False
+    partition_by: tuple[str, ...] = ("job",)
+
+
+def column(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
+    """A column of a control table: required unless it says otherwise."""
+    return pa.field(name, type_, nullable=nullable)
+
+
+class _Clock:
+    """UTC now, strictly increasing within the process, so row order by time is never a tie here."""
+
+    def __init__(self) -> None:
+        self._last = datetime.min.replace(tzinfo=UTC)
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            now = datetime.now(UTC)
+            if now <= self._last:
+                now = self._last + timedelta(microseconds=1)
+            self._last = now
+            return now
+
+
+_CLOCK = _Clock()
+utc_now = _CLOCK.now
+
+
+class ControlTable:
+    """One lazily created Delta table; keeps its DeltaTable and refreshes it incrementally.
+
+    Cheap to create and holding no lock: any number of processes may open the
+    same table. Not meant to be shared between threads.
+    """
+
+    def __init__(self, spec: TableSpec, home: Home) -> None:
+        self.spec = spec
+        self.path: Path = home.control_table(spec.name)
+        self._dt: DeltaTable | None = None
+        self._upgraded = False
+
+    def load(self) -> DeltaTable | None:
+        """The table at its latest version, or None when nothing was ever written to it."""
+        if self._dt is None:
+            if not DeltaTable.is_deltatable(str(self.path)):
+                return None
+            self._dt = DeltaTable(self.path)
+        else:
+            self._dt.update_incremental()
+        return self._dt
+
+    def ensure(self) -> DeltaTable:
+        """The table, created with its spec's schema if it does not exist yet."""
+        dt = self.load()
+        if dt is not None:
+            if not self._upgraded:
+                self._upgrade(dt)
+            return dt
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            DeltaTable.create(
+                self.path,
+                self.spec.schema,
+                mode="ignore",
+                partition_by=list(self.spec.partition_by),
+                name=self.spec.name,
+                description=self.spec.description,
+                configuration={"delta.appendOnly": "true"} if self.spec.append_only else None,
+            )
+        except DeltaError:
+            if not DeltaTable.is_deltatable(str(self.path)):
+                raise
+            # another process created it between our check and our commit: use theirs
+        dt = self.load()
+        assert dt is not None
+        self._upgraded = True
+        return dt
+
+    def _upgrade(self, dt: DeltaTable, attempts: int = 5) -> None:
+        """Add the nullable columns a newer version of this module defines to a table an older one created.
+
+        Readers need no upgrade (they read with this module's schema, so a
+        missing column reads as NULL and an unknown one is ignored); writers
+        do, because delta-rs refuses to append columns the table lacks.
+        """
+        have = {f.name for f in dt.schema().fields}
+        missing = [f for f in self.spec.schema if f.name not in have]
+        required = [f.name for f in missing if not f.nullable]
+        if required:
+            raise ModelError(
+                f"control table {self.path} lacks the required columns {required}: "
+                "it was made by an incompatible version of pipelines"
+            )
+        if missing:
+            try:
+                dt.alter.add_columns(DeltaSchema.from_arrow(pa.schema(missing)).fields)
+            except CommitFailedError:
+                if attempts <= 1:
+                    raise
+                dt.update_incremental()  # another writer upgraded it (or wrote) first; check again
+                self._upgrade(dt, attempts - 1)
+                return
+        self._upgraded = True
+
+    def read(self, job: str, where: Where = (), columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows of one job matching every ``(column, op, value)``; files are pruned before they are opened."""
+        dt = self.load()
+        cols = list(columns) if columns is not None else self.spec.schema.names
+        if dt is None:
+            return self.spec.schema.empty_table().select(cols)
+        return read_delta(dt, [("job", "=", job), *where], columns=cols, schema=self.spec.schema)
+
+    def jobs(self) -> set[str]:
+        dt = self.load()
+        if dt is None:
+            return set()
+        return {p["job"] for p in dt.partitions() if p.get("job")}
+
+    def append(
+        self, rows: list[dict[str, Any]], *, dt: DeltaTable | None = None, txn: Transaction | None = None
+    ) -> None:
+        """One Delta commit; with ``txn`` a concurrent commit carrying the same app id makes this one fail.
+
+        ``dt`` commits on a snapshot the caller already read (a decision made
+        on it must not land on a newer one unnoticed).
+        """
+        data = pa.Table.from_pylist(rows, schema=self.spec.schema)
+        target = dt if dt is not None else self.ensure()
+        props = CommitProperties(app_transactions=[txn]) if txn is not None else None
+        write_deltalake(target, data, mode="append", commit_properties=props)
+
+
+def check_int(what: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{what} must be a whole number >= {minimum}, got {value!r}")
