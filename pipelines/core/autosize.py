@@ -58,7 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol, runtime_checkable
 
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, refuse_unknown
 
 UP = "up"
 DOWN = "down"
@@ -165,10 +165,7 @@ class AutosizeConfig:
             return cls()
         if not isinstance(raw, Mapping):
             raise ConfigError(f"autosize must be a mapping of fields, got {type(raw).__name__}")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(k) for k in raw if k not in known)
-        if unknown:
-            raise ConfigError(f"autosize has unknown field(s) {', '.join(unknown)}; the fields are {', '.join(known)}")
+        refuse_unknown("autosize", raw, [f.name for f in fields(cls)])
         return cls(**raw)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Checkpoints per (SSP, key bucket) and their migration from one job model to the next.
 
-A checkpoint is the *next* offset to read for one key bucket of one partition
-under one elasticity factor. Offsets are strings on the wire (Kinesis sequence
-numbers outgrow 64 bits) and are ordered by the input system's ``offset_key``.
+A checkpoint is the *next* position to read for one key bucket of one partition
+under one elasticity factor. Positions are opaque strings (a Kafka offset, a
+Kinesis slot's composite of sequence numbers) ordered only by the input
+system's ``position_key``, which every function here takes as ``offset_key``.
 
 The migration rule (DESIGN.md): for every partition p the new model reads,
 ``new(p, b', X') = min{ old(p, b, X) : b ≡ b' (mod gcd(X, X')) }``.
@@ -32,21 +33,20 @@ Offset = str
 OffsetKey = Callable[[Offset], Any]
 
 
-def integer_offset(offset: Offset) -> int:
-    """The comparator of Kafka offsets, embedded-log offsets and Kinesis sequence numbers."""
-    return int(offset)
-
-
 def partition_floor(
-    offsets: Iterable[tuple[SystemStreamPartition, Offset]], offset_key: OffsetKey = integer_offset
-) -> dict[SystemStreamPartition, Any]:
-    """Per whole partition, the smallest offset of its key buckets: where the partition as a whole stands."""
-    floor: dict[SystemStreamPartition, Any] = {}
+    offsets: Iterable[tuple[SystemStreamPartition, Offset]], offset_key: OffsetKey
+) -> dict[SystemStreamPartition, Offset]:
+    """Per whole partition, the smallest position of its key buckets: where the partition as a whole stands.
+
+    ``offset_key`` is the input system's order of positions; there is no
+    default, because no order is right for every system.
+    """
+    floor: dict[SystemStreamPartition, tuple[Any, Offset]] = {}
     for ssp, offset in offsets:
         whole, value = ssp.whole(), offset_key(offset)
-        if whole not in floor or value < floor[whole]:
-            floor[whole] = value
-    return floor
+        if whole not in floor or value < floor[whole][0]:
+            floor[whole] = (value, offset)
+    return {whole: offset for whole, (_, offset) in floor.items()}
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def migrate_checkpoints(
     new_factor: int,
     new_partitions: Iterable[SystemStreamPartition],
     earliest: Mapping[SystemStreamPartition, Offset],
-    offset_key: OffsetKey = integer_offset,
+    offset_key: OffsetKey,
 ) -> CheckpointMap:
     """The new model's complete checkpoint map, computed from the old model's complete map.
 

@@ -186,9 +186,33 @@ def test_process_options_must_be_a_mapping() -> None:
     assert "'process_options'" in error_of(config(process_options=["latency_ms"]))
 
 
-@pytest.mark.parametrize("sink", [{"table": ""}, {"name": "enriched"}, {"table": 3}, 3])
+@pytest.mark.parametrize("sink", [{"table": ""}, {"table": 3}, 3])
 def test_bad_sink_table(sink: Any) -> None:
     assert "'sink.table'" in error_of(config(sink=sink))
+
+
+def test_a_sink_without_its_table_field_names_the_field_it_has() -> None:
+    assert "sink: unknown field(s) 'name'; the fields are table" in error_of(config(sink={"name": "enriched"}))
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "message"),
+    [
+        ("elasticty_factor", 4, "unknown field(s) 'elasticty_factor' (did you mean 'elasticity_factor'?)"),
+        ("batch", {"max_record": 5}, "batch: unknown field(s) 'max_record' (did you mean 'max_records'?)"),
+        ("systems", {"kafak": {}}, "systems: unknown field(s) 'kafak' (did you mean 'kafka'?)"),
+    ],
+)
+def test_a_misspelled_field_is_refused_with_the_one_meant(section: str, value: Any, message: str) -> None:
+    raw = config()
+    raw[section] = value
+    assert message in error_of(raw)
+
+
+def test_an_input_with_an_unknown_field_is_refused() -> None:
+    raw = config()
+    raw["inputs"] = [{"system": "deltalog", "stream": "events", "partitions": 4}]
+    assert "inputs[0]: unknown field(s) 'partitions'" in error_of(raw)
 
 
 def test_bad_sink_table_name() -> None:
