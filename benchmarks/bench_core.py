@@ -56,7 +56,7 @@ def main() -> None:
     print(f"\n# checkpoint migration: {len(offsets):,} checkpoints")
     tc, _ = timed(lambda: CheckpointMap(args.factor, dict(offsets)))
     for target in (args.factor // 2, args.factor * 2, args.factor * 3 // 4):
-        tm, new = timed(lambda t=target: migrate_checkpoints(old, t, partitions, earliest={}))
+        tm, new = timed(lambda t=target: migrate_checkpoints(old, t, partitions, earliest={}, offset_key=int))
         print(
             f"{args.factor} -> {target:<3}: {tm * 1000:8.1f} ms  ({len(new.offsets):,} new checkpoints)  "
             f"{tm / tc:.0f}x a plain copy ({tc * 1000:.1f} ms)"

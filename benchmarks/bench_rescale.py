@@ -30,9 +30,9 @@ from pipelines.control.home import Home
 from pipelines.demo.producer import produce
 from pipelines.demo.run import Producer
 from pipelines.jobs.config import JobConfig
-from pipelines.jobs.registry import create_job
 from pipelines.operations import scaling
-from pipelines.operations.rescale import plan_rescale
+from pipelines.operations.jobs import create_job
+from pipelines.planning import plan_next, save
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import launcher
 from pipelines.systems.deltalog import DeltaLog
@@ -112,10 +112,8 @@ def redeploy(home: Home, master: str, steps: int) -> list[float]:
     for factor in FACTORS[:steps]:
         old = control.job_models.active_version("enrichment")
         assert launcher.stop(home, "enrichment", timeout=120)
-        plan = plan_rescale(home, "enrichment", factor)
-        control.job_models.save(plan.model, reason="bench redeploy")
-        control.checkpoints.write("enrichment", plan.model.version, plan.checkpoints, batch_id=-1)
-        control.job_models.activate("enrichment", plan.model.version, reason="bench redeploy")
+        plan = plan_next(home, "enrichment", factor=factor)
+        save(home, plan, "bench redeploy", activate=True)
         launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
         wait_live(home, plan.model.version)
         switch, first = phases(home, old, plan.model.version)

@@ -278,7 +278,7 @@ def run_elastic(
 
     from pipelines.control import ControlPlane
     from pipelines.jobs.config import JobConfig
-    from pipelines.jobs.registry import create_job
+    from pipelines.operations.jobs import create_job
     from pipelines.runtime.driver import run_job
 
     base = JobConfig.load(Path(__file__).resolve().parents[1] / "include" / "jobs" / "enrichment.yaml")

@@ -90,24 +90,29 @@ def build_parser() -> argparse.ArgumentParser:
         dest="group", required=True, metavar="{stream,model,job,run,stop,rescale,watch,autosize,verify,demo}"
     )
 
-    stream = groups.add_parser("stream", help="embedded Delta-log input streams", parents=[common])
+    system = argparse.ArgumentParser(add_help=False)
+    system.add_argument("--system", default=EMBEDDED_SYSTEM, help="input system (default: the embedded log)")
+    system.add_argument(
+        "--settings", default=None, help="the system's settings as a JSON object (e.g. Kafka's bootstrap_servers)"
+    )
+    stream = groups.add_parser("stream", help="input streams (the embedded log by default)", parents=[common])
     sc = stream.add_subparsers(dest="command", required=True)
-    p = sc.add_parser("create", help="create a stream", parents=[common])
+    p = sc.add_parser("create", help="create a stream", parents=[common, system])
     p.add_argument("name")
     p.add_argument("--partitions", type=_count(1), required=True)
     p.set_defaults(func=cmd_stream_create)
-    p = sc.add_parser("produce", help="append test records (JSON with a per-key sequence)", parents=[common])
+    p = sc.add_parser("produce", help="append test records (JSON with a per-key sequence)", parents=[common, system])
     p.add_argument("name")
     p.add_argument("--records", type=_count(1), required=True)
     p.add_argument("--keys", type=_count(1), required=True)
     p.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one, printed)")
     p.add_argument("--chunk", type=_count(1), default=PRODUCE_CHUNK, help="records per commit")
     p.set_defaults(func=cmd_stream_produce)
-    p = sc.add_parser("expand", help="grow a stream's partition count", parents=[common])
+    p = sc.add_parser("expand", help="grow a stream's partition count", parents=[common, system])
     p.add_argument("name")
     p.add_argument("--partitions", type=_count(1), required=True)
     p.set_defaults(func=cmd_stream_expand)
-    p = sc.add_parser("describe", help="partitions, offsets and expansions of a stream", parents=[common])
+    p = sc.add_parser("describe", help="partitions, positions and expansions of a stream", parents=[common, system])
     p.add_argument("name")
     p.set_defaults(func=cmd_stream_describe)
 
@@ -120,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--containers", type=_count(1), default=1)
     p.add_argument("--stream", default=DEFAULT_STREAM)
     p.add_argument("--system", default=EMBEDDED_SYSTEM)
+    p.add_argument("--settings", default=None, help="the system's settings as a JSON object")
     p.add_argument("--job", default=DEFAULT_JOB, help="plan on top of this job's active model, if it has one")
     p.add_argument("--save", action="store_true", help="store the plan in the control plane (not activated)")
     p.add_argument("--reason", default="planned from the CLI", help="why the model was planned (with --save)")
@@ -211,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_job_create(args: argparse.Namespace, home: Home, output: Output) -> None:
     from pipelines.jobs.config import JobConfig
-    from pipelines.jobs.registry import create_job
+    from pipelines.operations.jobs import create_job
 
     config = JobConfig.load(args.config)
     if config.name != args.job:
@@ -373,32 +379,44 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
 # ---------------------------------------------------------------------- stream
 
 
-def _log(home: Home) -> Any:
-    """The embedded log, imported late: model and job commands must work without it."""
-    from pipelines.systems.deltalog import DeltaLog
+def _system(args: argparse.Namespace, home: Home) -> Any:
+    """The stream commands' input system, imported late: model and job commands must work without it."""
+    from pipelines.systems.registry import open_system
 
-    return DeltaLog(home.streams)
+    return open_system(validate_name("system", args.system), home, _settings(args))
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    if args.settings:
+        try:
+            settings = json.loads(args.settings)
+        except ValueError as e:
+            raise ConfigError(
+                f'--settings must be a JSON object, e.g. \'{{"bootstrap_servers": "host:9092"}}\': {e}'
+            ) from None
+        if not isinstance(settings, dict):
+            raise ConfigError(f"--settings must be a JSON object, got {type(settings).__name__}")
+    return settings
 
 
 def cmd_stream_create(args: argparse.Namespace, home: Home, output: Output) -> None:
-    log = _log(home)
-    log.create(validate_name("stream", args.name), args.partitions)
-    _show_stream(log.describe(args.name), output)
+    system = _system(args, home)
+    _show_stream(system.create(validate_name("stream", args.name), args.partitions), output)
 
 
 def cmd_stream_expand(args: argparse.Namespace, home: Home, output: Output) -> None:
-    log = _log(home)
-    log.expand(validate_name("stream", args.name), args.partitions)
-    _show_stream(log.describe(args.name), output)
+    system = _system(args, home)
+    _show_stream(system.expand(validate_name("stream", args.name), args.partitions), output)
 
 
 def cmd_stream_describe(args: argparse.Namespace, home: Home, output: Output) -> None:
-    _show_stream(_log(home).describe(validate_name("stream", args.name)), output)
+    _show_stream(_system(args, home).describe(validate_name("stream", args.name)), output)
 
 
 def cmd_stream_produce(args: argparse.Namespace, home: Home, output: Output) -> None:
     summary = produce(
-        _log(home),
+        _system(args, home),
         home,
         validate_name("stream", args.name),
         args.records,
@@ -447,13 +465,19 @@ def cmd_model_plan(args: argparse.Namespace, home: Home, output: Output) -> None
     from pipelines.control import ControlPlane
 
     partitions = args.partitions
-    if partitions is None:
-        if stream.system != EMBEDDED_SYSTEM:
-            raise ConfigError(f"give --partitions: only {EMBEDDED_SYSTEM} streams can be described from here")
+    if partitions is None or args.save:
         try:
-            partitions = _log(home).describe(stream.stream).partition_count
+            actual = _system(args, home).describe(stream.stream).partition_count
         except StreamError as e:
-            raise StreamError(f"{e}; give --partitions N to plan without an embedded stream") from None
+            hint = "" if args.save else "; give --partitions N to plan without a stream"
+            raise StreamError(f"{e}{hint}") from None
+        if partitions is None:
+            partitions = actual
+        elif partitions != actual:
+            raise PartitionChangeError(
+                f"--partitions {partitions} is not the {actual} partitions {stream} has; a saved model must read "
+                "the stream as it is (plan without --save to explore other counts)"
+            )
     cp = ControlPlane(home)
     latest = cp.job_models.latest_version(job)
     previous = cp.job_models.active(job) if cp.job_models.active_version(job) is not None else None
@@ -468,8 +492,15 @@ def cmd_model_plan(args: argparse.Namespace, home: Home, output: Output) -> None
         previous=previous,
     )
     if args.save:
-        cp.job_models.save(model, args.reason)
-        output.note(f"saved {job} version {version} (planned, not active)")
+        from pipelines import planning
+        from pipelines.systems.registry import JobSystems
+
+        old = cp.checkpoints.latest(job, previous.version) if previous is not None else None
+        settings = {stream.system: _settings(args)}
+        with JobSystems(home, settings) as systems:
+            start = planning.start_positions(systems, old, model)
+        planning.save(home, planning.VersionPlan(previous, model, start), args.reason)
+        output.note(f"saved {job} version {version} (planned, not active) with its start checkpoints")
     output.emit(model.to_json(), lambda: _model_text(model, previous, saved=args.save))
 
 
@@ -491,7 +522,17 @@ def cmd_model_migrate(args: argparse.Namespace, home: Home, output: Output) -> N
     new_partitions = [SystemStreamPartition(s.system, s.stream, p) for s, n in new_counts.items() for p in range(n)]
     known = old.partitions()
     earliest = {ssp: args.earliest.strip() for ssp in new_partitions if ssp not in known}
-    new = migrate_checkpoints(old, factor, new_partitions, earliest)
+    from pipelines.systems.registry import position_order
+
+    migrated: dict[SystemStreamPartition, str] = {}
+    for stream in sorted(new_counts):
+        key = position_order(stream.system)
+        mine = CheckpointMap(old.factor, {s: o for s, o in old.offsets.items() if s.system_stream == stream})
+        for position in mine.offsets.values():
+            key(position)  # a position the system cannot read is refused here, with the system's message
+        wholes = [s for s in new_partitions if s.system_stream == stream]
+        migrated.update(migrate_checkpoints(mine, factor, wholes, earliest, key).offsets)
+    new = CheckpointMap(factor, migrated)
 
     def human() -> str:
         rows = [

@@ -5,6 +5,11 @@ and the Airflow tasks can tell a user mistake (print it, exit non-zero, keep the
 job on its old model) from a bug (a traceback).
 """
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
 
 class PipelinesError(Exception):
     """Base of all errors caused by input the user can fix."""
@@ -28,3 +33,20 @@ class UnknownJobError(PipelinesError):
 
 class StreamError(PipelinesError):
     """An embedded-log stream is missing, already exists, or was asked something impossible."""
+
+
+def refuse_unknown(where: str, given: Iterable[object], known: Iterable[str]) -> None:
+    """Refuse fields a section does not have, suggesting the one meant: a misspelled key is never ignored.
+
+    ``elasticty_factor: 4`` silently ignored would run the job at factor 1;
+    every YAML section and settings mapping goes through here.
+    """
+    names = sorted(known)
+    unknown = sorted(str(k) for k in given if k not in names)
+    if not unknown:
+        return
+    hints = []
+    for field in unknown:
+        close = difflib.get_close_matches(field, names, n=1, cutoff=0.6)
+        hints.append(f"{field!r} (did you mean {close[0]!r}?)" if close else repr(field))
+    raise ConfigError(f"{where}: unknown field(s) {', '.join(hints)}; the fields are {', '.join(names)}")

@@ -102,7 +102,7 @@ class ScalingEvent:
 
     def finish(self, status: EventStatus, **details: Any) -> ScalingEvent:
         """The same event, ended; ``details`` are merged into the recorded ones."""
-        return replace(self, status=status, finished_at=utc_now(), details={**self.details, **details})
+        return replace(self, status=EventStatus(status), finished_at=utc_now(), details={**self.details, **details})
 
 
 class ScalingEvents:

@@ -15,16 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.control.home import Home
+from pipelines.core.positions import Bounded
+from pipelines.systems.base import InputSystem
 
 PRODUCE_CHUNK = 5_000
 
 
-PRODUCER_STATE_FORMAT = 1
+PRODUCER_STATE_FORMAT = 2
 SCAN_WINDOW = 50_000
 
 
 def produce(
-    log: Any,
+    system: InputSystem,
     home: Home,
     stream: str,
     records: int,
@@ -40,15 +42,15 @@ def produce(
     per-key ``seq`` is what lets data-quality checks prove per-key order end to
     end, so it must never repeat or restart. The next seq of a key therefore
     comes from the stream itself, which is the truth after a crash, another
-    run or a deleted cache; ``<home>/producers/<stream>.json`` only remembers
-    how far each partition has been scanned, so a run reads just the records
-    added since the last one. Records are committed ``chunk`` at a time (one
-    Delta commit each) with progress on stderr.
+    run or a deleted cache; ``<home>/producers/<system>/<stream>.json`` only
+    remembers how far each partition has been scanned, so a run reads just the
+    records added since the last one (its own included). Records are appended
+    ``chunk`` at a time with progress on stderr.
     """
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 32)
     rng = random.Random(seed)
-    state = _ProducerState.load(home, log, stream, progress)
+    state = _ProducerState.load(home, system, stream, progress)
     per_partition: Counter[int] = Counter()
     done = 0
     while done < records:
@@ -60,8 +62,7 @@ def produce(
             state.next_seq[key] = seq + 1
             value = {"key": key, "seq": seq, "payload": rng.randbytes(8).hex()}
             batch.append((key.encode(), json.dumps(value, separators=(",", ":")).encode(), None))
-        placed = log.produce(stream, batch)
-        state.advance(placed)
+        placed = system.produce(stream, batch)
         state.save()
         per_partition.update(p for p, _ in placed)
         done += n
@@ -73,58 +74,63 @@ def produce(
         "keys": keys,
         "seed": seed,
         "per_partition": dict(sorted(per_partition.items())),
-        "end_offsets": log.end_offsets(stream),
+        "end_offsets": system.end_positions(stream),
     }
 
 
 class _ProducerState:
-    """The next seq per key, and per partition the offset below which every record is accounted for.
+    """The next seq per key, and per partition the position up to which the stream has been scanned for them.
 
-    The cache is trusted only for the same Delta table (its id) and only up to
-    offsets the stream still has; anything else is rescanned. Offsets another
-    producer writes between our chunks are not "covered", so the next run
-    rescans them; seqs of one key written by two concurrent producers have no
-    order to prove anyway.
+    The cache is trusted only for the same stream (its id, where the system
+    gives one) and only for positions the stream still has; anything else is
+    rescanned. Records another producer writes between our calls are scanned
+    by the next run, so no seq is ever reused.
     """
 
-    def __init__(self, path: Path, table_id: str, covered: dict[int, int], next_seq: dict[str, int]) -> None:
+    def __init__(self, path: Path, stream_id: str, covered: dict[int, str], next_seq: dict[str, int]) -> None:
         self.path = path
-        self.table_id = table_id
+        self.stream_id = stream_id
         self.covered = covered
         self.next_seq = next_seq
 
     @classmethod
-    def load(cls, home: Home, log: Any, stream: str, progress: Callable[[str], None]) -> _ProducerState:
-        from deltalake import DeltaTable
-
-        meta = log.describe(stream)  # a StreamError naming the existing streams if there is no such stream
-        table_id = str(DeltaTable(log.path(stream)).metadata().id)
-        path = home.producers / f"{stream}.json"
-        covered, next_seq = cls._cached(path, table_id)
-        ranges = {p: (int(m.earliest), int(m.end)) for p, m in meta.partitions.items()}
-        if any(p not in ranges or covered[p] > ranges[p][1] for p in covered):
-            covered, next_seq = {}, {}  # the stream is not what the cache saw: trust only the stream
-        state = cls(path, table_id, covered, next_seq)
+    def load(cls, home: Home, system: InputSystem, stream: str, progress: Callable[[str], None]) -> _ProducerState:
+        meta = system.describe(stream)  # a StreamError naming the existing streams if there is no such stream
+        stream_id = f"{meta.system}:{meta.details.get('id', stream)}"
+        path = home.producers / meta.system / f"{stream}.json"
+        covered, next_seq = cls._cached(path, stream_id)
+        for p, position in list(covered.items()):
+            part = meta.partitions.get(p)
+            if part is None or system.position_key(position) < system.position_key(part.earliest):
+                covered, next_seq = {}, {}  # the stream is not what the cache saw: trust only the stream
+                break
+            if not system.reached(stream, p, part.end, position):
+                covered, next_seq = {}, {}
+                break
+        state = cls(path, stream_id, covered, next_seq)
         scanned = 0
-        for p, (earliest, end) in sorted(ranges.items()):
-            start = max(covered.get(p, earliest), earliest)
-            for lo in range(start, end, SCAN_WINDOW):
-                hi = min(lo + SCAN_WINDOW, end)
-                state._learn(log.read(stream, p, lo, hi).column("value").to_pylist())
-                scanned += hi - lo
-            state.covered[p] = end
+        for p, part in sorted(meta.partitions.items()):
+            position = covered.get(p, part.earliest)
+            while not system.reached(stream, p, position, part.end):
+                got = system.read(stream, p, position, Bounded(position, SCAN_WINDOW))
+                state._learn(got.records.column("value").to_pylist())
+                scanned += got.records.num_rows
+                if got.records.num_rows == 0:
+                    break
+                position = got.next_position
+            state.covered[p] = position
         if scanned > SCAN_WINDOW:
             progress(f"scanned {scanned} records of {stream} for the per-key sequence numbers")
         return state
 
     @staticmethod
-    def _cached(path: Path, table_id: str) -> tuple[dict[int, int], dict[str, int]]:
+    def _cached(path: Path, stream_id: str) -> tuple[dict[int, str], dict[str, int]]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("format") != PRODUCER_STATE_FORMAT or data.get("table_id") != table_id:
+            if data.get("format") != PRODUCER_STATE_FORMAT or data.get("stream_id") != stream_id:
                 return {}, {}
             return (
-                {int(p): int(o) for p, o in data["covered"].items()},
+                {int(p): str(o) for p, o in data["covered"].items()},
                 {str(k): int(n) for k, n in data["next_seq"].items()},
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -140,19 +146,10 @@ class _ProducerState:
             if isinstance(key, str) and isinstance(seq, int) and seq >= self.next_seq.get(key, 0):
                 self.next_seq[key] = seq + 1
 
-    def advance(self, placed: Iterable[tuple[int, int]]) -> None:
-        spans: dict[int, list[int]] = {}
-        for p, offset in placed:
-            span = spans.setdefault(p, [offset, offset])
-            span[0], span[1] = min(span[0], offset), max(span[1], offset)
-        for p, (lo, hi) in spans.items():
-            if self.covered.get(p) == lo:  # contiguous with what we know: nobody wrote in between
-                self.covered[p] = hi + 1
-
     def save(self) -> None:
         data = {
             "format": PRODUCER_STATE_FORMAT,
-            "table_id": self.table_id,
+            "stream_id": self.stream_id,
             "covered": {str(p): o for p, o in sorted(self.covered.items())},
             "next_seq": self.next_seq,
         }

@@ -31,8 +31,8 @@ from pipelines.control.home import Home
 from pipelines.demo.producer import produce
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import JobConfig
-from pipelines.jobs.registry import create_job
 from pipelines.operations import repartition, scaling
+from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
 from pipelines.runtime.driver import run_job
 from pipelines.runtime.requests import stop_request
@@ -209,10 +209,11 @@ def run_demo(
         say("\n== drain: stop producing, let the job catch up, stop it at a batch boundary")
         producer.halt.set()
         producer.join(30)
-        target = scaling.end_offsets(home, config.name)
+        target = scaling.end_positions(home, config.name)
         version = ControlPlane(home).job_models.active_version(config.name)
+        assert version is not None
         deadline = time.monotonic() + 300
-        while scaling.lag_behind(ControlPlane(home), config.name, version, target) and time.monotonic() < deadline:
+        while not scaling.lag_behind(home, config.name, version, target)[0] and time.monotonic() < deadline:
             _check(producer, driver)
             time.sleep(1)
         driver.stop()

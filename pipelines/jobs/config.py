@@ -1,11 +1,21 @@
 """A job's configuration, read from YAML (``include/jobs/*.yaml``) and checked before anything runs.
 
 Every field a user can get wrong is checked here with a message naming the
-field, so a bad config fails at ``job create`` rather than inside a Spark task.
+field, so a bad config fails at ``job create`` rather than inside a Spark
+task; a field no section has is refused with the one it was probably meant to
+be. Each model version carries the configuration it was planned from
+(``job_config``), so a version is self-contained.
+
+Input systems are configured once per job in ``systems:``, keyed by system
+name (``kafka: {bootstrap_servers: ..., properties: {...}}``); each system
+module validates its own settings (``validate_settings``), and secrets never
+appear there in clear.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +26,33 @@ import yaml
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import validate_factor
+from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, validate_name
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, refuse_unknown
 
 SYSTEMS = ("deltalog", "kafka", "kinesis")
 TRIGGERS = ("available-now", "continuous")
+CONFIG_KEY = "job_config"
+"""Where a job model keeps the configuration it was planned from."""
+
+FIELDS = (
+    "name",
+    "inputs",
+    "grouper",
+    "elasticity_factor",
+    "containers",
+    "process",
+    "process_options",
+    "output_schema",
+    "sink",
+    "dead_letter",
+    "batch",
+    "trigger",
+    "source",
+    "systems",
+    "autosize",
+    "stores",
+)
 
 
 @dataclass(frozen=True)
@@ -39,8 +71,12 @@ class JobConfig:
     trigger: str = "continuous"
     trigger_interval: str = "1 second"
     source: Mapping[str, Any] = field(default_factory=dict)
+    systems: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Settings per input system (``systems: {kafka: {...}}``), as written; checked by each system's module."""
     autosize: Mapping[str, Any] = field(default_factory=dict)
     """The ``autosize:`` section as written (absent fields take ``AutosizeConfig``'s defaults when it is read)."""
+    stores: Any = None
+    """The ``stores:`` section (adjunct data stores) as written."""
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML form; stored with every job model so a model says what it was planned for."""
@@ -58,8 +94,14 @@ class JobConfig:
             "batch": {"max_records": self.max_records_per_batch, "trigger_interval": self.trigger_interval},
             "trigger": self.trigger,
             "source": dict(self.source),
+            "systems": {k: dict(v) for k, v in self.systems.items()},
             "autosize": dict(self.autosize),
+            **({"stores": self.stores} if self.stores is not None else {}),
         }
+
+    def system_settings(self, system: str) -> Mapping[str, Any]:
+        """The ``systems:`` settings of one input system (empty when the job gives none)."""
+        return self.systems.get(system, {})
 
     def autosize_config(self) -> AutosizeConfig:
         """The autosizer's bounds and thresholds: the ``autosize:`` section over the defaults."""
@@ -69,6 +111,7 @@ class JobConfig:
     def from_dict(cls, raw: Any, origin: str = "job config") -> JobConfig:
         if not isinstance(raw, dict):
             raise ConfigError(f"{origin}: must be a mapping of fields, got {type(raw).__name__}")
+        refuse_unknown(origin, raw, FIELDS)
 
         def need(key: str) -> Any:
             if key not in raw:
@@ -89,6 +132,7 @@ class JobConfig:
         for i, item in enumerate(inputs_raw):
             if not isinstance(item, dict) or "stream" not in item:
                 raise ConfigError(f"{origin}: inputs[{i}] must have a 'stream' (and optionally 'system')")
+            refuse_unknown(f"{origin}: inputs[{i}]", item, ("system", "stream"))
             system = item.get("system", "deltalog")
             if system not in SYSTEMS:
                 raise ConfigError(f"{origin}: inputs[{i}].system {system!r} is not one of {', '.join(SYSTEMS)}")
@@ -120,6 +164,7 @@ class JobConfig:
         batch = raw.get("batch", {}) or {}
         if not isinstance(batch, dict):
             raise ConfigError(f"{origin}: 'batch' must be a mapping")
+        refuse_unknown(f"{origin}: batch", batch, ("max_records", "trigger_interval"))
         max_records = batch.get("max_records", 10_000)
         if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
             raise ConfigError(f"{origin}: 'batch.max_records' must be a whole number >= 1, got {max_records!r}")
@@ -129,6 +174,7 @@ class JobConfig:
         source = raw.get("source", {}) or {}
         if not isinstance(source, dict):
             raise ConfigError(f"{origin}: 'source' must be a mapping")
+        systems = _systems(raw.get("systems"), origin)
         autosize = raw.get("autosize", {}) or {}
         try:
             AutosizeConfig.from_mapping(autosize)  # refuse a bad value now, not at the first evaluation
@@ -149,7 +195,9 @@ class JobConfig:
             trigger=trigger,
             trigger_interval=str(batch.get("trigger_interval", "1 second")),
             source=source,
+            systems=systems,
             autosize=dict(autosize),
+            stores=raw.get("stores"),
         )
 
     @classmethod
@@ -164,12 +212,47 @@ class JobConfig:
         return cls.from_dict(raw, origin=str(path))
 
 
+def job_config(model: JobModel) -> JobConfig:
+    """The configuration a model was planned from (stored in the model, so each version is self-contained)."""
+    try:
+        raw = json.loads(model.config[CONFIG_KEY])
+    except KeyError:
+        raise ConfigError(f"job model {model.job_name} v{model.version} carries no job configuration") from None
+    return JobConfig.from_dict(raw, origin=f"job {model.job_name} v{model.version}")
+
+
+def _systems(raw: Any, origin: str) -> dict[str, dict[str, Any]]:
+    """The ``systems:`` section: settings per system name, each checked by its system's module if it checks."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: 'systems' must be a mapping of system name to its settings")
+    refuse_unknown(f"{origin}: systems", raw, SYSTEMS)
+    result = {}
+    for name, settings in raw.items():
+        if settings is None:
+            settings = {}
+        if not isinstance(settings, dict):
+            raise ConfigError(f"{origin}: systems.{name} must be a mapping of settings")
+        try:
+            module = importlib.import_module(f"pipelines.systems.{name}")
+        except ImportError:
+            module = None
+        validate = getattr(module, "validate_settings", None)
+        if validate is not None:
+            validate(settings, f"{origin}: systems.{name}")
+        result[name] = dict(settings)
+    return result
+
+
 def _table(raw: dict[str, Any], key: str, origin: str, default: str | None = None) -> str:
     value = raw.get(key)
     if value is None:
         if default is None:
             raise ConfigError(f"{origin}: missing required field {key!r} (a mapping with 'table')")
         return default
+    if isinstance(value, dict):
+        refuse_unknown(f"{origin}: {key}", value, ("table",))
     table = value.get("table") if isinstance(value, dict) else value
     if not isinstance(table, str) or not table:
         raise ConfigError(f"{origin}: '{key}.table' must be a table name")

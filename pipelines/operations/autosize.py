@@ -85,7 +85,7 @@ from pipelines.core.autosize import (
 )
 from pipelines.core.model import JobModel
 from pipelines.errors import ConfigError, PipelinesError
-from pipelines.jobs.registry import job_config
+from pipelines.jobs.config import job_config
 
 BATCH_METRICS = ("task_count", "sink_commit_s")
 """Job-wide rows the sink writes once per committed batch: they date the batch."""

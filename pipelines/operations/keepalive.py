@@ -15,7 +15,7 @@ from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.errors import PipelinesError
-from pipelines.jobs.registry import job_config
+from pipelines.jobs.config import job_config
 from pipelines.operations.scaling import last_heartbeat
 
 

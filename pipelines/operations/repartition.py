@@ -19,9 +19,9 @@ from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.core.groupers import check_partition_change
 from pipelines.errors import PartitionChangeError, PipelinesError
-from pipelines.jobs.registry import job_config
+from pipelines.jobs.config import job_config
 from pipelines.operations.scaling import ScalingRequest, expansion_request
-from pipelines.systems.registry import open_system
+from pipelines.systems.registry import JobSystems
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,12 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
         except PipelinesError:
             continue  # planned but never activated: nothing runs, nothing to absorb
         planned = model.partitions()
-        for stream in job_config(model).inputs:
+        config = job_config(model)
+        with JobSystems(home, config.systems) as systems:
+            now = {s: systems.of(s.system).describe(s.stream).partition_count for s in config.inputs}
+        for stream in config.inputs:
             before = planned.get(stream)
-            after = open_system(stream.system, home).describe(stream.stream).partition_count
+            after = now[stream]
             if before is None or before == after:
                 continue
             error = None

@@ -31,33 +31,41 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 from typing import Any
 
-from pipelines.control import ControlPlane
-from pipelines.control.home import Home
+from pipelines import planning
+from pipelines.control import ControlPlane, Home
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock
-from pipelines.control.scaling_events import ScalingEvent
-from pipelines.core.checkpoints import partition_floor
+from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.groupers import GroupByPartitionFixedTaskNum, grouper_by_name
 from pipelines.core.hashing import validate_factor
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import ConfigError, PipelinesError
+from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
-from pipelines.jobs.registry import job_config
-from pipelines.operations.rescale import RescalePlan, plan_rescale
-from pipelines.systems.registry import open_system
+from pipelines.systems.registry import JobSystems
 
 FAULT_ENV = "PIPELINES_FAULT"  # test hook: "after_migrate" fails the operation between migration and activation
 LIVE_AFTER_S = 35.0  # a driver whose last heartbeat is older than this is not live (it beats every 10 s)
 RESCALE = "rescale"
 EXPANSION = "partition expansion"
 Say = Callable[[str], None]
+Target = dict[str, dict[str, str]]
+"""End positions per input (``"system/stream"``) and partition (``"0"``): what a new model must reach."""
 
 
 class InjectedFault(RuntimeError):
     """Raised where ``PIPELINES_FAULT`` asks for a crash, to prove recovery."""
+
+
+class Mode(StrEnum):
+    """How a job switches to the new model."""
+
+    IN_PLACE = "in-place"  # a live driver switches inside its Spark application
+    COLD = "cold"  # no live driver: the new model gets one available-now catch-up run
 
 
 @dataclass(frozen=True)
@@ -74,8 +82,43 @@ class ScalingRequest:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> ScalingRequest:
-        return cls(**{k: raw.get(k) for k in ("job", "factor", "reason", "kind", "grouper") if k in raw})
+    def from_dict(cls, raw: Mapping[str, Any]) -> ScalingRequest:
+        return cls(**{f.name: raw[f.name] for f in fields(cls) if f.name in raw})
+
+
+@dataclass(frozen=True)
+class ScalingOperation:
+    """One scaling operation in flight; travels between Airflow tasks as JSON (``to_dict``, ``of``).
+
+    Everything else about it (its status, the version it made, the catch-up
+    target) is in its scaling event, which every step reads afresh.
+    """
+
+    job: str
+    event_id: str
+    owner: str  # who holds the job's lock, stable across retries (e.g. the Airflow run)
+    kind: str
+    from_version: int
+    to_factor: int
+    grouper: str | None
+    reason: str
+    ttl_s: float = DEFAULT_TTL_S
+
+    def request(self) -> ScalingRequest:
+        return ScalingRequest(self.job, self.to_factor, self.reason, self.kind, self.grouper)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, value: ScalingOperation | Mapping[str, Any]) -> ScalingOperation:
+        """The operation from itself or from its JSON form (an XCom)."""
+        if isinstance(value, ScalingOperation):
+            return value
+        try:
+            return cls(**{f.name: value[f.name] for f in fields(cls) if f.name in value})
+        except TypeError as e:
+            raise PipelinesError(f"not a scaling operation: {dict(value)!r:.300} ({e})") from None
 
 
 def _print(message: str) -> None:
@@ -99,25 +142,13 @@ def validate(home: Home, request: ScalingRequest) -> None:
 def plan(home: Home, request: ScalingRequest) -> dict[str, Any]:
     """Validate the request and plan model N+1 without writing anything; the dry run stops here."""
     validate(home, request)
-    rescale = _plan_model(home, request)
-    summary = rescale.summary()
-    summary.update(
-        kind=request.kind,
-        grouper=rescale.model.grouper,
-        reason=request.reason,
-        checkpoints=len(rescale.checkpoints.offsets),
-        changes=rescale.model.task_count != rescale.previous.task_count
-        or rescale.model.partitions() != rescale.previous.partitions()
-        or rescale.model.grouper != rescale.previous.grouper,
-    )
+    summary = _plan_version(home, request).summary()
+    summary.update(kind=request.kind, reason=request.reason)
     return summary
 
 
-def _plan_model(home: Home, request: ScalingRequest) -> RescalePlan:
-    control = ControlPlane(home)
-    current = control.job_models.active(request.job)  # unknown job: UnknownJobError, with the known jobs
-    factor = current.elasticity_factor if request.factor is None else validate_factor(request.factor)
-    return plan_rescale(home, request.job, factor, grouper=request.grouper)
+def _plan_version(home: Home, request: ScalingRequest) -> planning.VersionPlan:
+    return planning.plan_next(home, request.job, factor=request.factor, grouper=request.grouper)
 
 
 # ---------------------------------------------------------------------------------------------------- begin
@@ -131,7 +162,7 @@ def begin(
     lock_wait_s: float = 0.0,
     ttl_s: float = DEFAULT_TTL_S,
     say: Say = _print,
-) -> dict[str, Any]:
+) -> ScalingOperation:
     """Take the job's scaling lock, settle unfinished earlier operations, and open (or resume) this one's event."""
     lock = ScalingLock(home)
     what = f"{request.kind} of {request.job} to factor {request.factor if request.factor is not None else '(same)'}"
@@ -146,7 +177,7 @@ def begin(
         raise
 
 
-def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, what: str, say: Say) -> dict[str, Any]:
+def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, what: str, say: Say) -> ScalingOperation:
     control = ControlPlane(home)
     mine = None
     for event in control.events.history(request.job):
@@ -158,43 +189,45 @@ def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, w
             _settle(control, event, owner, say)
     if mine is not None:
         say(f"resuming scaling event {mine.event_id} ({mine.status}) of job {request.job}")
-        return _op(mine, owner, ttl_s)
-    rescale = _plan_model(home, request)
+        return _operation(mine, owner, ttl_s)
+    version = _plan_version(home, request)
+    assert version.previous is not None
     event = ScalingEvent.start(
         request.job,
         request.kind,
-        from_version=rescale.previous.version,
-        from_factor=rescale.previous.elasticity_factor,
-        to_factor=rescale.model.elasticity_factor,
-        details={"reason": request.reason, "owner": owner, "grouper": rescale.model.grouper, **rescale.summary()},
+        from_version=version.previous.version,
+        from_factor=version.previous.elasticity_factor,
+        to_factor=version.model.elasticity_factor,
+        details={"reason": request.reason, "owner": owner, **version.summary()},
     )
     control.events.record(event)
-    say(f"scaling event {event.event_id}: {what} (v{rescale.previous.version} → v{rescale.model.version})")
-    return _op(event, owner, ttl_s)
+    say(f"scaling event {event.event_id}: {what} (v{version.previous.version} → v{version.model.version})")
+    return _operation(event, owner, ttl_s)
 
 
-def _op(event: ScalingEvent, owner: str, ttl_s: float) -> dict[str, Any]:
-    return {
-        "job": event.job,
-        "event_id": event.event_id,
-        "owner": owner,
-        "kind": event.kind,
-        "from_version": event.from_version,
-        "to_factor": event.to_factor,
-        "grouper": event.details.get("grouper"),
-        "reason": event.details.get("reason", event.kind),
-        "ttl_s": ttl_s,
-    }
+def _operation(event: ScalingEvent, owner: str, ttl_s: float) -> ScalingOperation:
+    assert event.from_version is not None and event.to_factor is not None
+    return ScalingOperation(
+        job=event.job,
+        event_id=event.event_id,
+        owner=owner,
+        kind=event.kind,
+        from_version=event.from_version,
+        to_factor=event.to_factor,
+        grouper=event.details.get("grouper"),
+        reason=event.details.get("reason", event.kind),
+        ttl_s=ttl_s,
+    )
 
 
 def _settle(control: ControlPlane, event: ScalingEvent, owner: str, say: Say) -> None:
     """Close an operation that died half way: recovered if its model is in force, rolled back otherwise."""
     active = control.job_models.active_version(event.job)
     if event.to_version is not None and active == event.to_version:
-        status = "recovered"
+        status = EventStatus.RECOVERED
         note = f"v{event.to_version} was activated before the operation stopped; it stays in force"
     else:
-        status = "rolled back"
+        status = EventStatus.ROLLED_BACK
         note = f"v{active} stays in force" + (
             f"; v{event.to_version} was planned but never activated" if event.to_version is not None else ""
         )
@@ -205,7 +238,7 @@ def _settle(control: ControlPlane, event: ScalingEvent, owner: str, say: Say) ->
 # ---------------------------------------------------------------------------------------------------- steps
 
 
-def stop(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
+def stop(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
     """Decide how the job switches: in place (a live driver) or by a catch-up run (no live driver).
 
     A live driver is not stopped here: it stops its query at a batch boundary
@@ -218,21 +251,21 @@ def stop(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
     from pipelines.runtime import launcher
 
     control = ControlPlane(home)
-    beat = last_heartbeat(control, op["job"])
+    beat = last_heartbeat(control, op.job)
     if beat is not None and beat["live"]:
-        say(f"driver of {op['job']} is live on v{beat['model_version']} ({beat['age_s']:.1f}s since its heartbeat)")
-        result = {"mode": "in-place", "driver_version": beat["model_version"]}
+        say(f"driver of {op.job} is live on v{beat['model_version']} ({beat['age_s']:.1f}s since its heartbeat)")
+        result = {"mode": Mode.IN_PLACE, "driver_version": beat["model_version"]}
     else:
-        if launcher.running_pid(home, op["job"]) is not None and not launcher.stop(home, op["job"], timeout=60.0):
-            launcher.kill(home, op["job"])
-            say(f"driver of {op['job']} did not stop within 60s: killed")
-        say(f"no live driver of {op['job']}: v{op['from_version']} is stopped; the new model gets a catch-up run")
-        result = {"mode": "cold", "driver_version": None}
-    _status(control, op, "stopped", **result)
+        if launcher.running_pid(home, op.job) is not None and not launcher.stop(home, op.job, timeout=60.0):
+            launcher.kill(home, op.job)
+            say(f"driver of {op.job} did not stop within 60s: killed")
+        say(f"no live driver of {op.job}: v{op.from_version} is stopped; the new model gets a catch-up run")
+        result = {"mode": Mode.COLD, "driver_version": None}
+    _status(control, op, EventStatus.STOPPED, **result)
     return result
 
 
-def migrate(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
+def migrate(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
     """Save model N+1 with its start checkpoints migrated from N's latest ones; not yet active."""
     _renew(home, op)
     control = ControlPlane(home)
@@ -240,41 +273,39 @@ def migrate(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]
     if event.to_version is not None:
         say(f"v{event.to_version} was already saved with its start checkpoints: resuming")
         return {"to_version": event.to_version}
-    request = ScalingRequest(op["job"], op["to_factor"], op["reason"], op["kind"], op["grouper"])
-    rescale = _plan_model(home, request)
-    if rescale.previous.version != op["from_version"]:
+    version = _plan_version(home, op.request())
+    assert version.previous is not None
+    if version.previous.version != op.from_version:
         raise PipelinesError(
-            f"job {op['job']} moved from v{op['from_version']} to v{rescale.previous.version} during this operation; "
+            f"job {op.job} moved from v{op.from_version} to v{version.previous.version} during this operation; "
             "nothing was changed by it: plan again"
         )
-    control.job_models.save(rescale.model, reason=op["reason"])
-    control.checkpoints.write(op["job"], rescale.model.version, rescale.checkpoints, batch_id=-1)
-    _status(control, op, "migrated", to_version=rescale.model.version)
+    planning.save(home, version, op.reason, owner=op.owner)
+    _status(control, op, EventStatus.MIGRATED, to_version=version.model.version)
     say(
-        f"saved v{rescale.model.version}: factor {rescale.model.elasticity_factor}, {rescale.model.task_count} "
-        f"virtual tasks, {len(rescale.checkpoints.offsets)} start checkpoints migrated from v{op['from_version']}"
+        f"saved v{version.model.version}: factor {version.model.elasticity_factor}, {version.model.task_count} "
+        f"virtual tasks, {len(version.start.offsets)} start checkpoints migrated from v{op.from_version}"
     )
     if os.environ.get(FAULT_ENV) == "after_migrate":
         raise InjectedFault(f"{FAULT_ENV}=after_migrate: crashing between migration and activation")
-    return {"to_version": rescale.model.version}
+    return {"to_version": version.model.version}
 
 
-def activate(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
-    """Put N+1 in force and note the inputs' end offsets at that moment: the catch-up target."""
+def activate(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
+    """Put N+1 in force and note the inputs' end positions at that moment: the catch-up target."""
     _renew(home, op)
     control = ControlPlane(home)
     event = _event(control, op)
     if event.to_version is None:
-        raise PipelinesError(f"scaling event {op['event_id']} has no migrated model to activate; run migrate first")
-    if control.job_models.active_version(op["job"]) != event.to_version:
-        control.job_models.activate(op["job"], event.to_version, reason=op["reason"])
-        say(f"v{event.to_version} of {op['job']} is active")
+        raise PipelinesError(f"scaling event {op.event_id} has no migrated model to activate; run migrate first")
+    if control.job_models.active_version(op.job) != event.to_version:
+        control.job_models.activate(op.job, event.to_version, reason=op.reason)
+        say(f"v{event.to_version} of {op.job} is active")
     else:
-        say(f"v{event.to_version} of {op['job']} was already active: resuming")
-    target = event.details.get("catch_up_target") or end_offsets(home, op["job"])
-    _status(
-        control, op, "activated", activated_at=event.details.get("activated_at") or time.time(), catch_up_target=target
-    )
+        say(f"v{event.to_version} of {op.job} was already active: resuming")
+    target = event.details.get("catch_up_target") or end_positions(home, op.job)
+    activated_at = event.details.get("activated_at") or time.time()
+    _status(control, op, EventStatus.ACTIVATED, activated_at=activated_at, catch_up_target=target)
     return {"to_version": event.to_version, "catch_up_target": target}
 
 
@@ -284,8 +315,8 @@ CatchUp = Callable[[Home, str], None]
 
 def restart(
     home: Home,
-    op: dict[str, Any],
-    mode: str,
+    op: ScalingOperation,
+    mode: Mode | str,
     *,
     master: str | None = None,
     timeout_s: float = 300.0,
@@ -296,66 +327,67 @@ def restart(
     _renew(home, op)
     control = ControlPlane(home)
     version = _event(control, op).to_version
-    if mode == "in-place":
+    if Mode(mode) is Mode.IN_PLACE:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if _metric_times(control, op["job"], version, ("query_started",)):
+            if _metric_times(control, op.job, version, ("query_started",)):
                 say(f"the driver switched to v{version} in its Spark application")
                 return {"restarted": "in-place"}
             time.sleep(0.5)
         raise PipelinesError(
-            f"the driver of {op['job']} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
+            f"the driver of {op.job} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
             "will be used by the next run (pipelines run), check the driver's log under <home>/run/"
         )
     if catch_up is not None:
-        say(f"running v{version} of {op['job']} once with available-now")
-        catch_up(home, op["job"])
+        say(f"running v{version} of {op.job} once with available-now")
+        catch_up(home, op.job)
         return {"restarted": "catch-up run"}
     from pipelines.runtime import launcher
 
     master = master or launcher.default_master()
-    say(f"running v{version} of {op['job']} once with available-now on {master} (spark-submit)")
-    code = launcher.run(home, op["job"], available_now=True, master=master, detach=False)
+    say(f"running v{version} of {op.job} once with available-now on {master} (spark-submit)")
+    code = launcher.run(home, op.job, available_now=True, master=master, detach=False)
     if code != 0:
-        raise PipelinesError(f"the catch-up run of {op['job']} v{version} exited with code {code}")
+        raise PipelinesError(f"the catch-up run of {op.job} v{version} exited with code {code}")
     return {"restarted": "catch-up run"}
 
 
-def wait_caught_up(home: Home, op: dict[str, Any], *, timeout_s: float = 600.0, say: Say = _print) -> dict[str, Any]:
-    """Wait until N+1's committed checkpoints reach the end offsets the inputs had at activation."""
+def wait_caught_up(home: Home, op: ScalingOperation, *, timeout_s: float = 600.0, say: Say = _print) -> dict[str, Any]:
+    """Wait until N+1's committed checkpoints reach the end positions the inputs had at activation."""
     _renew(home, op)
     control = ControlPlane(home)
     event = _event(control, op)
+    assert event.to_version is not None
     target = event.details.get("catch_up_target") or {}
-    started = time.monotonic()
-    deadline = started + timeout_s
+    deadline = time.monotonic() + timeout_s
     last_say = 0.0
     while True:
-        behind = lag_behind(control, op["job"], event.to_version, target)
-        if behind == 0:
+        done, behind = lag_behind(home, op.job, event.to_version, target)
+        if done:
             caught = time.time() - float(event.details.get("activated_at") or time.time())
             say(f"v{event.to_version} caught up with the input as of its activation ({caught:.1f}s after it)")
-            _status(control, op, "caught up", caught_up_s=round(caught, 3))
+            _status(control, op, EventStatus.CAUGHT_UP, caught_up_s=round(caught, 3))
             return {"caught_up_s": round(caught, 3)}
+        left = "an unknown number of" if behind is None else str(behind)
         now = time.monotonic()
         if now > deadline:
             raise PipelinesError(
-                f"v{event.to_version} of {op['job']} is still {behind} records behind the activation point after "
+                f"v{event.to_version} of {op.job} is still {left} records behind the activation point after "
                 f"{timeout_s:.0f}s; the model stays active, the job is running late"
             )
         if now - last_say > 10:
-            say(f"v{event.to_version} of {op['job']}: {behind} records behind the activation point")
+            say(f"v{event.to_version} of {op.job}: {left} records behind the activation point")
             last_say = now
         time.sleep(1.0)
 
 
-def verify(home: Home, op: dict[str, Any], *, sequence: str | None = None, say: Say = _print) -> dict[str, Any]:
+def verify(home: Home, op: ScalingOperation, *, sequence: str | None = None, say: Say = _print) -> dict[str, Any]:
     """Data-quality checks over the scaling window (GX suites, dq_results, Data Docs); fails on a FAIL."""
     from pipelines.quality.report import run_quality
 
     _renew(home, op)
     control = ControlPlane(home)
-    report = run_quality(home, op["job"], op["event_id"], sequence=sequence or default_sequence(home, op["job"]))
+    report = run_quality(home, op.job, op.event_id, sequence=sequence or default_sequence(home, op.job))
     say(report.summary())
     verdict = "pass" if report.success else "fail"
     v = report.verdict
@@ -370,17 +402,17 @@ def verify(home: Home, op: dict[str, Any], *, sequence: str | None = None, say: 
     _status(
         control,
         op,
-        "verified" if report.success else "dq failed",
+        EventStatus.VERIFIED if report.success else EventStatus.DQ_FAILED,
         dq=verdict,
         dq_counts=counts,
         docs=str(report.docs_index),
     )
     if not report.success:
-        raise PipelinesError(f"data-quality checks FAILED after scaling {op['job']}: {report.verdict.summary()}")
+        raise PipelinesError(f"data-quality checks FAILED after scaling {op.job}: {report.verdict.summary()}")
     return {"dq": verdict, "docs": str(report.docs_index)}
 
 
-def finish(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
+def finish(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
     """Close the event with its figures (downtime, records replayed, DQ verdict) and release the lock.
 
     Runs whatever happened before it (Airflow ``all_done``): an operation that
@@ -391,24 +423,24 @@ def finish(home: Home, op: dict[str, Any], say: Say = _print) -> dict[str, Any]:
         control = ControlPlane(home)
         event = _event(control, op)
         try:
-            figures = measure(control, event)
+            figures = measure(home, event)
         except Exception as e:  # figures are a report: never a reason to keep the job locked
             figures = {"dq": event.details.get("dq", "not run"), "measure_error": f"{type(e).__name__}: {e}"}
-        active = control.job_models.active_version(op["job"])
-        if event.status in ("verified", "dq failed"):
+        active = control.job_models.active_version(op.job)
+        if event.status in (EventStatus.VERIFIED, EventStatus.DQ_FAILED):
             status = event.status
         elif event.to_version is not None and active == event.to_version:
-            status = "failed"
-            figures["failed_after"] = event.status
+            status = EventStatus.FAILED
+            figures["failed_after"] = str(event.status)
         else:
-            status = "rolled back"
-            figures["failed_after"] = event.status
+            status = EventStatus.ROLLED_BACK
+            figures["failed_after"] = str(event.status)
         if event.finished_at is None:
             control.events.record(event.finish(status, **figures))
     finally:
-        ScalingLock(home).release(op["job"], op["owner"])
+        ScalingLock(home).release(op.job, op.owner)
     say(f"scaling event {event.event_id} {status}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
-    return {"status": status, **figures}
+    return {"status": str(status), **figures}
 
 
 def run_all(
@@ -435,18 +467,44 @@ def run_all(
         verify(home, op, sequence=sequence, say=say)
     finally:
         result = finish(home, op, say)
-    return {**op, **result}
+    return {**op.to_dict(), **result}
+
+
+def apply_plan(home: Home, version: planning.VersionPlan, reason: str, kind: str = RESCALE) -> ScalingEvent:
+    """Save and activate a planned version in one go, as a scaling event, with no driver to coordinate.
+
+    For jobs that are not running (tests, scripted maintenance): the steps
+    above without stop, restart and catch-up. The event is the window
+    ``pipelines verify --event`` checks.
+    """
+    assert version.previous is not None
+    control = ControlPlane(home)
+    event = ScalingEvent.start(
+        version.model.job_name,
+        kind,
+        from_version=version.previous.version,
+        to_version=version.model.version,
+        from_factor=version.previous.elasticity_factor,
+        to_factor=version.model.elasticity_factor,
+        details={"reason": reason, **version.summary()},
+    )
+    control.events.record(event)
+    planning.save(home, version, reason, activate=True)
+    done = event.finish(EventStatus.ACTIVATED)
+    control.events.record(done)
+    return done
 
 
 # ---------------------------------------------------------------------------------------------------- figures
 
 
-def measure(control: ControlPlane, event: ScalingEvent) -> dict[str, Any]:
+def measure(home: Home, event: ScalingEvent) -> dict[str, Any]:
     """Downtime (in-place switches), records replayed, and the DQ verdict of one event, from the control plane."""
+    control = ControlPlane(home)
     figures: dict[str, Any] = {"dq": event.details.get("dq", "not run")}
     if event.to_version is None:
         return figures
-    if event.details.get("mode") == "in-place":
+    if event.details.get("mode") == Mode.IN_PLACE:
         stopped = _metric_times(control, event.job, event.from_version, ("query_stopped",))
         resumed = _metric_times(control, event.job, event.to_version, ("first_progress",)) or _metric_times(
             control, event.job, event.to_version, ("query_started",)
@@ -455,43 +513,73 @@ def measure(control: ControlPlane, event: ScalingEvent) -> dict[str, Any]:
             figures["downtime_s"] = round(min(resumed) - max(s for s in stopped if s <= min(resumed)), 3)
     else:
         figures["downtime_s"] = None  # no driver was running: nothing was down because of the rescale
-    figures["records_replayed"] = records_replayed(control, event.job, event.from_version, event.to_version)
+    figures["records_replayed"] = records_replayed(home, event.job, event.from_version, event.to_version)
     if "caught_up_s" in event.details:
         figures["caught_up_s"] = event.details["caught_up_s"]
     return figures
 
 
-def records_replayed(control: ControlPlane, job: str, old: int | None, new: int) -> int | None:
-    """Offsets N+1 started behind where N had committed, summed over partitions: records processed twice."""
+def records_replayed(home: Home, job: str, old: int | None, new: int) -> int | None:
+    """Records N+1 starts behind where N had committed, over all partitions: records processed twice.
+
+    None when N has no checkpoints or an input system cannot count records
+    between two positions (Kinesis): then it is unknown, not zero.
+    """
     if old is None:
         return None
+    control = ControlPlane(home)
     try:
-        final = partition_floor(control.checkpoints.latest(job, old).offsets.items())
+        old_latest = control.checkpoints.latest(job, old).offsets.items()
     except PipelinesError:
         return None
-    start = partition_floor(control.checkpoints.start(job, new).items())
-    return sum(max(0, final[ssp] - offset) for ssp, offset in start.items() if ssp in final)
+    with _systems(home, job) as systems:
+        final = systems.floors(old_latest)
+        start = systems.floors(control.checkpoints.start(job, new).items())
+        total = 0
+        for ssp, position in start.items():
+            if ssp not in final:
+                continue
+            system = systems.of(ssp.system)
+            if system.position_key(position) >= system.position_key(final[ssp]):
+                continue
+            count = system.records_between(ssp.stream, ssp.partition, position, final[ssp])
+            if count is None:
+                return None
+            total += count
+    return total
 
 
-def end_offsets(home: Home, job: str) -> dict[str, dict[str, int]]:
-    """Every input's end offset per partition, now: ``{"system/stream": {"0": 1200, ...}}``."""
+def end_positions(home: Home, job: str) -> Target:
+    """Every input's end position per partition, now: ``{"system/stream": {"0": "1200", ...}}``."""
     config = job_config(ControlPlane(home).job_models.active(job))
-    result = {}
-    for stream in config.inputs:
-        meta = open_system(stream.system, home).describe(stream.stream)
-        result[f"{stream.system}/{stream.stream}"] = {str(p): int(part.end) for p, part in meta.partitions.items()}
+    result: Target = {}
+    with _systems(home, job) as systems:
+        for stream in config.inputs:
+            ends = systems.of(stream.system).end_positions(stream.stream)
+            result[f"{stream.system}/{stream.stream}"] = {str(p): end for p, end in ends.items()}
     return result
 
 
-def lag_behind(control: ControlPlane, job: str, version: int, target: dict[str, dict[str, int]]) -> int:
-    """Records of ``target`` (end offsets per partition) that ``version`` has not committed yet."""
-    committed = partition_floor(control.checkpoints.latest(job, version).offsets.items())
-    behind = 0
-    for stream_key, partitions in target.items():
-        system, stream = stream_key.split("/", 1)
-        for p, end in partitions.items():
-            behind += max(0, int(end) - committed.get(SystemStreamPartition(system, stream, int(p)), 0))
-    return behind
+def lag_behind(home: Home, job: str, version: int, target: Target) -> tuple[bool, int | None]:
+    """Whether ``version``'s committed checkpoints reached ``target``, and how many records are left if countable."""
+    control = ControlPlane(home)
+    checkpoints = control.checkpoints.latest(job, version).offsets.items()
+    done, behind = True, 0
+    with _systems(home, job) as systems:
+        committed = systems.floors(checkpoints)
+        for stream_key, partitions in target.items():
+            system_name, stream = stream_key.split("/", 1)
+            system = systems.of(system_name)
+            for p, end in partitions.items():
+                position = committed.get(SystemStreamPartition(system_name, stream, int(p)))
+                if position is None:
+                    continue  # a partition this version does not read
+                if system.reached(stream, int(p), position, end):
+                    continue
+                done = False
+                count = system.records_between(stream, int(p), position, end)
+                behind = None if count is None or behind is None else behind + count
+    return done, (0 if done else behind)
 
 
 def last_heartbeat(control: ControlPlane, job: str) -> dict[str, Any] | None:
@@ -532,30 +620,26 @@ def expansion_request(job: str, stream: str, before: int, after: int) -> Scaling
 # ---------------------------------------------------------------------------------------------------- helpers
 
 
-def _renew(home: Home, op: dict[str, Any]) -> None:
+def _systems(home: Home, job: str) -> JobSystems:
+    return JobSystems(home, job_config(ControlPlane(home).job_models.active(job)).systems)
+
+
+def _renew(home: Home, op: ScalingOperation) -> None:
     """Every step renews the lease: a long operation keeps its lock, a dead one loses it after ``ttl_s``."""
-    ScalingLock(home).acquire(op["job"], op["owner"], f"{op['kind']} of {op['job']}", ttl_s=float(op["ttl_s"]))
+    ScalingLock(home).acquire(op.job, op.owner, f"{op.kind} of {op.job}", ttl_s=float(op.ttl_s))
 
 
-def _event(control: ControlPlane, op: dict[str, Any]) -> ScalingEvent:
-    for event in control.events.history(op["job"]):
-        if event.event_id == op["event_id"]:
+def _event(control: ControlPlane, op: ScalingOperation) -> ScalingEvent:
+    for event in control.events.history(op.job):
+        if event.event_id == op.event_id:
             return event
-    raise PipelinesError(f"scaling event {op['event_id']} of job {op['job']!r} is not in the control plane")
+    raise PipelinesError(f"scaling event {op.event_id} of job {op.job!r} is not in the control plane")
 
 
 def _status(
-    control: ControlPlane, op: dict[str, Any], status: str, to_version: int | None = None, **details: Any
+    control: ControlPlane, op: ScalingOperation, status: EventStatus, to_version: int | None = None, **details: Any
 ) -> None:
-    event = _event(control, op)
-    control.events.record(
-        replace(
-            event,
-            status=status,
-            to_version=to_version if to_version is not None else event.to_version,
-            details={**event.details, **details},
-        )
-    )
+    control.events.record(_event(control, op).moved(status, to_version, **details))
 
 
 def _metric_times(control: ControlPlane, job: str, version: int | None, names: tuple[str, ...]) -> list[float]:

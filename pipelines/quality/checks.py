@@ -17,6 +17,8 @@ from pipelines.core.hashing import key_buckets
 from pipelines.core.model import TaskName
 
 SINK_ORDER = ["model_version", "batch_id", "task_seq"]
+INPUT_ORDER = "input_order"
+"""A row's place among its partition's records, in its input system's order (``with_input_order``)."""
 EXAMPLES = 5
 
 
@@ -63,22 +65,24 @@ def duplicated_records(rows: pd.DataFrame) -> pd.DataFrame:
 def order_violations(rows: pd.DataFrame, sequence: str | None = None) -> list[tuple[str, str, str]]:
     """(key, earlier, later) where the sink got a key's record after one that came later in the input.
 
-    Within a partition the input order is the offset. Across partitions (a key
-    moved by an expansion) only the producer knows the order, so when the
-    rows carry a per-key ``sequence`` column that is used instead.
+    Within a partition the input order is the input system's order of
+    positions (the ``input_order`` column). Across partitions (a key moved by
+    an expansion) only the producer knows the order, so when the rows carry a
+    per-key ``sequence`` column that is used instead. Records without a key
+    have no per-key order to keep (SEP-32 spreads them by position), so they
+    are not judged.
     """
     bad: list[tuple[str, str, str]] = []
-    ordered = rows.sort_values(SINK_ORDER, kind="stable")
+    ordered = rows[rows["key"].notna()].sort_values(SINK_ORDER, kind="stable")
     keys = ordered["key"].map(_text)
     for key, group in ordered.groupby(keys, sort=False):
         if sequence is not None:
             values = group[sequence].tolist()
             labels = [f"seq {v}" for v in values]
         else:
-            values = list(zip(group["partition"], group["offset"].astype("int64"), strict=True))
-            labels = [f"{p}@{o}" for p, o in values]
-            # only offsets in the same partition are comparable
-            values = [(p, o) for p, o in values]
+            labels = [f"{p}@{o}" for p, o in zip(group["partition"], group["offset"], strict=True)]
+            # only positions in the same partition are comparable
+            values = list(zip(group["partition"], group[INPUT_ORDER], strict=True))
         last: dict[object, tuple[object, str]] = {}
         for value, label in zip(values, labels, strict=True):
             scope = None if sequence is not None else value[0]
@@ -137,20 +141,38 @@ def verify_rows(
     return verdict
 
 
-def expected_records(ranges: Iterable[tuple[str, int, int, int]]) -> pd.DataFrame:
-    """Rows (stream, partition, offset) for input ranges ``[start, end)``."""
+def expected_records(parts: Iterable[tuple[str, int, Iterable[str]]]) -> pd.DataFrame:
+    """Rows (stream, partition, offset) of the input records a window covers, as read from the input."""
     frames = [
-        pd.DataFrame({"stream": stream, "partition": partition, "offset": [str(o) for o in range(start, end)]})
-        for stream, partition, start, end in ranges
-        if end > start
+        pd.DataFrame({"stream": stream, "partition": partition, "offset": list(offsets)})
+        for stream, partition, offsets in parts
     ]
+    frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame(
             {"stream": pd.Series(dtype=str), "partition": pd.Series(dtype="int32"), "offset": pd.Series(dtype=str)}
         )
     result = pd.concat(frames, ignore_index=True)
     result["partition"] = result["partition"].astype("int32")
+    result["offset"] = result["offset"].astype(str)
     return result
+
+
+def with_input_order(frame: pd.DataFrame, order: Callable[[str], Callable[[str], object]]) -> pd.DataFrame:
+    """``frame`` with ``input_order``: each row's rank among its stream's positions, in the stream's system order.
+
+    ``order(stream)`` is that stream's ``position_key``. Positions are opaque,
+    so the rank (an integer) is what the order checks compare.
+    """
+    frame = frame.copy()
+    ranks = pd.Series(0, index=frame.index, dtype="int64")
+    for stream, part in frame.groupby("stream", sort=False):
+        key = order(str(stream))
+        unique = sorted(pd.unique(part["offset"].astype(str)), key=key)
+        rank = {position: i for i, position in enumerate(unique)}
+        ranks.loc[part.index] = part["offset"].astype(str).map(rank).astype("int64")
+    frame[INPUT_ORDER] = ranks
+    return frame
 
 
 def _offsets(frame: pd.DataFrame) -> list[str]:
@@ -203,12 +225,12 @@ def order_flags(rows: pd.DataFrame, sequence: str | None = None) -> pd.DataFrame
         scope = [ordered["key"]]
         label = "seq " + value.astype(str)
     else:
-        value = ordered["offset"].astype("int64")
+        value = ordered[INPUT_ORDER].astype("int64")
         scope = [ordered["key"], ordered["partition"]]
         label = ordered["partition"].astype(str) + "@" + ordered["offset"].astype(str)
-    prev = value.groupby(scope, sort=False, dropna=False).shift(1)
-    prev_label = label.groupby(scope, sort=False, dropna=False).shift(1)
-    ok = ~(prev.notna() & (value <= prev))
+    prev = value.groupby(scope, sort=False, dropna=True).shift(1)
+    prev_label = label.groupby(scope, sort=False, dropna=True).shift(1)
+    ok = ~(prev.notna() & (value <= prev)) | ordered["key"].isna()  # keyless records have no per-key order
     return pd.DataFrame({FLAG_IN_ORDER: ok, "after": prev_label.where(~ok), "label": label}).reindex(rows.index)
 
 

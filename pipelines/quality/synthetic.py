@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines.core.hashing import key_buckets
-from pipelines.quality.checks import expected_records
+from pipelines.quality.checks import INPUT_ORDER, expected_records
 
 
 def synthetic_window(
@@ -36,6 +36,7 @@ def synthetic_window(
             "stream": "events",
             "partition": partition,
             "offset": offset.astype(str).astype(object),
+            INPUT_ORDER: offset.astype("int64"),
             "key": names[key_id],
             "batch_id": batch_id,
         }
@@ -44,7 +45,7 @@ def synthetic_window(
     frame["event_key"] = pd.Series(names[key_id]).str.decode("utf-8")
     frame["seq"] = pd.Series(key_id).groupby(key_id).cumcount().astype("int64")
     counts = np.bincount(partition, minlength=partitions)
-    expected = expected_records(("events", p, 0, int(n)) for p, n in enumerate(counts))
+    expected = expected_records(("events", p, (str(o) for o in range(int(n)))) for p, n in enumerate(counts))
     dead = frame.iloc[0:0][["virtual_task", "model_version", "key_bucket", "stream", "partition", "offset", "key"]]
     dead = dead.assign(batch_id=pd.Series(dtype="int64"), task_seq=pd.Series(dtype="int64"), error=pd.Series(dtype=str))
     return expected, frame, dead

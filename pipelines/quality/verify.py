@@ -8,13 +8,12 @@ import pandas as pd
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.core.checkpoints import partition_floor
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.deltaio import read_delta
 from pipelines.errors import PipelinesError
-from pipelines.jobs.registry import job_config
-from pipelines.quality.checks import Verdict, expected_records, verify_rows
-from pipelines.systems.registry import open_system
+from pipelines.jobs.config import job_config
+from pipelines.quality.checks import Verdict, expected_records, verify_rows, with_input_order
+from pipelines.systems.registry import JobSystems
 
 
 @dataclass
@@ -43,36 +42,45 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
     if event is None:
         versions = None
         last = model.version
-        starts: dict[SystemStreamPartition, int] = {}
+        start_rows: dict[SystemStreamPartition, str] = {}
         window_id = f"run:v{model.version}"
     else:
-        found = [e for e in control.events.history(job) if e.event_id == event or e.event_id.startswith(event)]
-        if len(found) != 1:
-            known = ", ".join(e.event_id[:12] for e in control.events.history(job)) or "none"
-            raise PipelinesError(f"job {job!r} has {len(found)} scaling events matching {event!r}; events: {known}")
-        e = found[0]
+        e = control.events.find(job, event)
+        if e is None:
+            known = ", ".join(x.event_id[:12] for x in control.events.history(job)) or "none"
+            raise PipelinesError(f"job {job!r} has no single scaling event matching {event!r}; events: {known}")
         versions = [v for v in (e.from_version, e.to_version) if v is not None]
         if not versions:
             raise PipelinesError(f"scaling event {e.event_id} of job {job!r} names no model version")
         last = max(versions)
-        starts = partition_floor(control.checkpoints.start(job, min(versions)).items())
+        start_rows = control.checkpoints.start(job, min(versions))
         window_id = f"event:{e.event_id}"
-    # Checkpoints first, then the sink: the sink commits a batch before its checkpoints are appended, so a
-    # sink read after the checkpoint read holds every record those checkpoints cover, even while the job runs.
-    committed = partition_floor(control.checkpoints.latest(job, last).offsets.items())
-    rows = _table(home, config.sink_table)
-    dead = _table(home, config.dead_letter_table)
-    if versions is not None:
-        rows = rows[rows["model_version"].isin(versions)]
-        dead = dead[dead["model_version"].isin(versions)]
-    ranges = []
-    for stream in config.inputs:
-        meta = open_system(stream.system, home).describe(stream.stream)
-        for p, part in meta.partitions.items():
-            ssp = SystemStreamPartition(stream.system, stream.stream, p)
-            start = max(int(part.earliest), starts.get(ssp, int(part.earliest)))
-            ranges.append((stream.stream, p, start, committed.get(ssp, start)))
-    return Window(job, window_id, expected_records(ranges), rows, dead, factors)
+    with JobSystems(home, config.systems) as systems:
+        starts = systems.floors(start_rows.items())
+        # Checkpoints first, then the sink: the sink commits a batch before its checkpoints are appended, so a
+        # sink read after the checkpoint read holds every record those checkpoints cover, even while the job runs.
+        committed = systems.floors(control.checkpoints.latest(job, last).offsets.items())
+        rows = _table(home, config.sink_table)
+        dead = _table(home, config.dead_letter_table)
+        if versions is not None:
+            rows = rows[rows["model_version"].isin(versions)]
+            dead = dead[dead["model_version"].isin(versions)]
+        parts = []
+        for stream in config.inputs:
+            system = systems.of(stream.system)
+            for p, part in system.describe(stream.stream).partitions.items():
+                ssp = SystemStreamPartition(stream.system, stream.stream, p)
+                start = part.earliest
+                if ssp in starts and system.position_key(starts[ssp]) > system.position_key(start):
+                    start = starts[ssp]
+                end = committed.get(ssp)
+                if end is None or system.position_key(end) <= system.position_key(start):
+                    continue
+                read = system.read(stream.stream, p, start, end, columns=["offset"])
+                parts.append((stream.stream, p, read.records.column("offset").to_pylist()))
+        order = {s.stream: systems.of(s.system).position_key for s in config.inputs}
+        rows = with_input_order(rows, order.__getitem__)
+    return Window(job, window_id, expected_records(parts), rows, dead, factors)
 
 
 def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str | None = None) -> Verdict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -22,9 +23,11 @@ from typing import Any
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home, resolve_home
 from pipelines.core.model import JobModel
+from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
-from pipelines.jobs.registry import ensure_output_tables, job_config
+from pipelines.planning import carry_forward_on_start
 from pipelines.runtime import schemas
+from pipelines.runtime.outputs import ensure_output_tables
 from pipelines.runtime.processing import make_processor
 from pipelines.runtime.requests import drain_request, stop_request
 
@@ -74,6 +77,7 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
         .option("modelVersion", str(model.version))
         .option("factor", str(model.elasticity_factor))
         .option("taskCount", str(model.task_count))
+        .option("systems", json.dumps(config.systems, sort_keys=True))
         .option("sinkPath", str(home.sinks / config.sink_table))
         .option("deadLetterPath", str(home.sinks / config.dead_letter_table))
     )
@@ -141,21 +145,9 @@ def _carry_forward_on_start(control: ControlPlane, model: JobModel, progress: Ca
     model's last batches) does it here, so the new model never re-reads what
     its predecessor already committed to the sink.
     """
-    from pipelines.operations.rescale import carry_forward
-
-    previous = previous_active_version(control, model.job_name, model.version)
-    if previous is None or previous >= model.version:
-        return
-    if carry_forward(control.home, control.job_models.get(model.job_name, previous), model):
+    previous = carry_forward_on_start(control.home, model)
+    if previous is not None:
         progress(f"[{model.job_name}] carried v{previous}'s final checkpoints forward to v{model.version}")
-
-
-def previous_active_version(control: ControlPlane, job: str, version: int) -> int | None:
-    """The version that was in force before ``version`` was last activated, if any."""
-    activated = [r["version"] for r in control.job_models.history(job) if r["event"] == "activated"]
-    while activated and activated[-1] == version:
-        activated.pop()
-    return activated[-1] if activated else None
 
 
 def _supervise(

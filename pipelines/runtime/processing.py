@@ -9,7 +9,6 @@ with lineage), ``dead`` (a record the function raised on, with the error) or
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -19,6 +18,7 @@ import pyarrow as pa
 
 from pipelines.jobs.process import Record, TaskContext, is_per_record, load_process_function
 from pipelines.runtime import schemas
+from pipelines.runtime.markers import TaskMarker
 
 _FUNCTIONS: dict[str, Any] = {}
 
@@ -235,20 +235,18 @@ def _assemble(
 
 
 def _marker_row(batch: pa.RecordBatch, state: _TaskState, batch_id: int, out_schema: pa.Schema) -> pa.RecordBatch:
-    marker = json.loads(batch.column("marker")[0].as_py())
-    marker.update(
-        records_processed=state.records_in,
-        records_out=state.records_out,
-        dead_letters=state.dead,
-        process_ns=state.process_ns,
-    )
+    marker = TaskMarker.loads(batch.column("marker")[0].as_py())
+    marker.records_processed = state.records_in
+    marker.records_out = state.records_out
+    marker.dead_letters = state.dead
+    marker.process_ns = state.process_ns
     row = {name: None for name in out_schema.names}
     row.update(
         virtual_task=batch.column("virtual_task")[0].as_py(),
         model_version=batch.column("model_version")[0].as_py(),
         batch_id=batch_id,
         _kind=schemas.MARKER,
-        _marker=json.dumps(marker, separators=(",", ":")),
+        _marker=marker.dumps(),
     )
     return pa.RecordBatch.from_pylist([row], schema=out_schema)
 

@@ -3,9 +3,8 @@
 Spark checks a data source's Arrow batches against its schema exactly, so each
 layout is defined once, as a Spark ``StructType`` built in Python (no JVM is
 needed, so executors and the driver-side source/sink runners can build it
-too), and its Arrow form is derived from it. Offsets are strings: Kinesis
-sequence numbers do not fit in 64 bits, and each input system compares its own
-offsets (``offset_key``).
+too), and its Arrow form is derived from it. Offsets are the input systems'
+record positions, opaque strings each system orders itself (``position_key``).
 
 Every virtual task's stream ends with one *marker* row (``marker`` set, the
 rest null) that carries the end offsets it read up to and its counters; it

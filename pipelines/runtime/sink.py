@@ -32,7 +32,13 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from pipelines.runtime import schemas
+from pipelines.control.home import Home
+from pipelines.control.metrics import metric
+from pipelines.core.checkpoints import CheckpointMap
+from pipelines.core.ssp import SystemStreamPartition
+from pipelines.errors import PipelinesError
+from pipelines.runtime import fetch, schemas
+from pipelines.runtime.markers import TaskMarker
 
 FAULT_ENV = "PIPELINES_FAULT"  # test hook: "after_sink_commit" crashes the commit between sink and checkpoints
 
@@ -73,6 +79,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         self.sink_path = options["sinkPath"]
         self.dead_path = options["deadLetterPath"]
         self.task_count = int(options.get("taskCount", "0"))
+        self.settings = json.loads(options.get("systems", "{}"))
 
     # ------------------------------------------------------------ executors
 
@@ -115,30 +122,38 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
     # ------------------------------------------------------------ driver
 
     def commit(self, messages: list[BatchFiles | None], batchId: int) -> None:
-        from pipelines.control import ControlPlane
-        from pipelines.control.home import Home
-
         present = [m for m in messages if m is not None]
         if not present:
             return
+        home = Home(Path(self.home))
         app_id = f"{self.job}/v{self.version}/{present[0].query_id}"
         t0 = time.perf_counter()
-        dead_new = commit_files(self.dead_path, [f for m in present for f in m.dead], app_id, batchId)
+        dead_files = [f for m in present for f in m.dead]
+        dead_new = commit_files(self.dead_path, dead_files, app_id, batchId) if dead_files else False
         data_new = commit_files(self.sink_path, [f for m in present for f in m.data], app_id, batchId)
         commit_s = time.perf_counter() - t0
         if os.environ.get(FAULT_ENV) == "after_sink_commit":
             os._exit(137)  # simulate a crash between the sink commit and the checkpoint append
-        control = ControlPlane(Home(Path(self.home)))
-        checkpoints, metrics = _from_markers(present, self.job, self.version, self.factor, batchId)
+        control = _control(home)
+        markers = [TaskMarker.loads(text) for m in present for text in m.markers]
+        checkpoints = CheckpointMap(
+            self.factor, {SystemStreamPartition.from_wire(ssp): end for mk in markers for ssp, end in mk.ends.items()}
+        )
         if checkpoints.offsets:
             control.checkpoints.write(self.job, self.version, checkpoints, batchId)
-        metrics += _lag(Home(Path(self.home)), checkpoints, self.job, self.version, batchId)
-        metrics.append(_metric(self.job, self.version, batchId, None, "task_count", self.task_count))
-        metrics.append(_metric(self.job, self.version, batchId, None, "sink_commit_s", commit_s))
-        metrics.append(
-            _metric(self.job, self.version, batchId, None, "batch_replayed", 0.0 if data_new or dead_new else 1.0)
-        )
-        control.metrics.append(metrics)
+        t1 = time.perf_counter()
+        rows = _task_metrics(markers, self.job, self.version, batchId)
+        rows += _partition_metrics(home, self.settings, checkpoints, self.job, self.version, batchId)
+        needed = sum(mk.records_in for mk in markers)
+        for name, value in (  # per-batch figures; records_fetched and bytes_fetched are per task (sum them)
+            ("task_count", self.task_count),
+            ("sink_commit_s", commit_s),
+            ("batch_replayed", 0.0 if data_new or dead_new or not (needed or dead_files) else 1.0),
+        ):
+            rows.append(metric(self.job, self.version, batchId, None, name, value))
+        rows.append(metric(self.job, self.version, batchId, None, "control_commit_s", time.perf_counter() - t1))
+        control.metrics.append(rows)
+        fetch.remove_stages([stage for mk in markers for stage in mk.stages])
 
     def abort(self, messages: list[BatchFiles | None], batchId: int) -> None:
         """Uncommitted files are invisible to Delta readers; leave them for vacuum rather than guess."""
@@ -205,47 +220,67 @@ def commit_files(table_path: str, files: list[FileAdd], app_id: str, batch_id: i
     return True
 
 
-def _from_markers(messages: list[BatchFiles], job: str, version: int, factor: int, batch_id: int) -> tuple[Any, list]:
-    from pipelines.core.checkpoints import CheckpointMap
-    from pipelines.core.ssp import SystemStreamPartition
-
-    offsets: dict[SystemStreamPartition, str] = {}
-    metrics: list[dict[str, Any]] = []
-    for text in (m for msg in messages for m in msg.markers):
-        marker = json.loads(text)
-        for system, stream, partition, bucket, end in marker["ends"]:
-            offsets[SystemStreamPartition(system, stream, partition, None if bucket < 0 else bucket)] = end
-        task = marker["task"]
-        for name in ("records_in", "records_fetched", "records_out", "dead_letters"):
-            metrics.append(_metric(job, version, batch_id, task, name, marker.get(name, 0)))
-        for name in ("read_ns", "key_hash_ns", "process_ns"):
-            metrics.append(_metric(job, version, batch_id, task, name.replace("_ns", "_s"), marker.get(name, 0) / 1e9))
-    return CheckpointMap(factor, offsets), metrics
-
-
-def _lag(home: Any, checkpoints: Any, job: str, version: int, batch_id: int) -> list[dict[str, Any]]:
-    """Records behind per partition (its end offset minus its slowest bucket's checkpoint), keyed by SSP."""
-    from pipelines.systems.registry import open_system
-
-    low: dict[tuple[str, str, int], int] = {}
-    for ssp, offset in checkpoints.offsets.items():
-        key = (ssp.system, ssp.stream, ssp.partition)
-        low[key] = min(low.get(key, int(offset)), int(offset))
+def _task_metrics(markers: list[TaskMarker], job: str, version: int, batch_id: int) -> list[dict[str, Any]]:
     rows = []
-    for system, stream in sorted({(s, st) for s, st, _ in low}):
-        ends = open_system(system, home).end_offsets(stream)
-        for (s, st, p), committed in sorted(low.items()):
-            if (s, st) == (system, stream):
-                rows.append(_metric(job, version, batch_id, f"[{s}, {st}, {p}]", "lag_records", ends[p] - committed))
+    for mk in markers:
+        for name in ("records_in", "records_fetched", "bytes_fetched", "records_out", "dead_letters"):
+            rows.append(metric(job, version, batch_id, mk.task, name, getattr(mk, name)))
+        for name in ("read_ns", "key_hash_ns", "wait_ns", "process_ns"):
+            rows.append(metric(job, version, batch_id, mk.task, name.replace("_ns", "_s"), getattr(mk, name) / 1e9))
+        for name, value in mk.stats.items():
+            rows.append(metric(job, version, batch_id, mk.task, f"input.{name}", value))
     return rows
 
 
-def _metric(job: str, version: int, batch_id: int, task: str | None, name: str, value: float) -> dict[str, Any]:
-    return {
-        "job": job,
-        "model_version": version,
-        "batch_id": batch_id,
-        "task": task,
-        "metric": name,
-        "value": float(value),
-    }
+def _partition_metrics(
+    home: Home, settings: dict[str, Any], checkpoints: CheckpointMap, job: str, version: int, batch_id: int
+) -> list[dict[str, Any]]:
+    """Per partition: records behind its end now (where the system can count), keyed by the SSP's wire form.
+
+    Also tells each input system how far the job has committed (Kafka: the
+    job's consumer group), so the system's own tools show the job's lag.
+    """
+    rows: list[dict[str, Any]] = []
+    systems = _systems(home, settings)
+    floors = systems.floors(checkpoints.offsets.items())
+    by_stream: dict[tuple[str, str], dict[int, str]] = {}
+    for ssp, position in floors.items():
+        by_stream.setdefault((ssp.system, ssp.stream), {})[ssp.partition] = position
+    for (system_name, stream), positions in sorted(by_stream.items()):
+        system = systems.of(system_name)
+        try:
+            ends = system.end_positions(stream)
+            for p, position in sorted(positions.items()):
+                behind = system.records_between(stream, p, position, ends[p]) if p in ends else None
+                if behind is not None:
+                    ssp = SystemStreamPartition(system_name, stream, p).wire()
+                    rows.append(metric(job, version, batch_id, ssp, "lag_records", behind))
+            system.acknowledge(job, stream, positions)
+        except PipelinesError as e:  # metrics and acknowledgements are reports: never a reason to fail a batch
+            rows.append(metric(job, version, batch_id, f"{system_name}/{stream}", "input_unavailable", 1.0))
+            print(f"[{job}] input {system_name}/{stream} did not answer after batch {batch_id}: {e}", flush=True)
+    return rows
+
+
+# A commit runs in a Python worker that Spark reuses across batches: keep the Delta and input-system handles,
+# so a batch does not replay table logs or reconnect to brokers from scratch.
+_CONTROL: dict[str, Any] = {}
+_SYSTEMS: dict[tuple[str, str], Any] = {}
+
+
+def _control(home: Home) -> Any:
+    from pipelines.control import ControlPlane
+
+    key = str(home.root)
+    if key not in _CONTROL:
+        _CONTROL[key] = ControlPlane(home)
+    return _CONTROL[key]
+
+
+def _systems(home: Home, settings: dict[str, Any]) -> Any:
+    from pipelines.systems.registry import JobSystems
+
+    key = (str(home.root), json.dumps(settings, sort_keys=True, default=str))
+    if key not in _SYSTEMS:
+        _SYSTEMS[key] = JobSystems(home, settings)
+    return _SYSTEMS[key]

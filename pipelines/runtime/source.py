@@ -1,34 +1,40 @@
 """The elastic streaming source: one Spark input partition per virtual task per micro-batch.
 
-Offsets (Spark's, per micro-batch) are the next offset to read of every
-(SSP, key bucket) of the job model the query runs, so a batch's end offsets
-are exactly the checkpoints the sink appends when it commits the batch.
+Offsets (Spark's, per micro-batch; ``runtime.offsets``) are the next
+position to read of every (SSP, key bucket) of the job model the query runs,
+so a batch's end offsets are exactly the checkpoints the sink appends when
+it commits the batch. Positions are the input systems' own, opaque here: the
+source only asks the systems (``InputSystem``) and the pure batch plan
+(``pipelines.core.batchplan``) about them.
 
-Spark runs this reader in two places (findings of the runtime spike): a
-long-lived driver-side runner calls ``initialOffset``/``latestOffset``/
-``partitions``, and ``read`` runs on executors on an unpickled copy of
-another reader instance. So nothing ``read`` needs may live in reader state:
-each ``TaskRange`` carries it all.
+Spark runs this reader in two places: a long-lived driver-side runner calls
+``initialOffset``/``latestOffset``/``partitions``, and ``read`` runs on
+executors on an unpickled copy of another reader instance. So nothing
+``read`` needs may live in reader state: each ``TaskRange`` carries it all.
 
-Admission control: at most ``maxRecords`` offsets per micro-batch (the driver
-passes ``batch.max_records`` times the elasticity factor), water-filled over
-the partitions (``share_budget``). All key buckets of a partition advance to the same
-end offset, so a bucket that never receives a record does not pin its
-checkpoint in the past (DESIGN, "Checkpoint migration"); a bucket that starts
-ahead (after a merge took the minimum of its siblings) skips what it already
-processed.
+Planning a batch (``latestOffset``, on the driver):
 
-Partition expansion: a partition created by an expansion is held back (no
-offsets admitted) until every key bucket of the partition its keys came from
-has been consumed past the expansion point, so a key's records from before
-the expansion are processed before its records after it.
+* every partition's floor is its slowest key bucket;
+* the systems say how far each partition may be read now (its end, or a
+  hold-back: a partition created by an expansion waits until its source is
+  read past the expansion point) and, where they can count, how many records
+  wait;
+* the budget (``maxRecords``: ``batch.max_records`` times the factor) is
+  water-filled over the partitions (``share_budget``), and the systems turn
+  each partition's share into an end position, or a bounded end they name by
+  reading (Kinesis), which the first read pins (``runtime.fetch``);
+* all key buckets of a partition advance to its end together, so a bucket
+  that never receives a record does not pin its checkpoint in the past.
+
+Reading (``read``, on executors): the virtual tasks of one partition share
+one fetch of its range (``runtime.fetch``), each keeps its bucket's records,
+in the partition's order, and ends with a marker row (``runtime.markers``).
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,40 +44,39 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from pipelines.control.home import Home
-from pipelines.core.admission import share_budget
-from pipelines.core.hashing import key_buckets
+from pipelines.core.batchplan import PartitionView, plan_batch
 from pipelines.core.model import JobModel
-from pipelines.core.ssp import SystemStreamPartition
-from pipelines.runtime import schemas
+from pipelines.core.positions import Bounded, End, Position
+from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.runtime import fetch, schemas
+from pipelines.runtime.markers import TaskMarker
+from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.requests import drain_request
-
-WHOLE = -1  # key bucket of a factor-1 (whole partition) offset
+from pipelines.systems.base import InputSystem
 
 # Input-system clients opened by ``read`` on executors, kept for the life of the (reused) Python worker:
-# opening the embedded log loads its Delta log and plans a snapshot, ~75 ms, paid per task per batch otherwise.
-# A client refreshes its snapshot itself when asked past its end, so caching never reads stale data.
-_EXECUTOR_SYSTEMS: dict[tuple[str, str], Any] = {}
+# opening a client costs a connection or a log replay, paid per task per batch otherwise.
+_EXECUTOR_SYSTEMS: dict[tuple[str, str, str], InputSystem] = {}
 
 
-def _executor_system(name: str, home: Home) -> Any:
+def _executor_system(name: str, home: Home, settings: Mapping[str, Any]) -> InputSystem:
     from pipelines.systems.registry import open_system
 
-    key = (name, str(home.root))
+    key = (name, str(home.root), json.dumps(settings, sort_keys=True, default=str))
     system = _EXECUTOR_SYSTEMS.get(key)
     if system is None:
-        system = _EXECUTOR_SYSTEMS[key] = open_system(name, home)
+        system = _EXECUTOR_SYSTEMS[key] = open_system(name, home, settings)
     return system
 
 
-def offset_key(ssp: SystemStreamPartition) -> str:
-    bucket = WHOLE if ssp.key_bucket is None else ssp.key_bucket
-    return f"{ssp.system}|{ssp.stream}|{ssp.partition}|{bucket}"
+@dataclass
+class SspRange:
+    """One (SSP, key bucket) of a virtual task in one micro-batch."""
 
-
-def parse_offset_key(key: str) -> SystemStreamPartition:
-    system, stream, partition, bucket = key.split("|")
-    b = int(bucket)
-    return SystemStreamPartition(system, stream, int(partition), None if b == WHOLE else b)
+    ssp: str  # wire form, with the key bucket when the factor is above 1
+    fetch_start: Position  # where the partition's shared fetch starts: its floor
+    start: Position  # where this bucket stands (ahead of the floor after an uneven migration)
+    end: Any  # a position, or a pending end's JSON
 
 
 @dataclass
@@ -83,8 +88,9 @@ class TaskRange(InputPartition):
     model_version: int
     factor: int
     task_name: str
-    # (system, stream, partition, key bucket or -1, start, end), old partitions first
-    ranges: list[tuple[str, str, int, int, str, str]]
+    ranges: list[SspRange]  # old partitions first
+    settings: dict[str, dict[str, Any]]  # the job's input-system settings (never secrets)
+    shared: bool  # several virtual tasks read each partition: fetch once, stage, and take a bucket
 
 
 class ElasticSource(DataSource):
@@ -103,12 +109,16 @@ class ElasticSource(DataSource):
 
 class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Any) -> None:
-        self.home = Home(_path(options["home"]))
+        from pathlib import Path
+
+        self.home = Home(Path(options["home"]))
         self.job = options["job"]
         self.version = int(options["modelVersion"])
         self.max_records = int(options.get("maxRecords", "10000"))
         self._model: JobModel | None = None
-        self._target: dict[SystemStreamPartition, int] | None = None
+        self._settings: dict[str, dict[str, Any]] | None = None
+        self._target: dict[SystemStreamPartition, Position] | None = None
+        self._batches = 0
 
     # ------------------------------------------------------------ driver side
 
@@ -119,58 +129,132 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._model = ControlPlane(self.home).job_models.get(self.job, self.version)
         return self._model
 
+    def settings(self) -> dict[str, dict[str, Any]]:
+        if self._settings is None:
+            from pipelines.jobs.config import job_config
+
+            self._settings = {k: dict(v) for k, v in job_config(self.model()).systems.items()}
+        return self._settings
+
     def initialOffset(self) -> dict:
         """The model's latest checkpoints in the control plane: its start checkpoints, or where it stopped."""
         from pipelines.control import ControlPlane
 
         checkpoints = ControlPlane(self.home).checkpoints.latest(self.job, self.version)
-        model = self.model()
-        offsets: dict[SystemStreamPartition, str] = {}
-        for ssp in model.ssp_to_task():
-            offsets[ssp] = checkpoints.offset(ssp, ssp.key_bucket or 0)
-        return _encode(self.version, offsets)
+        positions = {ssp: checkpoints.offset(ssp, ssp.key_bucket or 0) for ssp in self.model().ssp_to_task()}
+        fetch.collect_pins(self.home, self.job, self.version, keep=set())
+        return encode(BatchOffsets(self.version, positions))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the end of "everything available now" once, so a trigger-available-now run terminates."""
-        self._target = self._end_offsets()
+        self._target = {}
+        for stream in self._streams():
+            for p, end in self._system(stream.system).end_positions(stream.stream).items():
+                self._target[SystemStreamPartition(stream.system, stream.stream, p)] = end
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        version, offsets = _decode(start)
         if drain_request(self.home, self.job, self.version).exists():
             return start  # the driver is stopping this query between batches: admit nothing new
-        ends = self._end_offsets()
-        if self._target is not None:
-            ends = {ssp: min(end, self._target.get(ssp, end)) for ssp, end in ends.items()}
-        by_partition: dict[SystemStreamPartition, list[SystemStreamPartition]] = {}
-        for ssp in offsets:
-            by_partition.setdefault(ssp.whole(), []).append(ssp)
-        low = {whole: min(int(offsets[s]) for s in buckets) for whole, buckets in by_partition.items()}
-        eligible = [w for w in by_partition if not self._held_back(w, low)]
-        backlog = {w: max(0, ends.get(w, low[w]) - low[w]) for w in eligible}
-        admit = dict(backlog)
-        if isinstance(limit, ReadMaxRows) and not isinstance(limit, ReadAllAvailable):
-            admit = share_budget(backlog, limit.max_rows)
-        result = dict(offsets)
-        for whole in eligible:
-            end = low[whole] + admit[whole]
-            for ssp in by_partition[whole]:
-                result[ssp] = str(max(int(offsets[ssp]), end))
-        return _encode(version, result)
+        begun = BatchOffsets.from_json(start)
+        positions = {ssp: self._resolve(offset) for ssp, offset in begun.positions.items()}
+        budget = self.max_records
+        if isinstance(limit, ReadAllAvailable):
+            budget = 1 << 62
+        elif isinstance(limit, ReadMaxRows):
+            budget = limit.max_rows
+        planned = self._plan(positions, budget)
+        ends: dict[SystemStreamPartition, Offset] = {}
+        for ssp, end in planned.items():
+            if isinstance(end, Bounded):
+                ends[ssp] = end  # becomes one Pending per partition below
+            elif end == positions[ssp]:
+                ends[ssp] = begun.positions[ssp]  # unchanged: keep its form, so an idle source reads as no data
+            else:
+                ends[ssp] = end
+        pins: dict[SystemStreamPartition, Pending] = {}
+        for ssp, end in list(ends.items()):
+            if isinstance(end, Bounded):
+                whole = ssp.whole()
+                pending = pins.get(whole) or pins.setdefault(whole, Pending.new(end))
+                ends[ssp] = pending
+        self._batches += 1
+        return encode(BatchOffsets(self.version, ends))
+
+    def _plan(self, positions: Mapping[SystemStreamPartition, Position], budget: int) -> dict[Any, End]:
+        by_stream: dict[SystemStream, dict[int, dict[SystemStreamPartition, Position]]] = {}
+        for ssp, position in positions.items():
+            by_stream.setdefault(ssp.system_stream, {}).setdefault(ssp.partition, {})[ssp] = position
+        views: dict[tuple[SystemStream, int], PartitionView[SystemStreamPartition]] = {}
+        for stream, partitions in by_stream.items():
+            system = self._system(stream.system)
+            floors = {p: min(buckets.values(), key=system.position_key) for p, buckets in partitions.items()}
+            limits = system.read_limits(stream.stream, floors)
+            ends = system.end_positions(stream.stream)
+            for p, buckets in partitions.items():
+                readable: Position | None = ends.get(p, floors[p])
+                if p in limits:
+                    limit = limits[p]
+                    readable = None if limit is None else _earlier(system, limit, readable)
+                whole = SystemStreamPartition(stream.system, stream.stream, p)
+                target = self._target.get(whole) if self._target else None
+                if readable is not None and target is not None:
+                    if system.reached(stream.stream, p, floors[p], target):
+                        readable = None  # everything available at the start of this run is read
+                    else:
+                        readable = _earlier(system, target, readable)
+                backlog = None
+                if readable is not None:
+                    backlog = system.records_between(stream.stream, p, floors[p], readable)
+                    if backlog == 0:
+                        readable = None
+                views[(stream, p)] = PartitionView(floors[p], buckets, readable, backlog)
+
+        def advance(admit: Mapping[Any, int]) -> dict[Any, End]:
+            result: dict[Any, End] = {}
+            for stream in {s for s, _ in admit}:
+                mine = {p: n for (s, p), n in admit.items() if s == stream}
+                system = self._system(stream.system)
+                floors = {p: views[(stream, p)].floor for p in mine}
+                limits = {p: views[(stream, p)].readable for p in mine}
+                for p, end in system.advance(stream.stream, floors, mine, limits).items():  # type: ignore[arg-type]
+                    result[(stream, p)] = end
+            return result
+
+        def key(partition: Any) -> Any:
+            return self._system(partition[0].system).position_key
+
+        return plan_batch(views, budget, advance, key, rotation=self._batches)
 
     def partitions(self, start: dict, end: dict) -> list[TaskRange]:
-        _, first = _decode(start)
-        _, last = _decode(end)
+        first = BatchOffsets.from_json(start)
+        last = BatchOffsets.from_json(end)
+        resolved = {ssp: self._resolve(o) for ssp, o in first.positions.items()}
+        floors: dict[SystemStreamPartition, Position] = {}
+        for ssp, position in resolved.items():
+            system = self._system(ssp.system)
+            whole = ssp.whole()
+            if whole not in floors or system.position_key(position) < system.position_key(floors[whole]):
+                floors[whole] = position
         model = self.model()
+        shared = model.elasticity_factor > 1
         tasks = []
         for task in model.tasks():
-            ranges = [
-                (s.system, s.stream, s.partition, WHOLE if s.key_bucket is None else s.key_bucket, first[s], last[s])
-                for s in sorted(task.ssps, key=lambda s: (s.partition, s.stream, s.system))
-                if int(last[s]) > int(first[s])
-            ]
+            ranges = []
+            for s in sorted(task.ssps, key=lambda s: (s.partition, s.stream, s.system)):
+                stop = last.positions[s]
+                if not isinstance(stop, Pending) and stop == resolved[s]:
+                    continue  # this bucket does not move in this batch
+                ranges.append(
+                    SspRange(
+                        s.wire(),
+                        floors[s.whole()],
+                        resolved[s],
+                        stop.to_json() if isinstance(stop, Pending) else stop,
+                    )
+                )
             if ranges:
                 tasks.append(
                     TaskRange(
@@ -180,6 +264,8 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         model.elasticity_factor,
                         task.task_name.name,
                         ranges,
+                        self.settings(),
+                        shared,
                     )
                 )
         return tasks
@@ -187,105 +273,91 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         """Nothing: Spark calls this one batch late and never for the last batch; the sink writes checkpoints."""
 
-    def _system(self, name: str) -> Any:
-        """Input-system clients, kept for the life of the driver-side runner (they cache table snapshots)."""
+    def stop(self) -> None:
+        for system in self.__dict__.get("_systems", {}).values():
+            system.close()
+
+    def _resolve(self, offset: Offset) -> Position:
+        return fetch.resolve(self.home, self.job, self.version, offset)
+
+    def _streams(self) -> set[SystemStream]:
+        return {w.system_stream for w in self.model().whole_ssps()}
+
+    def _system(self, name: str) -> InputSystem:
+        """Input-system clients, kept for the life of the driver-side runner (they cache metadata)."""
         from pipelines.systems.registry import open_system
 
         systems = self.__dict__.setdefault("_systems", {})
         if name not in systems:
-            systems[name] = open_system(name, self.home)
+            systems[name] = open_system(name, self.home, self.settings().get(name))
         return systems[name]
-
-    def _end_offsets(self) -> dict[SystemStreamPartition, int]:
-        ends: dict[SystemStreamPartition, int] = {}
-        for stream in {w.system_stream for w in self.model().whole_ssps()}:
-            for p, end in self._system(stream.system).end_offsets(stream.stream).items():
-                ends[SystemStreamPartition(stream.system, stream.stream, p)] = int(end)
-        return ends
-
-    def _held_back(self, whole: SystemStreamPartition, low: dict[SystemStreamPartition, int]) -> bool:
-        """Whether ``whole`` came from an expansion whose old partition is not yet read past the expansion point."""
-        for expansion in self._system(whole.system).describe(whole.stream).expansions:
-            if whole.partition in expansion.new_partitions():
-                source = SystemStreamPartition(whole.system, whole.stream, expansion.source_partition(whole.partition))
-                point = int(expansion.end_offsets[source.partition])
-                if source in low and low[source] < point:
-                    return True
-        return False
 
     # ------------------------------------------------------------ executor side
 
     def read(self, partition: TaskRange) -> Iterator[pa.RecordBatch]:
-        """The task's records in offset order (old partitions first), then its marker row."""
-        home = Home(_path(partition.home))
+        """The task's records in the partitions' order (old partitions first), then its marker row."""
+        from pathlib import Path
+
+        home = Home(Path(partition.home))
         target = schemas.arrow(schemas.SOURCE)
-        hash_ns = read_ns = 0
-        records = fetched = 0
-        ends = []
-        for system_name, stream, p, bucket, start, end in partition.ranges:
-            system = _executor_system(system_name, home)
-            t0 = time.perf_counter_ns()
-            table = system.read(stream, p, int(start), int(end))
-            t1 = time.perf_counter_ns()
-            fetched += table.num_rows
-            if bucket != WHOLE:
-                keys = table.column("key").to_pylist()
+        marker = TaskMarker(partition.task_name)
+        for r in partition.ranges:
+            ssp = SystemStreamPartition.from_wire(r.ssp)
+            system = _executor_system(ssp.system, home, partition.settings.get(ssp.system, {}))
+            end: Offset = Pending.from_json(r.end) if isinstance(r.end, dict) else r.end
+            got = fetch.fetch(
+                system,
+                home,
+                partition.job,
+                partition.model_version,
+                ssp.whole(),
+                r.fetch_start,
+                end,
+                factor=partition.factor,
+                shared=partition.shared,
+            )
+            table = got.bucket(ssp.key_bucket) if partition.shared and ssp.key_bucket is not None else got.records
+            if r.start != r.fetch_start and table.num_rows:  # this bucket is ahead of its partition's floor
                 offsets = table.column("offset").to_pylist()
-                mask = [b == bucket for b in key_buckets(keys, offsets, partition.factor)]
-                table = table.filter(pa.array(mask, pa.bool_()))
-            t2 = time.perf_counter_ns()
-            read_ns += t1 - t0
-            hash_ns += t2 - t1
-            records += table.num_rows
-            ends.append([system_name, stream, p, bucket, end])
+                keep = system.unread(ssp.stream, ssp.partition, offsets, r.start)
+                table = table.filter(pa.array(keep, pa.bool_()))
+            after = got.next_position
+            if system.position_key(r.start) > system.position_key(after):
+                after = r.start  # a bucket ahead of the batch's end keeps its place
+            marker.ends[r.ssp] = after
+            marker.records_in += table.num_rows
+            marker.records_fetched += got.records_fetched
+            marker.bytes_fetched += got.bytes_fetched
+            marker.read_ns += got.read_ns
+            marker.key_hash_ns += got.key_hash_ns
+            marker.wait_ns += got.wait_ns
+            if got.stage:
+                marker.stages.append(got.stage)
+            for name, value in got.stats.items():
+                marker.stats[name] = marker.stats.get(name, 0.0) + value
             if table.num_rows:
                 n = table.num_rows
                 yield pa.RecordBatch.from_arrays(
                     [
                         pa.repeat(pa.scalar(partition.task_name, pa.string()), n),
                         pa.repeat(pa.scalar(partition.model_version, pa.int64()), n),
-                        pa.repeat(pa.scalar(None if bucket == WHOLE else bucket, pa.int32()), n),
-                        pa.repeat(pa.scalar(stream, pa.string()), n),
-                        table.column("partition").cast(pa.int32()).combine_chunks(),
-                        table.column("offset").cast(pa.string()).combine_chunks(),
+                        pa.repeat(pa.scalar(ssp.key_bucket, pa.int32()), n),
+                        pa.repeat(pa.scalar(ssp.stream, pa.string()), n),
+                        table.column("partition").combine_chunks(),
+                        table.column("offset").combine_chunks(),
                         table.column("key").combine_chunks(),
                         table.column("value").combine_chunks(),
-                        table.column("timestamp").cast(pa.timestamp("us", tz="UTC")).combine_chunks(),
+                        table.column("timestamp").combine_chunks(),
                         table.column("headers").combine_chunks(),
                         pa.nulls(n, pa.string()),
                     ],
                     schema=target,
                 )
-        marker = {
-            "task": partition.task_name,
-            "ends": ends,
-            "records_in": records,
-            "records_fetched": fetched,
-            "read_ns": read_ns,
-            "key_hash_ns": hash_ns,
-        }
         yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "virtual_task": partition.task_name,
-                    "model_version": partition.model_version,
-                    "marker": json.dumps(marker, separators=(",", ":")),
-                }
-            ],
+            [{"virtual_task": partition.task_name, "model_version": partition.model_version, "marker": marker.dumps()}],
             schema=target,
         )
 
 
-def _encode(version: int, offsets: dict[SystemStreamPartition, str]) -> dict:
-    # Spark compares offsets as JSON text, so the key order must be deterministic.
-    return {"model": version, "offsets": {offset_key(s): offsets[s] for s in sorted(offsets, key=offset_key)}}
-
-
-def _decode(offset: dict) -> tuple[int, dict[SystemStreamPartition, str]]:
-    return int(offset["model"]), {parse_offset_key(k): v for k, v in offset["offsets"].items()}
-
-
-def _path(value: str) -> Any:
-    from pathlib import Path
-
-    return Path(value)
+def _earlier(system: InputSystem, a: Position, b: Position) -> Position:
+    return a if system.position_key(a) < system.position_key(b) else b

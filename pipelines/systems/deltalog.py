@@ -636,6 +636,11 @@ class DeltaLog:
         return table, snap
 
 
+def position_key(position: Position) -> int:
+    """The order of this system's positions, without a client (offline tools, e.g. ``model migrate``)."""
+    return _offset(position)
+
+
 def _offset(position: Position) -> int:
     """A position of this system as the offset it is; anything else is somebody else's position."""
     try:

@@ -8,12 +8,15 @@ or an Airflow connection), never carried in the job YAML.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pipelines.control.home import Home
+from pipelines.core.checkpoints import partition_floor
+from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import ConfigError
-from pipelines.systems.base import InputSystem
+from pipelines.systems.base import InputSystem, Position
 
 SYSTEMS = ("deltalog", "kafka", "kinesis")
 
@@ -33,3 +36,53 @@ def open_system(system: str, home: Home, settings: Mapping[str, Any] | None = No
 
         return KinesisSystem(settings or {}, home)
     raise ConfigError(f"unknown input system {system!r}; choose one of {', '.join(SYSTEMS)}")
+
+
+def position_order(system: str) -> Callable[[Position], Any]:
+    """A system's order of positions without opening a client: its module's ``position_key``."""
+    if system not in SYSTEMS:
+        raise ConfigError(f"unknown input system {system!r}; choose one of {', '.join(SYSTEMS)}")
+    module = importlib.import_module(f"pipelines.systems.{system}")
+    return module.position_key  # type: ignore[no-any-return]
+
+
+class JobSystems:
+    """The input systems of one job, each opened once with the job's settings for it.
+
+    Everything above ``systems/`` that needs positions answered (floors of key
+    buckets, how far a partition is, what a record is) asks through here, so
+    each stream's positions are ordered by its own system.
+    """
+
+    def __init__(self, home: Home, settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.home = home
+        self.settings = dict(settings or {})
+        self._open: dict[str, InputSystem] = {}
+
+    def of(self, system: str) -> InputSystem:
+        if system not in self._open:
+            self._open[system] = open_system(system, self.home, self.settings.get(system))
+        return self._open[system]
+
+    def floors(
+        self, offsets: Iterable[tuple[SystemStreamPartition, Position]]
+    ) -> dict[SystemStreamPartition, Position]:
+        """Per whole partition, the position of its slowest key bucket, in its own system's order."""
+        by_system: dict[str, list[tuple[SystemStreamPartition, Position]]] = {}
+        for ssp, position in offsets:
+            by_system.setdefault(ssp.system, []).append((ssp, position))
+        result: dict[SystemStreamPartition, Position] = {}
+        for system, items in by_system.items():
+            result.update(partition_floor(items, self.of(system).position_key))
+        return result
+
+    def close(self) -> None:
+        for system in self._open.values():
+            system.close()
+        self._open.clear()
+
+    def __enter__(self) -> JobSystems:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -32,6 +32,11 @@ def _param(name: str, default: Any = None) -> Any:
     return default if value in (None, "") else value
 
 
+def _op(op: dict[str, Any]) -> scaling.ScalingOperation:
+    """The operation from its XCom (a JSON object): typed, so a missing field fails here, by name."""
+    return scaling.ScalingOperation.of(op)
+
+
 def run_owner() -> str:
     """Stable across retries and clears of this run's task, distinct for every run and mapped instance."""
     context = get_current_context()
@@ -44,49 +49,51 @@ def run_owner() -> str:
 @task
 def begin(request: dict[str, Any]) -> dict[str, Any]:
     """Take the job's scaling lock (waiting ``lock_wait_s``), settle earlier unfinished operations, open the event."""
-    return scaling.begin(
+    op = scaling.begin(
         _home(),
         scaling.ScalingRequest.from_dict(request),
         run_owner(),
         lock_wait_s=float(_param("lock_wait_s", 0)),
     )
+    return op.to_dict()
 
 
 @task
 def stop_at_batch_boundary(op: dict[str, Any]) -> str:
-    return scaling.stop(_home(), op)["mode"]
+    return str(scaling.stop(_home(), _op(op))["mode"])
 
 
 @task
 def migrate_checkpoints(op: dict[str, Any]) -> int:
-    return scaling.migrate(_home(), op)["to_version"]
+    return scaling.migrate(_home(), _op(op))["to_version"]
 
 
 @task(outlets=[JOB_MODELS])
 def activate_model(op: dict[str, Any]) -> int:
-    return scaling.activate(_home(), op)["to_version"]
+    return scaling.activate(_home(), _op(op))["to_version"]
 
 
 @task
 def restart_job(op: dict[str, Any], mode: str) -> str:
     timeout = float(_param("restart_timeout_s", 300))
-    return scaling.restart(_home(), op, mode, master=_param("spark_master"), timeout_s=timeout)["restarted"]
+    return scaling.restart(_home(), _op(op), mode, master=_param("spark_master"), timeout_s=timeout)["restarted"]
 
 
 @task
 def wait_caught_up(op: dict[str, Any]) -> float:
-    return scaling.wait_caught_up(_home(), op, timeout_s=float(_param("catch_up_timeout_s", 600)))["caught_up_s"]
+    timeout = float(_param("catch_up_timeout_s", 600))
+    return scaling.wait_caught_up(_home(), _op(op), timeout_s=timeout)["caught_up_s"]
 
 
 @task(outlets=[QUALITY])
 def verify_quality(op: dict[str, Any]) -> str:
-    return scaling.verify(_home(), op, sequence=_param("sequence_column"))["dq"]
+    return scaling.verify(_home(), _op(op), sequence=_param("sequence_column"))["dq"]
 
 
 @task(outlets=[SCALING_EVENTS])
 def record_event(op: dict[str, Any]) -> dict[str, Any]:
     """Close the scaling event with its figures and release the lock (the teardown of ``begin``)."""
-    return scaling.finish(_home(), op)
+    return scaling.finish(_home(), _op(op))
 
 
 @task_group(group_id="scale")

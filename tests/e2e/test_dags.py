@@ -20,8 +20,8 @@ from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.core.groupers import plan_job_model
 from pipelines.demo import producer
-from pipelines.jobs.config import JobConfig
-from pipelines.jobs.registry import CONFIG_KEY, create_job
+from pipelines.jobs.config import CONFIG_KEY, JobConfig
+from pipelines.operations.jobs import create_job
 from pipelines.runtime import launcher
 from pipelines.systems.deltalog import DeltaLog
 

@@ -12,7 +12,7 @@ from pipelines.control.home import Home
 from pipelines.deltaio import read_delta
 from pipelines.demo.producer import produce
 from pipelines.jobs.config import JobConfig
-from pipelines.jobs.registry import create_job
+from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import launcher
 from pipelines.systems.deltalog import DeltaLog

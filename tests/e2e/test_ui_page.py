@@ -21,14 +21,24 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
+from pipelines.core.model import JobModel
 from pipelines.demo.producer import produce
 from pipelines.jobs.config import JobConfig
-from pipelines.jobs.registry import create_job
 from pipelines.operations.autosize import evaluate
-from pipelines.operations.rescale import rescale
+from pipelines.operations.jobs import create_job
+from pipelines.operations.scaling import apply_plan
+from pipelines.planning import plan_next
 from pipelines.quality.report import run_quality
 from pipelines.systems.deltalog import DeltaLog
 from tests.e2e.airflow_fixtures import REPO, AirflowClient
+
+
+def rescale(home: Home, job: str, factor: object, reason: str = "test") -> JobModel:
+    """Plan, save and activate a new factor in one go (no driver to coordinate), as a scaling event."""
+    version = plan_next(home, job, factor=factor)
+    apply_plan(home, version, reason)
+    return version.model
+
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

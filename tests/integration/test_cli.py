@@ -124,7 +124,7 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
         tmp_path, "stream", "produce", "events", "--records", "120", "--keys", "7", "--seed", "1", "--chunk", "50"
     )
     assert "produced 50/120 records" in first.stderr and "produced 120 records over 7 keys" in first.stdout
-    (home.producers / "events.json").unlink()  # the cache is lost: sequences must continue from the stream
+    (home.producers / "deltalog" / "events.json").unlink()  # the cache is lost: sequences must continue from the stream
     run(tmp_path, "stream", "produce", "events", "--records", "30", "--keys", "7")
     assert "shrinking to 1 is not possible" in fails(tmp_path, "stream", "expand", "events", "--partitions", "1")
     assert "must be a multiple" in fails(tmp_path, "stream", "expand", "events", "--partitions", "3")
@@ -141,7 +141,7 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
     seqs: dict[str, list[int]] = defaultdict(list)
     log = deltalog.DeltaLog(home.streams)
     for p, meta in log.describe("events").partitions.items():
-        for raw in log.read("events", p, 0, int(meta.end)).column("value").to_pylist():
+        for raw in log.read_range("events", p, 0, int(meta.end)).column("value").to_pylist():
             doc = json.loads(raw)
             seqs[doc["key"]].append(doc["seq"])
     assert sum(len(s) for s in seqs.values()) == 200
@@ -174,6 +174,8 @@ def test_model_plan_builds_on_the_active_model(tmp_path: Path) -> None:
     grouper = "GroupByPartitionFixedTaskNum"
     cp.job_models.save(plan_job_model("orders", 1, {EVENTS: 2}, grouper=grouper), "first")
     cp.job_models.activate("orders", 1)
+    cp.checkpoints.write("orders", 1, CheckpointMap(1, {ssp(0): "0", ssp(1): "0"}), batch_id=-1)
+    run(tmp_path, "stream", "create", "events", "--partitions", "4")  # the input, already expanded
     plan = ["model", "plan", "--job", "orders", "--grouper", grouper, "--factor", "2"]
     assert "grew from 2 to 3 partitions, which is not a multiple" in fails(tmp_path, *plan, "--partitions", "3")
     out = run(tmp_path, *plan, "--partitions", "4", "--save", "--reason", "input expanded", "--json")
@@ -184,6 +186,8 @@ def test_model_plan_builds_on_the_active_model(tmp_path: Path) -> None:
         by_base[task.base].add(s.partition)
     assert by_base == {"Partition 0": {0, 2}, "Partition 1": {1, 3}}  # SEP-5: keys stay with their task
     assert cp.job_models.latest_version("orders") == 2 and cp.job_models.active_version("orders") == 1
+    start = cp.checkpoints.start("orders", 2)
+    assert {s.partition for s in start} == {0, 1, 2, 3}, "saved with start checkpoints for every partition"
 
 
 def test_home_comes_from_the_environment(tmp_path: Path) -> None:

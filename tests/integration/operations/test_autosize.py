@@ -20,12 +20,22 @@ from pipelines.control.decisions import read_decisions, record_decision
 from pipelines.control.home import Home
 from pipelines.control.scaling_events import ScalingEvent
 from pipelines.core.autosize import DOWN, HOLD, UP, AutosizeConfig, Decision, Observation
+from pipelines.core.model import JobModel
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig
-from pipelines.jobs.registry import create_job
 from pipelines.operations.autosize import autosize_config, evaluate, observe
-from pipelines.operations.rescale import rescale
+from pipelines.operations.jobs import create_job
+from pipelines.operations.scaling import apply_plan
+from pipelines.planning import plan_next
 from pipelines.systems.deltalog import DeltaLog
+
+
+def rescale(home: Home, job: str, factor: object, reason: str = "test") -> JobModel:
+    """Plan, save and activate a new factor in one go (no driver to coordinate), as a scaling event."""
+    version = plan_next(home, job, factor=factor)
+    apply_plan(home, version, reason)
+    return version.model
+
 
 JOB = "orders"
 STREAM = "events"

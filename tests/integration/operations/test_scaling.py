@@ -83,7 +83,9 @@ def test_a_dry_plan_validates_and_writes_nothing(home: Home, ran_once: str) -> N
     assert control.job_models.latest_version(ran_once) == 1 and control.events.history(ran_once) == []
 
 
-def _crash_after_migration(home: Home, job_name: str, owner: str, monkeypatch: pytest.MonkeyPatch, ttl: float) -> dict:
+def _crash_after_migration(
+    home: Home, job_name: str, owner: str, monkeypatch: pytest.MonkeyPatch, ttl: float
+) -> scaling.ScalingOperation:
     op = scaling.begin(home, ScalingRequest(job_name, 4, "crashes"), owner, ttl_s=ttl, say=QUIET)
     scaling.stop(home, op, QUIET)
     monkeypatch.setenv(scaling.FAULT_ENV, "after_migrate")
@@ -111,8 +113,8 @@ def test_a_crash_between_migration_and_activation_is_rolled_back_by_the_next_run
     )
     assert result["status"] == "verified"
     events = {e.event_id: e for e in control.events.history(ran_once)}
-    assert events[crashed["event_id"]].status == "rolled back"
-    assert events[crashed["event_id"]].details["settled_by"] == "run-2"
+    assert events[crashed.event_id].status == "rolled back"
+    assert events[crashed.event_id].details["settled_by"] == "run-2"
     assert control.job_models.active_version(ran_once) == 3  # v2 stays an inert planned row
     rows = sink(home, job_config_of(home, ran_once))
     assert len(rows) == 500 and not rows.duplicated(["partition", "offset"]).any()
@@ -126,7 +128,7 @@ def test_a_retry_of_the_crashed_run_resumes_its_own_operation(
     result = scaling.run_all(
         home, ScalingRequest(ran_once, 4, "retry"), owner="run-1", catch_up=_catch_up(spark), say=QUIET
     )
-    assert result["event_id"] == crashed["event_id"]
+    assert result["event_id"] == crashed.event_id
     assert result["status"] == "verified"
     control = ControlPlane(home)
     # no second N+1
@@ -213,7 +215,7 @@ def _wait_for(condition: Any, timeout: float = 120.0) -> None:
 
 
 def job_config_of(home: Home, name: str) -> Any:
-    from pipelines.jobs.registry import job_config
+    from pipelines.jobs.config import job_config
 
     return job_config(ControlPlane(home).job_models.active(name))
 
@@ -227,4 +229,4 @@ def test_a_request_refused_after_the_lock_was_taken_lets_the_lock_go(home: Home)
     assert ScalingLock(home).state(config.name).status == "released"
     assert ControlPlane(home).events.history(config.name) == []
     op = scaling.begin(home, ScalingRequest(config.name, 2, "fine"), "run-2", say=QUIET)  # nobody is blocked
-    assert op["to_factor"] == 2
+    assert op.to_factor == 2

@@ -9,7 +9,7 @@ import pandas as pd
 from pipelines.cli import main as cli
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.scaling_events import ScalingEvent
+from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.quality.report import run_quality, validate_window
 from pipelines.quality.verify import load_window
 from pipelines.runtime.driver import run_job
@@ -61,7 +61,7 @@ def test_clean_runs_pass_and_a_seeded_fault_copy_fails(spark, home: Home) -> Non
     out, err = io.StringIO(), io.StringIO()
     assert cli(["--home", str(home.root), "verify", "q4", "--sequence", "seq"], out, err) == 0, err.getvalue()
     assert "PASS" in out.getvalue() and "index.html" in out.getvalue()
-    event = ScalingEvent.start("q4", "rescale", from_version=1, to_version=1).finish("succeeded")
+    event = ScalingEvent.start("q4", "rescale", from_version=1, to_version=1).finish(EventStatus.VERIFIED)
     ControlPlane(home).events.record(event)
     assert cli(["--home", str(home.root), "verify", "q4", "--event", event.event_id[:8]], out, err) == 0
 

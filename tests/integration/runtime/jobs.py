@@ -12,7 +12,7 @@ from pipelines.control.home import Home
 from pipelines.core.hashing import key_bucket
 from pipelines.deltaio import read_delta
 from pipelines.jobs.config import JobConfig
-from pipelines.jobs.registry import create_job
+from pipelines.operations.jobs import create_job
 from pipelines.systems.deltalog import DeltaLog
 
 DEMO = "include/jobs/enrichment.yaml"

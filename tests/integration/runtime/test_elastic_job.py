@@ -11,6 +11,7 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
+from pipelines.core.ssp import SystemStreamPartition
 from pipelines.runtime import launcher
 from pipelines.runtime.driver import batch_budget, run_job
 from pipelines.runtime.session import spark_env
@@ -50,7 +51,7 @@ def test_factors_1_and_4_give_the_same_rows_exactly_once_in_key_order(spark, hom
         per_task = metrics[metrics["metric"] == "records_in"].groupby("task")["value"].sum()
         assert per_task.sum() == RECORDS and len(per_task) == 2 * factor
         lag = metrics[metrics["metric"] == "lag_records"]
-        assert set(lag["task"]) == {"[deltalog, events, 0]", "[deltalog, events, 1]"}
+        assert set(lag["task"]) == {SystemStreamPartition("deltalog", "events", p).wire() for p in (0, 1)}
         assert lag.groupby("task")["value"].last().eq(0).all(), "caught up at the end of an available-now run"
         assert set(metrics[metrics["metric"] == "task_count"]["value"]) == {2.0 * factor}
         assert {"key_hash_s", "process_s", "read_s", "records_out", "dead_letters"} <= set(metrics["metric"])

@@ -8,12 +8,21 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.operations.rescale import apply_rescale, plan_rescale, rescale
+from pipelines.core.model import JobModel
+from pipelines.operations.scaling import apply_plan
+from pipelines.planning import plan_next
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import run_job
 from pipelines.systems.deltalog import DeltaLog
 
 from .jobs import job, misrouted, order_violations, sink
+
+
+def rescale(home: Home, job: str, factor: object, reason: str = "test") -> JobModel:
+    """Plan, save and activate a new factor in one go (no driver to coordinate), as a scaling event."""
+    version = plan_next(home, job, factor=factor)
+    apply_plan(home, version, reason)
+    return version.model
 
 
 class Producer:
@@ -46,9 +55,9 @@ def test_scale_up_expand_and_scale_down_keep_every_record_once_and_in_order(spar
             # partitions: only holding the new partitions back keeps each key in order.
             producer.produce(300)
             producer.log.expand("events", 4)
-            plan = plan_rescale(home, config.name, factor, grouper=grouper)
+            plan = plan_next(home, config.name, factor=factor, grouper=grouper)
             assert sorted(plan.model.partitions().values()) == [4]
-            apply_rescale(home, plan, reason="partition expansion")
+            apply_plan(home, plan, reason="partition expansion")
         elif step != "start":
             rescale(home, config.name, factor, reason=f"scale {step}")
         producer.produce(300)

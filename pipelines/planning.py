@@ -1,0 +1,221 @@
+"""Planning a job model version: the one place versions are made and where each starts reading.
+
+Every version of a job comes from here, whoever asks: job creation (the
+first version), a rescale, the absorption of a partition expansion or a
+reshard (the repartition watch), the CLI's ``model plan --save``, and the
+driver's carry-forward when it switches models in place. A plan is a model
+and its start checkpoints; saving one takes the job's scaling lock (re-entered
+by an operation that already holds it), so no version is ever saved beside a
+running scaling operation.
+
+Start positions are migrated per input stream with that stream's own position
+order (``migrate_checkpoints``), so a job reading two systems never compares
+one system's positions with another's order; partitions new to the model
+start at their earliest position.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.control import ControlPlane, Home
+from pipelines.control.checkpoints import INITIAL_BATCH
+from pipelines.control.locks import ScalingInProgressError, ScalingLock
+from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
+from pipelines.core.groupers import plan_job_model
+from pipelines.core.hashing import validate_factor
+from pipelines.core.model import JobModel
+from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
+from pipelines.systems.registry import JobSystems
+
+
+@dataclass(frozen=True)
+class VersionPlan:
+    """A model version not yet saved, and where it starts reading."""
+
+    previous: JobModel | None
+    model: JobModel
+    start: CheckpointMap
+
+    @property
+    def changes(self) -> bool:
+        """Whether the model differs from the one in force in anything that matters to the running job."""
+        p = self.previous
+        return (
+            p is None
+            or self.model.task_count != p.task_count
+            or self.model.partitions() != p.partitions()
+            or self.model.grouper != p.grouper
+            or self.model.elasticity_factor != p.elasticity_factor
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "job": self.model.job_name,
+            "from_version": self.previous.version if self.previous else None,
+            "to_version": self.model.version,
+            "from_factor": self.previous.elasticity_factor if self.previous else None,
+            "to_factor": self.model.elasticity_factor,
+            "grouper": self.model.grouper,
+            "partitions": {str(s): n for s, n in self.model.partitions().items()},
+            "virtual_tasks": self.model.task_count,
+            "checkpoints": len(self.start.offsets),
+            "changes": self.changes,
+        }
+
+
+def plan_first(home: Home, config: JobConfig) -> VersionPlan:
+    """Version 1 of a new job over its inputs' partitions now, every partition from its earliest position."""
+    with JobSystems(home, config.systems) as systems:
+        model = plan_job_model(
+            config.name,
+            1,
+            partition_counts(systems, config),
+            factor=config.elasticity_factor,
+            grouper=config.grouper,
+            containers=config.containers,
+            config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
+        )
+        return VersionPlan(None, model, start_positions(systems, None, model))
+
+
+def plan_next(
+    home: Home,
+    job: str,
+    *,
+    factor: object | None = None,
+    grouper: str | None = None,
+    containers: int | None = None,
+) -> VersionPlan:
+    """Version N+1 of ``job`` over its inputs' partitions now: a new factor, grouper or container count.
+
+    ``None`` keeps what the active model has. Partition growth is absorbed by
+    the grouper (SEP-5's fixed task number keeps keys with their tasks); a
+    shrink or, for that grouper, a growth to a non-multiple is refused.
+    """
+    control = ControlPlane(home)
+    current = control.job_models.active(job)
+    config = job_config(current)
+    raw = config.to_dict()
+    raw["elasticity_factor"] = current.elasticity_factor if factor is None else validate_factor(factor)
+    if grouper is not None:
+        raw["grouper"] = grouper
+    if containers is not None:
+        raw["containers"] = containers
+    config = JobConfig.from_dict(raw, origin=f"job {job} v{current.version}")
+    with JobSystems(home, config.systems) as systems:
+        model = plan_job_model(
+            job,
+            (control.job_models.latest_version(job) or current.version) + 1,
+            partition_counts(systems, config),
+            factor=config.elasticity_factor,
+            grouper=config.grouper,
+            containers=config.containers,
+            previous=current,
+            config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
+        )
+        old = control.checkpoints.latest(job, current.version)
+        return VersionPlan(current, model, start_positions(systems, old, model))
+
+
+def start_positions(systems: JobSystems, old: CheckpointMap | None, model: JobModel) -> CheckpointMap:
+    """``model``'s start checkpoints from ``old`` (the previous version's latest), stream by stream.
+
+    Each stream is migrated with its own system's position order; a partition
+    ``old`` does not cover starts at its earliest position.
+    """
+    result: dict[SystemStreamPartition, str] = {}
+    wholes = model.whole_ssps()
+    for stream in sorted({s.system_stream for s in wholes}):
+        system = systems.of(stream.system)
+        meta = system.describe(stream.stream)
+        earliest = {
+            SystemStreamPartition(stream.system, stream.stream, p): part.earliest for p, part in meta.partitions.items()
+        }
+        mine = [s for s in wholes if s.system_stream == stream]
+        previous = CheckpointMap(
+            old.factor if old else 1,
+            {s: o for s, o in (old.offsets.items() if old else ()) if s.system_stream == stream},
+        )
+        migrated = migrate_checkpoints(previous, model.elasticity_factor, mine, earliest, system.position_key)
+        result.update(migrated.offsets)
+    return CheckpointMap(model.elasticity_factor, result)
+
+
+def save(home: Home, plan: VersionPlan, reason: str, *, owner: str | None = None, activate: bool = False) -> None:
+    """Save the version and its start checkpoints (then activate it if asked), holding the job's scaling lock.
+
+    An operation that holds the lock passes its ``owner`` and re-enters it; a
+    caller without one (job creation, ``model plan --save``) takes the lock
+    for the save and releases it after, or is refused while another
+    operation holds it.
+    """
+    job = plan.model.job_name
+    lock = ScalingLock(home)
+    mine = owner is None
+    if owner is None:
+        owner = f"plan:{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        lock.acquire(job, owner, f"save model v{plan.model.version} of {job}")
+    else:
+        # Re-acquiring would renew the operation's lease under another name; only check it is still ours.
+        state = lock.state(job)
+        if state is None or not state.held or state.owner != owner:
+            held = state.describe() if state is not None else "nobody holds it"
+            raise ScalingInProgressError(
+                f"cannot save model v{plan.model.version} of {job!r}: {owner} does not hold its scaling lock ({held})"
+            )
+    try:
+        control = ControlPlane(home)
+        control.job_models.save(plan.model, reason=reason)
+        control.checkpoints.write(job, plan.model.version, plan.start, batch_id=INITIAL_BATCH)
+        if activate:
+            control.job_models.activate(job, plan.model.version, reason=reason)
+    finally:
+        if mine:
+            lock.release(job, owner)
+
+
+def carry_forward(home: Home, previous: JobModel, model: JobModel) -> bool:
+    """Re-migrate ``model``'s start checkpoints once ``previous`` has stopped for good.
+
+    A rescale of a continuously running job migrates while the old query may
+    still commit batches; the driver calls this once the old query is stopped
+    and before the new one starts, so the new model starts exactly where the
+    old one ended (no record read twice). Checkpoints only move forward, so
+    the refreshed start is never behind the one the rescale wrote, and a
+    model that has already committed a batch is left alone. True if written.
+    """
+    control = ControlPlane(home)
+    if (control.checkpoints.latest_batch(model.job_name, model.version) or INITIAL_BATCH) > INITIAL_BATCH:
+        return False
+    with JobSystems(home, job_config(model).systems) as systems:
+        old = control.checkpoints.latest(previous.job_name, previous.version)
+        fresh = start_positions(systems, old, model)
+    if fresh == control.checkpoints.latest(model.job_name, model.version):
+        return False
+    control.checkpoints.write(model.job_name, model.version, fresh, batch_id=INITIAL_BATCH)
+    return True
+
+
+def carry_forward_on_start(home: Home, model: JobModel) -> int | None:
+    """Before a driver starts ``model``: carry its predecessor's final checkpoints forward if it has one.
+
+    Returns the predecessor's version when something was carried.
+    """
+    control = ControlPlane(home)
+    previous = control.job_models.previous_active_version(model.job_name, model.version)
+    if previous is None or previous >= model.version:
+        return None
+    if carry_forward(home, control.job_models.get(model.job_name, previous), model):
+        return previous
+    return None
+
+
+def partition_counts(systems: JobSystems, config: JobConfig) -> dict[SystemStream, int]:
+    """Each input's partition count now, as its system describes it."""
+    return {s: systems.of(s.system).describe(s.stream).partition_count for s in config.inputs}

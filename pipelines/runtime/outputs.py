@@ -1,0 +1,29 @@
+"""A job's output tables: the Delta sink and its dead-letter table, created with their schemas before the first batch.
+
+The sink's schema is the job's ``output_schema`` plus the lineage every row
+carries (``schemas.sink_schema``), so it belongs to the runtime that writes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.control.home import Home
+from pipelines.jobs.config import JobConfig
+from pipelines.jobs.output_schema import parse_output_schema
+from pipelines.runtime import schemas
+
+
+def ensure_output_tables(home: Home, config: JobConfig, output: Any | None = None) -> None:
+    """Create the sink and dead-letter Delta tables with their schemas, if they do not exist yet."""
+    from deltalake import DeltaTable
+
+    output = output or parse_output_schema(config.output_schema)
+    home.sinks.mkdir(parents=True, exist_ok=True)
+    for name, struct in (
+        (config.sink_table, schemas.sink_schema(output)),
+        (config.dead_letter_table, schemas.DEAD_LETTER),
+    ):
+        path = home.sinks / name
+        if not (path / "_delta_log").exists():
+            DeltaTable.create(str(path), schema=schemas.arrow(struct), mode="ignore")
