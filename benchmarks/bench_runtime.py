@@ -351,7 +351,7 @@ def range_reader(home_root: str, stream: str, latency_ms: float) -> Callable[[It
         ctx = TaskContext("baseline", 0, "range", {"latency_ms": latency_ms})
         for batch in batches:
             for p, start, end in zip(*(batch.column(c).to_pylist() for c in ("p", "start", "end")), strict=True):
-                table = dlog.read(stream, p, start, end)
+                table = dlog.read_range(stream, p, start, end)
                 cols = {c: table.column(c).to_pylist() for c in ("offset", "key", "value", "timestamp", "headers")}
                 out: dict[str, list[Any]] = {c: [] for c in ("partition", "offset", "event_key", "seq", "processed_ns")}
                 for i in range(table.num_rows):
@@ -723,7 +723,40 @@ def main(argv: list[str] | None = None) -> int:
             f"= {pt.seconds / bt.seconds:.2f}x; log records fetched {pt.fetched:,.0f} for {pt.needed:,.0f} "
             f"needed ({pt.fetched / max(pt.needed, 1):.1f}x read amplification)"
         )
-    return 0
+    figures = summary(by, top)
+    broken = [
+        f"{r.mode} x{r.factor}: {r.lost} lost, {r.duplicated} duplicated, {r.violations} order violations"
+        for r in runs
+        if r.mode.startswith("elastic") and (r.lost or r.duplicated or r.violations)
+    ]
+    for line in broken:
+        print(f"DATA-QUALITY FAILURE {line}", file=sys.stderr)
+    print(json.dumps({"bench": "runtime", "figures": figures}))
+    return 1 if broken else 0
+
+
+def summary(by: dict[tuple[str, int], Run], top: int) -> dict[str, float | int | None]:
+    """The issue's figures under stable names, so a script can compare runs (None: not measured this run)."""
+
+    def ratio(a: Run | None, b: Run | None) -> float | None:
+        return round(a.rate / b.rate, 3) if a and b and b.rate else None
+
+    def overhead(r: Run | None) -> float | None:
+        trigger = r.timings.get("spark_triggerExecution", 0.0) if r else 0.0
+        return round((trigger - r.window_s) / max(r.batches, 1), 3) if r and trigger else None
+
+    amplified = by.get(("elastic lat=0", top)) or by.get(("elastic", top))
+    return {
+        "fetch_amplification_f8": round(amplified.fetched / amplified.needed, 3)
+        if amplified and amplified.needed
+        else None,
+        "speedup_f8_vs_f1": ratio(by.get(("elastic", top)), by.get(("elastic", 1))),
+        "cheap_f1_vs_ranges": ratio(by.get(("elastic lat=0", 1)), by.get(("ranges lat=0", 1))),
+        "cheap_f8_vs_f1": ratio(by.get(("elastic lat=0", top)), by.get(("elastic lat=0", 1))),
+        "batch_overhead_s": overhead(by.get(("elastic lat=0", 1)) or by.get(("elastic", 1))),
+        "order_violations": sum(max(r.violations, 0) for (mode, _), r in by.items() if mode.startswith("elastic")),
+        "top_factor": top,
+    }
 
 
 if __name__ == "__main__":
