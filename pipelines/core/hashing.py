@@ -24,6 +24,7 @@ deserialized.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 
 import mmh3
@@ -31,6 +32,8 @@ import mmh3
 from pipelines.errors import ConfigError
 
 HASH_NAME = "murmur3_x86_32(seed=0, unsigned)"
+MAX_FACTOR = 1024
+MAX_FACTOR_ENV = "PIPELINES_MAX_FACTOR"
 
 
 def key_hash(key: bytes | None, offset: int | str) -> int:
@@ -64,7 +67,23 @@ def validate_factor(factor: object) -> int:
             )
     if factor < 1:
         raise ConfigError(f"elasticity factor must be >= 1, got {factor}")
+    limit = max_factor()
+    if factor > limit:
+        raise ConfigError(
+            f"elasticity factor {factor} is above the maximum {limit}: every input partition would get {factor} "
+            f"virtual tasks and {factor} checkpoint rows; set {MAX_FACTOR_ENV} to allow more"
+        )
     return factor
+
+
+def max_factor() -> int:
+    """The largest factor accepted: a typo (100000 for 10) would otherwise plan millions of tasks before failing."""
+    raw = os.environ.get(MAX_FACTOR_ENV, "").strip()
+    if not raw:
+        return MAX_FACTOR
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{MAX_FACTOR_ENV} must be a whole number >= 1, got {raw!r}")
+    return int(raw)
 
 
 def buckets_of(factor: int) -> Iterable[int]:

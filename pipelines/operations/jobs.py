@@ -6,7 +6,7 @@ from pipelines import planning
 from pipelines.control import ControlPlane, Home
 from pipelines.core.model import JobModel
 from pipelines.errors import ConfigError
-from pipelines.jobs.config import JobConfig
+from pipelines.jobs.config import JobConfig, job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.runtime.outputs import ensure_output_tables
 
@@ -15,8 +15,34 @@ def create_job(home: Home, config: JobConfig) -> JobModel:
     """Plan version 1 of a new job, save and activate it with its start checkpoints, make its tables."""
     if ControlPlane(home).job_models.latest_version(config.name) is not None:
         raise ConfigError(f"job {config.name!r} already exists; change it with a rescale, not a second create")
+    _refuse_shared_tables(home, config)
     output = parse_output_schema(config.output_schema)
     plan = planning.plan_first(home, config)
     ensure_output_tables(home, config, output)
     planning.save(home, plan, "job create", activate=True)
     return plan.model
+
+
+def _refuse_shared_tables(home: Home, config: JobConfig) -> None:
+    """A sink belongs to one job: a second job writing into it would be counted as its duplicates and losses.
+
+    The checks (no loss, no duplicates) read a job's sink as that job's output,
+    and the exactly-once commit is keyed by the job; two jobs on one table
+    break both, silently. Refused before anything is written.
+    """
+    mine = {config.sink_table: "sink", config.dead_letter_table: "dead-letter table"}
+    models = ControlPlane(home).job_models
+    for other in models.jobs():
+        version = models.active_version(other) or models.latest_version(other)
+        if version is None:
+            continue
+        try:
+            theirs = job_config(models.get(other, version))
+        except ConfigError:
+            continue  # a model saved without its configuration (tools, tests) names no tables
+        for table, role in ((theirs.sink_table, "sink"), (theirs.dead_letter_table, "dead-letter table")):
+            if table in mine:
+                raise ConfigError(
+                    f"job {config.name!r} cannot use table {table!r} as its {mine[table]}: it is the {role} of "
+                    f"job {other!r}, and a table belongs to one job; name another table in the job's YAML"
+                )

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.core.hashing import key_bucket, key_buckets, key_hash, validate_factor
+from pipelines.core.hashing import MAX_FACTOR, MAX_FACTOR_ENV, key_bucket, key_buckets, key_hash, validate_factor
 from pipelines.core.partitioner import kafka_partition, murmur2
 from pipelines.errors import ConfigError
 
@@ -91,3 +91,17 @@ def test_invalid_factor_is_refused_with_a_clear_error(bad: object) -> None:
 
 def test_factor_from_text_is_accepted() -> None:
     assert validate_factor("4") == 4
+
+
+def test_a_factor_above_the_maximum_is_refused_and_the_maximum_is_configurable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert validate_factor(MAX_FACTOR) == MAX_FACTOR
+    with pytest.raises(ConfigError, match=f"elasticity factor 100000 is above the maximum {MAX_FACTOR}"):
+        validate_factor(100_000)
+    monkeypatch.setenv(MAX_FACTOR_ENV, "4")
+    with pytest.raises(ConfigError, match=f"above the maximum 4: .* set {MAX_FACTOR_ENV} to allow more"):
+        validate_factor(5)
+    monkeypatch.setenv(MAX_FACTOR_ENV, "many")
+    with pytest.raises(ConfigError, match=f"{MAX_FACTOR_ENV} must be a whole number >= 1, got 'many'"):
+        validate_factor(2)
