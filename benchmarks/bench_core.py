@@ -13,6 +13,7 @@ machines are noisy, so only ratios compare across runs):
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -55,12 +56,14 @@ def main() -> None:
     partitions = old.partitions()
     print(f"\n# checkpoint migration: {len(offsets):,} checkpoints")
     tc, _ = timed(lambda: CheckpointMap(args.factor, dict(offsets)))
+    migrations: dict[str, float] = {}
     for target in (args.factor // 2, args.factor * 2, args.factor * 3 // 4):
         tm, new = timed(lambda t=target: migrate_checkpoints(old, t, partitions, earliest={}, offset_key=int))
         print(
             f"{args.factor} -> {target:<3}: {tm * 1000:8.1f} ms  ({len(new.offsets):,} new checkpoints)  "
             f"{tm / tc:.0f}x a plain copy ({tc * 1000:.1f} ms)"
         )
+        migrations[f"migrate_{args.factor}_to_{target}_s"] = round(tm, 4)
 
     n = args.records
     keys: list[bytes | None] = [f"user-{i % 100_003}".encode() for i in range(n)]
@@ -70,6 +73,16 @@ def main() -> None:
     th, _ = timed(lambda: key_buckets(keys, offs, args.factor))
     print(f"baseline hash():     {n / tb / 1e6:6.2f} M records/s")
     print(f"murmur3 key buckets: {n / th / 1e6:6.2f} M records/s  ({th / tb:.2f}x the baseline's time)")
+    figures = {
+        # the name for the default size; other sizes are labelled by their own
+        ("job_model_10k_x16_s" if (args.partitions, args.factor) == (10_000, 16) else "job_model_s"): round(tx, 4),
+        "job_model_vs_factor_1": round(tx / t1, 2),
+        "serialize_s": round(ts, 4),
+        **migrations,
+        "hash_m_records_per_s": round(n / th / 1e6, 3),
+        "hash_vs_builtin_time": round(th / tb, 2),
+    }
+    print(json.dumps({"bench": "core", "figures": figures}))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ data-quality checks over its window (no loss, no duplicates, order), which must 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -150,6 +151,13 @@ def main() -> int:
         print(f"{mode:<10} {len(figures):>8} {statistics.median(figures):>9.2f} {max(figures):>8.2f}")
     ratio = statistics.median(results["redeploy"]) / statistics.median(results["in place"])
     print(f"\nredeploy / in place (median downtime): {ratio:.1f}x")
+    figures = {
+        "in_place_median_s": round(statistics.median(results["in place"]), 3),
+        "in_place_worst_s": round(max(results["in place"]), 3),
+        "redeploy_median_s": round(statistics.median(results["redeploy"]), 3),
+        "redeploy_vs_in_place": round(ratio, 2),
+    }
+    print(json.dumps({"bench": "rescale", "figures": figures}))
     return 0
 
 

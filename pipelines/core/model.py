@@ -20,7 +20,6 @@ from pipelines.errors import ModelError
 
 FORMAT_VERSION = 1
 
-_VIRTUAL = re.compile(r"^(?P<base>.+)-(?P<bucket>\d+)-(?P<factor>\d+)$")
 _PARTITION_BASE = re.compile(r"^Partition (?P<partition>\d+)$")
 _SSP_BASE = re.compile(r"^SystemStreamPartition \[(?P<system>[^,\]]+), (?P<stream>[^,\]]+), (?P<partition>\d+)\]$")
 
@@ -40,20 +39,29 @@ class TaskName:
             return cls(base)
         return cls(f"{base}-{bucket}-{factor}")
 
+    def virtual_parts(self) -> tuple[str, int, int] | None:
+        """(base, bucket, factor) of a ``<base>-<bucket>-<factor>`` name; string splits, not a regex, because
+        planning 160,000 virtual tasks asks this several times per task."""
+        rest, _, factor = self.name.rpartition("-")
+        base, _, bucket = rest.rpartition("-")
+        if base and bucket.isascii() and bucket.isdigit() and factor.isascii() and factor.isdigit():
+            return base, int(bucket), int(factor)
+        return None
+
     @property
     def base(self) -> str:
-        m = _VIRTUAL.match(self.name)
-        return m["base"] if m else self.name
+        parts = self.virtual_parts()
+        return parts[0] if parts else self.name
 
     @property
     def key_bucket(self) -> int:
-        m = _VIRTUAL.match(self.name)
-        return int(m["bucket"]) if m else 0
+        parts = self.virtual_parts()
+        return parts[1] if parts else 0
 
     @property
     def factor(self) -> int:
-        m = _VIRTUAL.match(self.name)
-        return int(m["factor"]) if m else 1
+        parts = self.virtual_parts()
+        return parts[2] if parts else 1
 
     @property
     def partition(self) -> int | None:
@@ -229,7 +237,8 @@ def check_model(model: JobModel) -> None:
     x = model.elasticity_factor
     owner: dict[SystemStreamPartition, TaskName] = {}
     names: set[TaskName] = set()
-    for task in model.tasks():
+    # containers in order, their tasks as stored: the checks need no sorted walk (160,000 tasks at 10,000 x 16)
+    for task in (t for cid in sorted(model.containers) for t in model.containers[cid].tasks.values()):
         if task.task_name in names:
             raise ModelError(f"job model: task {task.task_name} appears in two containers")
         names.add(task.task_name)
@@ -243,12 +252,13 @@ def check_model(model: JobModel) -> None:
             if first != task.task_name:
                 raise ModelError(f"job model: {ssp} is read by both {first} and {task.task_name}")
     if x > 1:
-        buckets: dict[SystemStreamPartition, set[int]] = {}
+        buckets: dict[tuple[str, str, int], set[int]] = {}
         for ssp in owner:
-            buckets.setdefault(ssp.whole(), set()).add(ssp.key_bucket or 0)
-        for whole, present in buckets.items():
+            buckets.setdefault((ssp.system, ssp.stream, ssp.partition), set()).add(ssp.key_bucket or 0)
+        for (system, stream, partition), present in buckets.items():
             if len(present) != x:
                 missing = min(set(range(x)) - present)
+                whole = SystemStreamPartition(system, stream, partition)
                 raise ModelError(f"job model: key bucket {missing} of {whole} is read by no task")
 
 
