@@ -16,6 +16,7 @@ numpy) with its input records, then:
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from pipelines.quality.synthetic import synthetic_window
 FACTOR = 4
 
 
-def bench_pandas(expected, rows, dead, root: Path) -> None:
+def bench_pandas(expected, rows, dead, root: Path) -> dict[str, float]:
     from pipelines.quality.report import validate_annotated
 
     start = time.perf_counter()
@@ -47,9 +48,10 @@ def bench_pandas(expected, rows, dead, root: Path) -> None:
     loop = time.perf_counter() - start
     assert baseline.ok
     print(f"baseline verify_rows (loop) {loop:8.2f} s  {n / loop:12,.0f} rows/s  (total/baseline {total / loop:.2f}x)")
+    return {"pandas_total_s": round(total, 3), "pandas_rows_per_s": round(n / total), "vs_loop": round(total / loop, 3)}
 
 
-def bench_spark(expected, rows, root: Path, master: str) -> None:
+def bench_spark(expected, rows, root: Path, master: str) -> dict[str, float]:
     from pipelines.core.hashing import key_bucket
     from pipelines.core.model import TaskName
     from pipelines.runtime.session import build_session
@@ -85,6 +87,7 @@ def bench_spark(expected, rows, root: Path, master: str) -> None:
         took = time.perf_counter() - start
         assert not any(counts.values()), counts
         print(f"spark SQL checks ({master})  {took:8.2f} s  {len(rows) / took:12,.0f} rows/s  {counts}")
+        return {"spark_s": round(took, 3), "spark_rows_per_s": round(len(rows) / took)}
     finally:
         spark.stop()
 
@@ -103,9 +106,10 @@ def main() -> None:
         f"made in {time.perf_counter() - start:.2f} s"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        bench_pandas(expected, rows, dead, Path(tmp) / "quality")
+        figures = bench_pandas(expected, rows, dead, Path(tmp) / "quality")
         if args.spark:
-            bench_spark(expected, rows, Path(tmp), args.master)
+            figures |= bench_spark(expected, rows, Path(tmp), args.master)
+    print(json.dumps({"bench": "quality", "figures": {"rows": len(rows), **figures}}))
 
 
 if __name__ == "__main__":
