@@ -1,9 +1,10 @@
 """Absorb repartitioned inputs: every minute, compare each job's inputs with its active model.
 
-A growth to a multiple of the partition count is absorbed by the next model with GroupByPartitionFixedTaskNum
-(SEP-5: keys stay with their tasks), through the same lock → migrate → activate → restart → verify path as
-`elastic_rescale`. A shrink or a non-multiple growth fails the run with the reason, and the job stays on its
-current model. A job whose lock is held by another scaling step is looked at again next minute.
+A growth to a multiple of the partition count is absorbed by the next model with the job's grouper
+(SEP-5: keys stay with their tasks, the task count does not change), through the same
+lock → migrate → activate → restart → verify path as `elastic_rescale`. A shrink or a non-multiple
+growth fails the run with the reason, and the job stays on its current model. A job whose lock is held
+by another scaling step is looked at again next minute.
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare every job's inputs with its model; --apply absorbs expansions (exit 2 on a change it cannot)",
         parents=[common],
     )
-    p.add_argument("--apply", action="store_true", help="absorb each expansion with GroupByPartitionFixedTaskNum")
+    p.add_argument("--apply", action="store_true", help="absorb each expansion, keeping keys with their tasks (SEP-5)")
     p.add_argument("--master", help="Spark master of catch-up runs")
     p.set_defaults(func=cmd_watch)
     p = groups.add_parser(

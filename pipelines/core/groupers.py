@@ -55,13 +55,25 @@ class GroupByPartition:
 
 
 class GroupBySystemStreamPartition:
-    """One task per input partition of each stream."""
+    """One task per input partition of each stream; after an expansion, still one per original partition.
+
+    SEP-5: the task count does not change when a stream grows from N to kN
+    partitions. New partition p joins the task of partition ``p mod N`` of
+    the same stream (Kafka's partitioner keeps every moved key there), and the
+    task keeps its name. A stream that is new to the job gets tasks of its own.
+    """
 
     name = "GroupBySystemStreamPartition"
     supports_elasticity = True
 
     def group(self, ssps: set[SystemStreamPartition], previous: Mapping[SystemStreamPartition, str]) -> BaseGrouping:
-        return {ssp_task_base(ssp): {ssp} for ssp in ssps}
+        before = _partition_counts(previous)
+        groups: BaseGrouping = defaultdict(set)
+        for ssp in ssps:
+            count = before.get(ssp.system_stream)
+            source = ssp if count is None else SystemStreamPartition(ssp.system, ssp.stream, ssp.partition % count)
+            groups[ssp_task_base(source)].add(ssp)
+        return dict(groups)
 
 
 class AllSspToSingleTask:
@@ -102,6 +114,24 @@ class GroupByPartitionFixedTaskNum:
             partition = ssp.partition if task_count is None else ssp.partition % task_count
             groups[partition_task_base(partition)].add(ssp)
         return dict(groups)
+
+
+def _partition_counts(previous: Mapping[SystemStreamPartition, str]) -> dict[SystemStream, int]:
+    """How many partitions each stream had in the previous model (its SSPs are numbered from 0)."""
+    counts: dict[SystemStream, int] = defaultdict(int)
+    for ssp in previous:
+        counts[ssp.system_stream] = max(counts[ssp.system_stream], ssp.partition + 1)
+    return dict(counts)
+
+
+def expansion_grouper(grouper: str) -> str:
+    """The grouper that absorbs an input expansion of a job grouped by ``grouper``, keeping keys with their tasks.
+
+    GroupByPartition names tasks by partition number, so it turns into its
+    fixed-task-number form; the per-SSP grouper and the single task keep
+    theirs (each already keeps its task count and names across an expansion).
+    """
+    return GroupByPartitionFixedTaskNum.name if grouper == GroupByPartition.name else grouper
 
 
 GROUPERS: dict[str, Callable[[], SspGrouper]] = {
@@ -196,7 +226,9 @@ def plan_job_model(
     mapping: dict[SystemStreamPartition, str] = {}
     if previous is not None:
         check_partition_change(
-            previous.partitions(), inputs, fixed_task_num=impl.name == GroupByPartitionFixedTaskNum.name
+            previous.partitions(),
+            inputs,
+            fixed_task_num=impl.name in (GroupByPartitionFixedTaskNum.name, GroupBySystemStreamPartition.name),
         )
         if version <= previous.version:
             raise ConfigError(f"new model version {version} must be above the previous {previous.version}")
@@ -234,7 +266,7 @@ def check_partition_change(
         if fixed_task_num and new % old:
             raise PartitionChangeError(
                 f"input {stream} grew from {old} to {new} partitions, which is not a multiple of {old}; "
-                "GroupByPartitionFixedTaskNum keeps keys with their tasks only when the count is multiplied"
+                "keys stay with their tasks (SEP-5) only when the count is multiplied"
             )
 
 

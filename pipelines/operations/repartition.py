@@ -2,8 +2,9 @@
 
 A job's active model records how many partitions each input had when it was
 planned; the input system says how many it has now. A growth to a multiple
-is absorbed by the next model with GroupByPartitionFixedTaskNum (SEP-5: after
-N → kN, partition p's keys stay with the task of p mod N, and the new
+is absorbed by the next model with the job's grouper in its SEP-5 form
+(``expansion_grouper``: after N → kN, partition p's keys stay with the task of
+p mod N, the task count and names do not change, and the new
 partitions are held back until their source partitions are read past the
 expansion point). A shrink, or a growth to a non-multiple, cannot be absorbed
 without breaking key-to-task stability or losing unread records: it is
@@ -32,9 +33,10 @@ class InputChange:
     after: int
     error: str | None = None  # why it cannot be absorbed; None: absorb it
     busy: str | None = None  # another scaling operation holds the job's lock: look again next time
+    grouper: str = "GroupByPartition"  # the active model's
 
     def request(self) -> ScalingRequest:
-        return expansion_request(self.job, self.stream, self.before, self.after)
+        return expansion_request(self.job, self.stream, self.before, self.after, self.grouper)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -66,5 +68,7 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
                 error = str(e)
             state = lock.state(job)
             busy = state.describe() if state is not None and state.held else None
-            changes.append(InputChange(job, f"{stream.system}/{stream.stream}", before, after, error, busy))
+            changes.append(
+                InputChange(job, f"{stream.system}/{stream.stream}", before, after, error, busy, model.grouper)
+            )
     return changes

@@ -40,7 +40,7 @@ from pipelines import planning
 from pipelines.control import ControlPlane, Home
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
-from pipelines.core.groupers import GroupByPartitionFixedTaskNum, grouper_by_name
+from pipelines.core.groupers import expansion_grouper, grouper_by_name
 from pipelines.core.hashing import validate_factor
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import ConfigError, PipelinesError
@@ -606,14 +606,14 @@ def default_sequence(home: Home, job: str) -> str | None:
     return "seq" if "seq" in parse_output_schema(config.output_schema).fieldNames() else None
 
 
-def expansion_request(job: str, stream: str, before: int, after: int) -> ScalingRequest:
-    """What the repartition watch asks for: same factor, keys kept with their tasks (SEP-5)."""
+def expansion_request(job: str, stream: str, before: int, after: int, grouper: str) -> ScalingRequest:
+    """What the repartition watch asks for: same factor, keys kept with their tasks (SEP-5), task count kept."""
     return ScalingRequest(
         job,
         None,
         f"input {stream} expanded from {before} to {after} partitions",
         EXPANSION,
-        GroupByPartitionFixedTaskNum.name,
+        expansion_grouper(grouper),
     )
 
 

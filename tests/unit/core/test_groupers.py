@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.core.groupers import group_into_containers, plan_job_model
+from pipelines.core.groupers import expansion_grouper, group_into_containers, plan_job_model
 from pipelines.core.hashing import key_bucket
 from pipelines.core.model import TaskName
 from pipelines.core.partitioner import kafka_partition
@@ -164,3 +164,53 @@ def test_containers_are_balanced_and_keep_virtual_tasks_of_an_ssp_together(n, fa
 
 def test_group_into_containers_of_nothing() -> None:
     assert group_into_containers({}, 3) == {}
+
+
+SSP_GROUPER = "GroupBySystemStreamPartition"
+ORDERS = SystemStream("deltalog", "orders")
+
+
+@given(
+    st.integers(1, 5), st.sampled_from([2, 3, 4]), factors, st.lists(st.binary(min_size=1, max_size=12), max_size=40)
+)
+def test_an_expanded_per_ssp_job_keeps_one_task_per_original_partition_and_every_key_on_its_task(
+    n, k, factor, keys
+) -> None:
+    first = plan_job_model("j", 1, {EVENTS: n, ORDERS: n}, factor=factor, grouper=SSP_GROUPER)
+    grown = plan_job_model("j", 2, {EVENTS: n * k, ORDERS: n}, factor=factor, grouper=SSP_GROUPER, previous=first)
+    assert grown.task_count == first.task_count == 2 * n * factor, "SEP-5: the task count does not change"
+    assert {t.task_name for t in grown.tasks()} == {t.task_name for t in first.tasks()}, "tasks keep their names"
+    before, after = first.ssp_to_task(), grown.ssp_to_task()
+    for key in keys:
+        b = None if factor == 1 else key_bucket(key, 0, factor)
+        old = SystemStreamPartition("deltalog", "events", kafka_partition(key, n), b)
+        new = SystemStreamPartition("deltalog", "events", kafka_partition(key, n * k), b)
+        assert before[old] == after[new]
+    for p in range(n):  # the stream that did not grow is untouched
+        ssp = SystemStreamPartition("deltalog", "orders", p, None if factor == 1 else 0)
+        assert before[ssp] == after[ssp]
+
+
+def test_a_stream_added_with_an_expansion_gets_tasks_of_its_own() -> None:
+    first = plan_job_model("j", 1, {EVENTS: 2}, grouper=SSP_GROUPER)
+    grown = plan_job_model("j", 2, {EVENTS: 4, ORDERS: 3}, grouper=SSP_GROUPER, previous=first)
+    names = {t.task_name.name for t in grown.tasks()}
+    assert names == {
+        "SystemStreamPartition [deltalog, events, 0]",
+        "SystemStreamPartition [deltalog, events, 1]",
+        *(f"SystemStreamPartition [deltalog, orders, {p}]" for p in range(3)),
+    }
+    task = grown.ssp_to_task()[SystemStreamPartition("deltalog", "events", 3)]
+    assert task.name == "SystemStreamPartition [deltalog, events, 1]"
+
+
+def test_a_per_ssp_job_refuses_a_non_multiple_expansion() -> None:
+    first = plan_job_model("j", 1, {EVENTS: 2}, grouper=SSP_GROUPER)
+    with pytest.raises(PartitionChangeError, match="grew from 2 to 3 partitions, which is not a multiple of 2"):
+        plan_job_model("j", 2, {EVENTS: 3}, grouper=SSP_GROUPER, previous=first)
+
+
+def test_each_grouper_absorbs_an_expansion_in_its_sep5_form() -> None:
+    assert expansion_grouper("GroupByPartition") == "GroupByPartitionFixedTaskNum"
+    for kept in ("GroupByPartitionFixedTaskNum", SSP_GROUPER, "AllSspToSingleTask"):
+        assert expansion_grouper(kept) == kept

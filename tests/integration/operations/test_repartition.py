@@ -1,0 +1,38 @@
+"""An input expansion is absorbed with the job's own grouper: SEP-5 keeps the task count and names."""
+
+from __future__ import annotations
+
+from pipelines.control import ControlPlane
+from pipelines.control.home import Home
+from pipelines.jobs.config import JobConfig
+from pipelines.operations import repartition, scaling
+from pipelines.operations.jobs import create_job
+from pipelines.systems.deltalog import DeltaLog
+
+from ..runtime.jobs import DEMO, produce
+
+
+def test_a_per_ssp_job_over_two_streams_keeps_its_tasks_when_one_stream_expands(home: Home) -> None:
+    produce(home, "events", 40, keys=5, partitions=2)
+    produce(home, "orders", 40, keys=5, partitions=2)
+    raw = JobConfig.load(DEMO).to_dict()
+    raw.update(
+        name="per_ssp",
+        grouper="GroupBySystemStreamPartition",
+        elasticity_factor=2,
+        inputs=[{"system": "deltalog", "stream": "events"}, {"system": "deltalog", "stream": "orders"}],
+        sink={"table": "per_ssp_out"},
+        dead_letter={"table": "per_ssp_dead"},
+    )
+    first = create_job(home, JobConfig.from_dict(raw))
+    assert first.task_count == 8
+    DeltaLog(home.streams).expand("events", 4)
+
+    [change] = repartition.detect(home, ["per_ssp"])
+    assert (change.stream, change.before, change.after, change.error) == ("deltalog/events", 2, 4, None)
+    assert change.grouper == "GroupBySystemStreamPartition"
+    plan = scaling.plan(home, change.request())
+    assert plan["grouper"] == "GroupBySystemStreamPartition"
+    assert plan["virtual_tasks"] == 8, "SEP-5: an expansion does not change the task count"
+    assert plan["partitions"] == {"deltalog.events": 4, "deltalog.orders": 2}
+    assert ControlPlane(home).job_models.latest_version("per_ssp") == 1, "a plan writes nothing"
