@@ -137,6 +137,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", help="the stream that grew, when the map has several")
     p.add_argument("--earliest", default="0", help="start offset of new partitions (default 0)")
     p.set_defaults(func=cmd_model_migrate)
+    p = mc.add_parser(
+        "import", help="read a job model Samza serialized (hyphenated keys, keyBucket -1)", parents=[common]
+    )
+    p.add_argument("--samza", required=True, metavar="FILE", help="the Samza job model JSON ('-': stdin)")
+    p.add_argument("--job", help="the job's name (default: the model's job.name)")
+    p.add_argument("--version", type=_count(1), default=1, help="the version it gets here (default 1)")
+    p.set_defaults(func=cmd_model_import)
+    p = mc.add_parser("export", help="write a stored job model the way Samza serializes it", parents=[common])
+    p.add_argument("--job", required=True)
+    p.add_argument("--version", type=_count(1), help="default: the active version")
+    p.set_defaults(func=cmd_model_export)
 
     job = groups.add_parser("job", help="jobs in the control plane", parents=[common])
     jc = job.add_subparsers(dest="command", required=True)
@@ -550,6 +561,30 @@ def cmd_model_migrate(args: argparse.Namespace, home: Home, output: Output) -> N
         return head + "\n" + _table(["SYSTEM", "STREAM", "PARTITION", "BUCKET", "OFFSET", ""], rows)
 
     output.emit(new.to_json(), human)
+
+
+def cmd_model_import(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.core.samza import model_from_samza
+
+    where = "stdin" if args.samza == "-" else args.samza
+    try:
+        text = sys.stdin.read() if args.samza == "-" else Path(args.samza).read_text(encoding="utf-8")
+        document = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(f"cannot read Samza job model {where}: {getattr(e, 'strerror', None) or e}") from None
+    job = validate_name("job", args.job) if args.job else None
+    model = model_from_samza(document, job=job, version=args.version)
+    output.emit(model.to_json(), lambda: _model_text(model, None, saved=False))
+
+
+def cmd_model_export(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control import ControlPlane
+    from pipelines.core.samza import model_to_samza
+
+    models = ControlPlane(home).job_models
+    model = models.get(args.job, args.version) if args.version is not None else models.active(args.job)
+    document = model_to_samza(model)
+    output.emit(document, lambda: json.dumps(document, indent=2))
 
 
 def _read_checkpoint_map(source: str) -> CheckpointMap:

@@ -73,11 +73,12 @@ class SystemStreamPartition:
 
     @classmethod
     def from_json(cls, value: Any) -> SystemStreamPartition:
-        """Read a 3- or 4-part list, or Samza's dict form with optional ``keyBucket``."""
+        """Read a 3- or 4-part list, or Samza's dict form with optional ``keyBucket`` (-1 there: no key bucket)."""
         if isinstance(value, dict):
             try:
+                bucket = value.get("keyBucket")
                 value = [value["system"], value["stream"], value["partition"]] + (
-                    [value["keyBucket"]] if value.get("keyBucket") is not None else []
+                    [bucket] if bucket is not None and bucket != NO_BUCKET else []
                 )
             except KeyError as missing:
                 raise ModelError(f"SSP {value!r} lacks field {missing}") from None

@@ -227,3 +227,27 @@ def test_watch_reports_an_absorbable_expansion_and_autosize_holds_without_metric
     decision = json.loads(run(tmp_path, "--json", "autosize", "enrichment").stdout)
     assert (decision["action"], decision["factor"]) == ("hold", 1)
     assert any("batch" in r for r in decision["reasons"])
+
+
+def test_a_samza_job_model_is_imported_and_a_stored_one_exported_in_samzas_form(tmp_path: Path) -> None:
+    from pipelines.core.samza import model_to_samza
+
+    stored = plan_job_model("orders", 1, {EVENTS: 2}, factor=2, grouper="GroupBySystemStreamPartition")
+    cp = ControlPlane(Home(tmp_path / "home"))
+    cp.job_models.save(stored, "first")
+    cp.job_models.activate("orders", 1)
+    exported = json.loads(run(tmp_path, "--json", "model", "export", "--job", "orders").stdout)
+    assert exported == model_to_samza(stored)
+    task = exported["containers"]["0"]["tasks"]["SystemStreamPartition [deltalog, events, 1]-0-2"]
+    assert task["system-stream-partitions"] == [
+        {"system": "deltalog", "stream": "events", "partition": 1, "keyBucket": 0}
+    ]
+    assert exported["config"]["job.elasticity.factor"] == "2"
+    samza = tmp_path / "samza.json"
+    samza.write_text(json.dumps(exported))
+    imported = JobModel.from_json(json.loads(run(tmp_path, "--json", "model", "import", "--samza", str(samza)).stdout))
+    assert imported.ssp_to_task() == stored.ssp_to_task() and imported.grouper == "GroupBySystemStreamPartition"
+    assert "cannot read Samza job model" in fails(tmp_path, "model", "import", "--samza", str(tmp_path / "none.json"))
+    samza.write_text('{"config": {"job.name": "orders"}, "containers": {}}')
+    assert "containers must be a non-empty object" in fails(tmp_path, "model", "import", "--samza", str(samza))
+    assert "known jobs: orders" in fails(tmp_path, "model", "export", "--job", "payments")
