@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,6 +55,17 @@ class Output:
 
 
 # ---------------------------------------------------------------------- argument types
+
+
+def _seconds(text: str) -> float:
+    """A finite, non-negative number of seconds: ``nan`` or ``inf`` would wait forever."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
 
 
 def _count(minimum: int) -> Callable[[str], int]:
@@ -177,9 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = groups.add_parser("demo", help="the end-to-end demo on the embedded log (wipes --home)", parents=[common])
     p.add_argument("--rate", type=_count(1), default=1500, help="records produced per second, continuously")
-    p.add_argument("--seconds", type=float, default=12.0, help="how long the job runs on each model")
+    p.add_argument("--seconds", type=_seconds, default=12.0, help="how long the job runs on each model")
     p.add_argument("--keys", type=_count(1), default=200)
-    p.add_argument("--latency-ms", type=float, default=2.0, help="simulated remote call per record")
+    p.add_argument("--latency-ms", type=_seconds, default=2.0, help="simulated remote call per record")
     p.add_argument("--master", default="local[8]")
     p.set_defaults(func=cmd_demo)
     p = groups.add_parser(
@@ -201,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="rescale from the CLI", help="recorded with the new model")
     p.add_argument("--grouper", help=f"switch grouper too: one of {', '.join(sorted(GROUPERS))}")
     p.add_argument("--dry-run", action="store_true", help="plan and print the new model, change nothing")
-    p.add_argument("--lock-wait", type=float, default=0.0, help="seconds to wait for another scaling step")
+    p.add_argument("--lock-wait", type=_seconds, default=0.0, help="seconds to wait for another scaling step")
     p.add_argument("--master", help="Spark master of a catch-up run (default $PIPELINES_SPARK_MASTER or local[*])")
     p.add_argument("--sequence", help="per-key sequence column for the order check (default: seq if emitted)")
     p.set_defaults(func=cmd_rescale)
@@ -375,8 +387,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     try:
         args.func(args, resolve_home(args.home), output)
     except PipelinesError as e:
-        err.write(f"error: {e}\n")
-        return 2
+        return _fail(output, e.code, str(e))
+    except OSError as e:  # the home or a file cannot be read or written: the user's to fix, not a bug
+        where = f" ({e.filename})" if e.filename else ""
+        return _fail(output, "io", f"{e.strerror or e}{where}")
     except KeyboardInterrupt:
         err.write("interrupted\n")
         return 130
@@ -385,6 +399,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return 0
+
+
+def _fail(output: Output, code: str, message: str) -> int:
+    """``error: ...`` on stderr and exit 2; with ``--json`` also ``{"error": code, "message": ...}`` on stdout."""
+    output.err.write(f"error: {message}\n")
+    if output.as_json:
+        json.dump({"error": code, "message": message}, output.out)
+        output.out.write("\n")
+    return 2
 
 
 # ---------------------------------------------------------------------- stream

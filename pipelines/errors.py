@@ -8,11 +8,23 @@ job on its old model) from a bug (a traceback).
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
 class PipelinesError(Exception):
     """Base of all errors caused by input the user can fix."""
+
+    @property
+    def code(self) -> str:
+        """A stable name for scripts (``--json`` prints it): the class name in snake case, without ``_error``."""
+        return error_code(type(self).__name__)
+
+
+def error_code(name: str) -> str:
+    """``PartitionChangeError`` -> ``partition_change``; ``PipelinesError`` -> ``pipelines``."""
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return snake.removesuffix("_error")
 
 
 class ConfigError(PipelinesError):

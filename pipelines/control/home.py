@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.errors import ConfigError
+
 HOME_ENV = "PIPELINES_HOME"
 DEFAULT_HOME = ".pipelines-home"
 
@@ -60,5 +62,9 @@ def resolve_home(cli_value: str | None = None) -> Home:
     Python workers run with other working directories, and a relative home
     would silently point each of them at a different, empty state.
     """
+    if cli_value is not None and not cli_value.strip():
+        raise ConfigError(
+            "--home is empty; give a directory, or leave it out to use $PIPELINES_HOME or the default"
+        )
     value = cli_value or os.environ.get(HOME_ENV) or DEFAULT_HOME
     return Home(Path(value).expanduser().resolve())

@@ -251,3 +251,31 @@ def test_a_samza_job_model_is_imported_and_a_stored_one_exported_in_samzas_form(
     samza.write_text('{"config": {"job.name": "orders"}, "containers": {}}')
     assert "containers must be a non-empty object" in fails(tmp_path, "model", "import", "--samza", str(samza))
     assert "known jobs: orders" in fails(tmp_path, "model", "export", "--job", "payments")
+
+
+def test_bad_input_is_refused_with_one_line_and_a_json_error_object(tmp_path: Path) -> None:
+    unknown = run(tmp_path, "--json", "job", "show", "payments", rc=2)
+    assert json.loads(unknown.stdout) == {
+        "error": "unknown_job",
+        "message": unknown.stderr.removeprefix("error: ").strip(),
+    }
+    factor = json.loads(
+        run(tmp_path, "--json", "model", "plan", "--partitions", "2", "--factor", "100000", rc=2).stdout
+    )
+    assert factor["error"] == "config" and "above the maximum 1024" in factor["message"]
+    assert "must be a finite number of seconds >= 0, got 'nan'" in fails(
+        tmp_path, "rescale", "orders", "--factor", "2", "--lock-wait", "nan"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"PYTHONPATH": str(REPO)}
+    empty = subprocess.run(
+        [sys.executable, "-m", "pipelines", "--home", " ", "job", "list"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (empty.returncode, empty.stderr) == (
+        2,
+        "error: --home is empty; give a directory, or leave it out to use $PIPELINES_HOME or the default\n",
+    )
