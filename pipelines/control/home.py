@@ -63,8 +63,6 @@ def resolve_home(cli_value: str | None = None) -> Home:
     would silently point each of them at a different, empty state.
     """
     if cli_value is not None and not cli_value.strip():
-        raise ConfigError(
-            "--home is empty; give a directory, or leave it out to use $PIPELINES_HOME or the default"
-        )
+        raise ConfigError("--home is empty; give a directory, or leave it out to use $PIPELINES_HOME or the default")
     value = cli_value or os.environ.get(HOME_ENV) or DEFAULT_HOME
     return Home(Path(value).expanduser().resolve())

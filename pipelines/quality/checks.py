@@ -34,6 +34,7 @@ class Verdict:
     order_violations: int = 0
     misrouted: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
+    keyless: int = 0  # rows without a key: no per-key order to keep, so not judged for order (said, not hidden)
 
     @property
     def ok(self) -> bool:
@@ -46,6 +47,11 @@ class Verdict:
             f"lost {self.lost}, duplicated {self.duplicates}, out of order {self.order_violations}, "
             f"misrouted {self.misrouted}"
         )
+        if self.keyless:
+            text += (
+                f"\n  {self.keyless} records have no key: no per-key order to keep (SEP-32 spreads them by "
+                "position), so the order check does not judge them"
+            )
         for check, items in self.examples.items():
             text += f"\n  {check}: " + "; ".join(items)
         return text
@@ -123,6 +129,7 @@ def verify_rows(
     order = order_violations(rows, sequence)
     wrong = misrouted_rows(rows, factor_of)
     verdict = Verdict(len(expected), len(rows), len(dead), len(lost), len(dups), len(order), len(wrong))
+    verdict.keyless = int(rows["key"].isna().sum())
     verdict.examples = {
         name: items
         for name, items in {
@@ -278,6 +285,7 @@ class Annotated:
             ],
         }
         verdict.examples = {name: items for name, items in found.items() if items}
+        verdict.keyless = int(self.rows["keyless"].sum()) if "keyless" in self.rows else 0
         return verdict
 
 
@@ -293,6 +301,7 @@ def annotate(
     order = order_flags(rows, sequence)
     flagged = rows.drop(columns=[c for c in ("key",) if c in rows]).copy()
     flagged.insert(0, "key_text", _texts(rows["key"]))
+    flagged["keyless"] = rows["key"].isna().to_numpy()
     flagged[FLAG_IN_ORDER] = order[FLAG_IN_ORDER].to_numpy()
     flagged["after"] = order["after"].to_numpy()
     flagged["label"] = order["label"].to_numpy()

@@ -116,3 +116,23 @@ def test_saved_suites_match_the_code() -> None:
     for asset, suite in build_suites().items():
         saved = json.loads((INCLUDE / f"{asset}.json").read_text(encoding="utf-8"))
         assert saved == json.loads(json.dumps(suite_json(suite))), "rerun python -m pipelines.quality.expectations"
+
+
+def test_keyless_records_are_not_judged_for_order_and_the_verdict_says_so() -> None:
+    expected, rows, dead = synthetic_window(300, partitions=2, factor=1, keys=10, batch=40, seed=3)
+    keyless = rows["event_key"] == "key-3"
+    rows = rows.copy()
+    rows.loc[keyless, "key"] = None
+    rows.loc[keyless, "seq"] = rows.loc[keyless, "seq"].to_numpy()[::-1]  # out of order, if it had a key
+    for sequence in (None, "seq"):
+        judged = (
+            verify_rows(expected, rows, dead, lambda v: 1, sequence),
+            annotate(expected, rows, dead, lambda v: 1, sequence).verdict(),
+        )
+        for v in judged:
+            assert v.ok and v.order_violations == 0
+            assert v.keyless == int(keyless.sum()) > 0
+            assert f"{v.keyless} records have no key: no per-key order to keep" in v.summary()
+    keyed = rows.copy()
+    keyed.loc[keyless, "key"] = b"key-3"
+    assert not verify_rows(expected, keyed, dead, lambda v: 1, "seq").ok, "with their key, the same rows fail"
