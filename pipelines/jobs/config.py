@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +169,7 @@ class JobConfig:
         max_records = batch.get("max_records", 10_000)
         if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
             raise ConfigError(f"{origin}: 'batch.max_records' must be a whole number >= 1, got {max_records!r}")
+        interval = _interval(batch.get("trigger_interval", "1 second"), origin)
         trigger = raw.get("trigger", "continuous")
         if trigger not in TRIGGERS:
             raise ConfigError(f"{origin}: 'trigger' must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -193,7 +195,7 @@ class JobConfig:
             process_options=options,
             max_records_per_batch=max_records,
             trigger=trigger,
-            trigger_interval=str(batch.get("trigger_interval", "1 second")),
+            trigger_interval=interval,
             source=source,
             systems=systems,
             autosize=dict(autosize),
@@ -204,12 +206,34 @@ class JobConfig:
     def load(cls, path: str | Path) -> JobConfig:
         path = Path(path)
         try:
-            raw = yaml.safe_load(path.read_text())
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"job config {path} does not exist") from None
+        except IsADirectoryError:
+            raise ConfigError(f"job config {path} is a directory; give the job's YAML file") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"job config {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read job config {path}: {e.strerror or e}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"job config {path} is not valid YAML: {e}") from None
         return cls.from_dict(raw, origin=str(path))
+
+
+_INTERVAL = re.compile(
+    r"^(interval\s+)?\d+(\.\d+)?\s*(milliseconds?|ms|seconds?|s|minutes?|min|hours?|h)$", re.IGNORECASE
+)
+
+
+def _interval(value: Any, origin: str) -> str:
+    """Spark's processing-time interval ("1 second", "500 milliseconds"), checked now rather than inside Spark."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not _INTERVAL.match(text):
+        raise ConfigError(
+            f"{origin}: 'batch.trigger_interval' must be a time such as '1 second', '500 milliseconds' or "
+            f"'2 minutes', got {value!r}"
+        )
+    return text
 
 
 def job_config(model: JobModel) -> JobConfig:

@@ -8,6 +8,7 @@ from pipelines.core.model import JobModel
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig, job_config
 from pipelines.jobs.output_schema import parse_output_schema
+from pipelines.jobs.process import load_process_function
 from pipelines.runtime.outputs import ensure_output_tables
 
 
@@ -16,6 +17,7 @@ def create_job(home: Home, config: JobConfig) -> JobModel:
     if ControlPlane(home).job_models.latest_version(config.name) is not None:
         raise ConfigError(f"job {config.name!r} already exists; change it with a rescale, not a second create")
     _refuse_shared_tables(home, config)
+    load_process_function(config.process)  # a typo in the path fails here, not inside Spark's first batch
     output = parse_output_schema(config.output_schema)
     plan = planning.plan_first(home, config)
     ensure_output_tables(home, config, output)

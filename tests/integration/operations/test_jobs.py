@@ -38,3 +38,13 @@ def test_a_sink_belongs_to_one_job(home: Home) -> None:
         ),
     )
     assert ControlPlane(home).job_models.jobs() == ["first", "second"]
+
+
+def test_a_process_function_that_cannot_be_imported_is_refused_at_create(home: Home) -> None:
+    produce(home, "events", 10, keys=2)
+    config = job(home, "good", 1)
+    typo = {**config.to_dict(), "name": "typo", "sink": {"table": "t_out"}, "dead_letter": {"table": "t_dead"}}
+    typo["process"] = "pipelines.demo.enrich:proces"
+    with pytest.raises(ConfigError, match=r"pipelines\.demo\.enrich has no callable 'proces'"):
+        create_job(home, JobConfig.from_dict(typo))
+    assert ControlPlane(home).job_models.jobs() == ["good"]

@@ -278,3 +278,24 @@ def test_an_empty_file_is_not_a_config(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         JobConfig.load(path)
     assert "must be a mapping" in str(info.value)
+
+
+@pytest.mark.parametrize("interval", ["1 second", "0 seconds", "500 milliseconds", "2 minutes", "interval 1 hour"])
+def test_spark_trigger_intervals_are_accepted(interval: str) -> None:
+    job = JobConfig.from_dict(config(batch={"max_records": 5, "trigger_interval": interval}))
+    assert job.trigger_interval == interval
+
+
+@pytest.mark.parametrize("interval", ["soon", "1 fortnight", "-1 second", "", True])
+def test_a_trigger_interval_spark_would_refuse_later_is_refused_now(interval: Any) -> None:
+    message = error_of(config(batch={"max_records": 5, "trigger_interval": interval}))
+    assert "'batch.trigger_interval' must be a time such as '1 second'" in message
+
+
+def test_a_job_config_that_is_not_utf8_or_a_directory_is_refused(tmp_path: Path) -> None:
+    binary = tmp_path / "job.yaml"
+    binary.write_bytes(b"name: x\n\xff\xfe")
+    with pytest.raises(ConfigError, match="is not UTF-8 text \\(byte 8\\); save it as UTF-8"):
+        JobConfig.load(binary)
+    with pytest.raises(ConfigError, match="is a directory; give the job's YAML file"):
+        JobConfig.load(tmp_path)
