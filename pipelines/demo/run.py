@@ -24,12 +24,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.demo.producer import produce
-from pipelines.errors import PipelinesError
+from pipelines.errors import ConfigError, PipelinesError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
@@ -38,7 +39,7 @@ from pipelines.runtime.driver import run_job
 from pipelines.runtime.requests import stop_request
 from pipelines.systems.deltalog import DeltaLog
 
-JOB_CONFIG = "include/jobs/enrichment.yaml"
+JOB_CONFIG = str(Path(__file__).resolve().parents[2] / "include" / "jobs" / "enrichment.yaml")  # any cwd
 STREAM = "events"
 STEPS: list[tuple[str, int | None, int | None]] = [  # (step, factor, expand the input to this many partitions)
     ("start at factor 1", 1, None),
@@ -147,6 +148,18 @@ class Driver(threading.Thread):
         self.join(timeout)
 
 
+def _refuse_a_home_of_others(home: Home, demo_job: str) -> None:
+    """The demo starts from an empty home; it wipes only a home that holds nothing but an earlier demo."""
+    others = sorted(set(ControlPlane(home).job_models.jobs()) - {demo_job})
+    streams = sorted(p.name for p in home.streams.iterdir() if p.is_dir()) if home.streams.exists() else []
+    foreign = [f"job {j}" for j in others] + [f"stream {s}" for s in streams if s != STREAM]
+    if foreign:
+        raise ConfigError(
+            f"the demo wipes its home, and {home.root} holds {', '.join(foreign)}; give the demo an empty "
+            "--home (or leave --home out: it then uses <home>/demo)"
+        )
+
+
 def run_demo(
     home: Home,
     *,
@@ -159,10 +172,11 @@ def run_demo(
 ) -> tuple[list[StepResult], Any]:
     from pipelines.runtime.session import build_session
 
+    raw = JobConfig.load(JOB_CONFIG).to_dict()
     if home.root.exists():
+        _refuse_a_home_of_others(home, raw["name"])
         shutil.rmtree(home.root)
     DeltaLog(home.streams).create(STREAM, 2)
-    raw = JobConfig.load(JOB_CONFIG).to_dict()
     raw["process_options"] = {"latency_ms": latency_ms}
     config = JobConfig.from_dict(raw, origin=JOB_CONFIG)
     say(f"home: {home.root}\nstarting Spark ({master}) ...")

@@ -62,6 +62,12 @@ def run(
 ) -> int:
     """Run the job's driver; in the foreground returns its exit code, detached returns its pid."""
     ControlPlane(home).job_models.active(job)  # an unknown job fails here, with the known jobs listed
+    live = running_pid(home, job)
+    if live is not None:
+        raise PipelinesError(
+            f"job {job!r} already has a live driver in this home (pid {live}); stop it first "
+            f"(python -m pipelines stop {job}) or let it run"
+        )
     (home.root / "run").mkdir(parents=True, exist_ok=True)
     stop_request(home, job).unlink(missing_ok=True)
     cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)

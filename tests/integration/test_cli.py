@@ -279,3 +279,10 @@ def test_bad_input_is_refused_with_one_line_and_a_json_error_object(tmp_path: Pa
         2,
         "error: --home is empty; give a directory, or leave it out to use $PIPELINES_HOME or the default\n",
     )
+
+
+def test_the_demo_refuses_to_wipe_a_home_that_holds_other_work(tmp_path: Path) -> None:
+    run(tmp_path, "stream", "create", "payments", "--partitions", "1")
+    message = fails(tmp_path, "demo", "--seconds", "1")
+    assert "the demo wipes its home" in message and "holds stream payments" in message
+    assert (tmp_path / "home" / "streams" / "payments").is_dir(), "nothing was wiped"
