@@ -235,6 +235,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("--no-wait", action="store_true")
     p.set_defaults(func=cmd_stop)
+    lock = groups.add_parser("lock", help="a job's scaling lock: who holds it, and the operator's release")
+    lc = lock.add_subparsers(dest="command", required=True)
+    p = lc.add_parser("show", help="who holds the job's scaling lock, since when, until when", parents=[common])
+    p.add_argument("job")
+    p.set_defaults(func=cmd_lock_show)
+    p = lc.add_parser(
+        "release", help="release a lock whose holder is dead on another machine (recorded)", parents=[common]
+    )
+    p.add_argument("job")
+    p.add_argument("--yes", action="store_true", help="required: the holder's operation will not finish its steps")
+    p.set_defaults(func=cmd_lock_release)
     return parser
 
 
@@ -376,6 +387,44 @@ def cmd_stop(args: argparse.Namespace, home: Home, output: Output) -> None:
     output.emit(
         {"job": args.job, "stopped": stopped},
         lambda: f"job {args.job}: " + ("stopped" if stopped else "stop requested"),
+    )
+
+
+def cmd_lock_show(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control.locks import ScalingLock, dead_process_owner
+
+    state = ScalingLock(home).state(validate_name("job", args.job))
+    if state is None:
+        output.emit({"job": args.job, "status": "never taken", "held": False}, lambda: f"{args.job}: never taken")
+        return
+    dead = state.held and dead_process_owner(state.owner)
+    data = {**{k: str(v) for k, v in vars(state).items()}, "held": state.held, "holder_dead": dead}
+
+    def human() -> str:
+        if not state.held:
+            return f"{args.job}: free ({state.status} by {state.owner} at {state.at:%Y-%m-%d %H:%M:%S} UTC)"
+        note = "; its process is gone, the next operation takes it over" if dead else ""
+        return f"{args.job}: {state.describe()}{note}"
+
+    output.emit(data, human)
+
+
+def cmd_lock_release(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control.locks import ScalingLock, process_owner
+
+    if not args.yes:
+        raise ConfigError(
+            "releasing another holder's lock lets a second operation start beside it; make sure the holder is dead "
+            "(pipelines lock show JOB names its host and pid) and add --yes"
+        )
+    job = validate_name("job", args.job)
+    released = ScalingLock(home).force_release(job, by=process_owner("cli"))
+    if released is None:
+        output.emit({"job": job, "released": None}, lambda: f"{job}: the lock is not held; nothing to release")
+        return
+    output.emit(
+        {"job": job, "released": released.owner, "operation": released.operation},
+        lambda: f"{job}: released the lock {released.owner} held for {released.operation!r}",
     )
 
 

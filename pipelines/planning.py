@@ -17,14 +17,12 @@ start at their earliest position.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from pipelines.control import ControlPlane, Home
 from pipelines.control.checkpoints import INITIAL_BATCH
-from pipelines.control.locks import ScalingInProgressError, ScalingLock
+from pipelines.control.locks import ScalingInProgressError, ScalingLock, process_owner
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
@@ -159,7 +157,7 @@ def save(home: Home, plan: VersionPlan, reason: str, *, owner: str | None = None
     lock = ScalingLock(home)
     mine = owner is None
     if owner is None:
-        owner = f"plan:{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        owner = process_owner("plan")
         lock.acquire(job, owner, f"save model v{plan.model.version} of {job}")
     else:
         # Re-acquiring would renew the operation's lease under another name; only check it is still ours.

@@ -18,12 +18,19 @@ the job forever, so a hold expires ``ttl_s`` after it was last renewed, and
 every step of an operation renews it. The holder's ``owner`` string is stable
 across retries of the same operation (an Airflow run id), so a retried or
 cleared task re-enters its own lock instead of waiting for itself; anyone
-else may take over an expired lease, and the row says whose it was.
+else may take over an expired lease, and the row says whose it was. A holder
+that lives in one process (the CLI's ``rescale``) is named by host and pid,
+and when that process is gone from this host its lock is taken over at once
+instead of after the lease; ``pipelines lock release JOB`` is the operator's
+way out for a holder dead on another machine.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,6 +64,36 @@ SCALING_LOCKS = TableSpec(
     "One row per change of a job's scaling lock; the highest seq is in force",
     append_only=True,
 )
+
+
+PROCESS_OWNER_KINDS = ("cli", "plan")
+
+
+def process_owner(kind: str) -> str:
+    """The owner name of an operation that lives and dies with this process: ``kind:host:pid:nonce``.
+
+    Such a holder can be known dead (same host, pid gone) and taken over at
+    once; an Airflow run's owner spans several task processes and cannot.
+    """
+    if kind not in PROCESS_OWNER_KINDS:
+        raise ValueError(f"process owner kind must be one of {PROCESS_OWNER_KINDS}")
+    return f"{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def dead_process_owner(owner: str) -> bool:
+    """True for a ``process_owner`` of this host whose process no longer exists."""
+    kind, _, rest = owner.partition(":")
+    host, _, rest = rest.partition(":")
+    pid, _, _ = rest.partition(":")
+    if kind not in PROCESS_OWNER_KINDS or host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
 
 
 class ScalingInProgressError(PipelinesError):
@@ -111,6 +148,8 @@ class ScalingLock:
             status = "acquired"
         elif current.owner == owner:
             status = "renewed"
+        elif current.held and dead_process_owner(current.owner):
+            status, previous = "taken over", current.owner  # its process is gone: the lease would only make us wait
         elif current.held:
             raise ScalingInProgressError(
                 f"job {job!r} is already being scaled: {current.describe()}; "
@@ -151,6 +190,19 @@ class ScalingLock:
             return False
         self._append(dt, job, current.seq + 1, "released", owner, current.operation, 0.0, None)
         return True
+
+    def force_release(self, job: str, by: str) -> LockState | None:
+        """An operator's release of a lock whose holder will not release it; the row names who did it and whose it was.
+
+        For a holder on another machine that is known to be dead: a dead holder
+        on this machine is taken over by the next operation anyway.
+        """
+        dt = self._table.ensure()
+        current = self.state(job)
+        if current is None or current.status == "released":
+            return None
+        self._append(dt, job, current.seq + 1, "released", by, current.operation, 0.0, current.owner)
+        return current
 
     def _append(
         self, dt: Any, job: str, seq: int, status: str, owner: str, operation: str, ttl_s: float, previous: str | None

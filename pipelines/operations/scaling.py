@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
@@ -38,7 +37,7 @@ from typing import Any
 
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
-from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock
+from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock, process_owner
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.groupers import expansion_grouper, grouper_by_name
 from pipelines.core.hashing import validate_factor
@@ -456,7 +455,7 @@ def run_all(
     say: Say = _print,
 ) -> dict[str, Any]:
     """Every step in order, in this process: the CLI's ``pipelines rescale`` and the demo."""
-    owner = owner or f"cli:{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    owner = owner or process_owner("cli")
     op = begin(home, request, owner, lock_wait_s=lock_wait_s, say=say)
     try:
         mode = stop(home, op, say)["mode"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -96,3 +98,61 @@ def test_two_acquirers_deciding_on_one_snapshot_cannot_both_commit(home: Home) -
         lock_a.acquire("job", "a", "rescale")
     state = ScalingLock(home).state("job")
     assert (state.owner, state.status, state.seq) == ("b", "acquired", 3)
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from pipelines.control.home import Home
+from pipelines.control.locks import ScalingLock, process_owner
+owner = process_owner("cli")
+ScalingLock(Home(Path(sys.argv[1]))).acquire("job", owner, "rescale to 4")
+print(owner, flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _holder(home: Home, seconds: float) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(home.root), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    owner = proc.stdout.readline().strip()
+    assert owner.startswith("cli:"), "the holder process took the lock"
+    return proc, owner
+
+
+def test_a_cli_holder_whose_process_died_is_taken_over_at_once_a_live_one_is_not(home: Home) -> None:
+    lock = ScalingLock(home)
+    proc, owner = _holder(home, 60)
+    try:
+        host_and_pid = ":".join(owner.split(":")[1:3])
+        with pytest.raises(ScalingInProgressError, match=f"{host_and_pid}"):  # the refusal names host and pid
+            lock.acquire("job", "next-run", "rescale to 8")
+    finally:
+        proc.kill()
+        proc.wait()
+    state = lock.acquire("job", "next-run", "rescale to 8")  # its 15-minute lease has not run out
+    assert (state.status, state.owner) == ("taken over", "next-run")
+    assert lock._table.read("job").to_pandas().sort_values("seq")["previous_owner"].iloc[-1] == owner
+
+
+def test_the_operator_releases_a_lock_from_the_cli_and_the_row_says_whose_it_was(home: Home, tmp_path: Path) -> None:
+    import json
+
+    ScalingLock(home).acquire("job", "airflow-run-7", "rescale to 4")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "pipelines", "--home", str(home.root), *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    shown = json.loads(cli("lock", "show", "job", "--json").stdout)
+    assert (shown["owner"], shown["held"], shown["holder_dead"]) == ("airflow-run-7", True, False)
+    refused = cli("lock", "release", "job")
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    done = cli("lock", "release", "job", "--yes")
+    assert done.returncode == 0 and "released the lock airflow-run-7 held for 'rescale to 4'" in done.stdout
+    state = ScalingLock(home).state("job")
+    assert state.status == "released" and state.owner.startswith("cli:")
+    assert ScalingLock(home).acquire("job", "run-8", "rescale to 2").status == "acquired"
+    ScalingLock(home).release("job", "run-8")
+    assert "the lock is not held" in cli("lock", "release", "job", "--yes").stdout
