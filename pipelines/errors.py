@@ -47,6 +47,10 @@ class StreamError(PipelinesError):
     """An embedded-log stream is missing, already exists, or was asked something impossible."""
 
 
+class StoreError(PipelinesError):
+    """An adjunct data store cannot be read, written or served as asked (its message says what to do)."""
+
+
 def refuse_unknown(where: str, given: Iterable[object], known: Iterable[str]) -> None:
     """Refuse fields a section does not have, suggesting the one meant: a misspelled key is never ignored.
 
@@ -62,3 +66,4 @@ def refuse_unknown(where: str, given: Iterable[object], known: Iterable[str]) ->
         close = difflib.get_close_matches(field, names, n=1, cutoff=0.6)
         hints.append(f"{field!r} (did you mean {close[0]!r}?)" if close else repr(field))
     raise ConfigError(f"{where}: unknown field(s) {', '.join(hints)}; the fields are {', '.join(names)}")
+
