@@ -240,9 +240,7 @@ def validate_stores(
             if m.partition_count != ad.partition_count:
                 problems.append(f"{ad.partition_count} partitions against {m.partition_count}")
             elif stream_root(m) != stream_root(ad):
-                problems.append(
-                    f"{stream_root(ad)} partitions before its first expansion against {stream_root(m)}"
-                )
+                problems.append(f"{stream_root(ad)} partitions before its first expansion against {stream_root(m)}")
             placement_ad = PLACEMENT.get(store.input.system, store.input.system)
             placement_main = PLACEMENT.get(main.system, main.system)
             if placement_ad != placement_main:

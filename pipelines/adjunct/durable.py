@@ -108,9 +108,7 @@ INCARNATIONS_SCHEMA = pa.schema(
         pa.field("created_at", TIMESTAMP, nullable=False),
     ]
 )
-ENTRY_SCHEMA = pa.schema(
-    [pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("hash", pa.int64())]
-)
+ENTRY_SCHEMA = pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("hash", pa.int64())])
 """What an executor loads: one (generation, class, fraction) of a store at one version."""
 
 
@@ -359,7 +357,9 @@ class DurableStore:
             ],
             schema=CHANGES_SCHEMA,
         )
-        data = meta if changes is None or changes.num_rows == 0 else pa.concat_tables([changes.cast(CHANGES_SCHEMA), meta])
+        data = (
+            meta if changes is None or changes.num_rows == 0 else pa.concat_tables([changes.cast(CHANGES_SCHEMA), meta])
+        )
         try:
             write_deltalake(
                 dt if dt is not None else str(path),
@@ -419,23 +419,26 @@ class DurableStore:
         if dt is None:
             return {}
         rows = read_delta(dt, [("class", "=", META_CLASS)], schema=SNAPSHOT_SCHEMA)
-        return {s: StoreState.from_json(v) for s, v in zip(rows["snapshot"].to_pylist(), rows["value"].to_pylist(), strict=True)}
+        return {
+            s: StoreState.from_json(v)
+            for s, v in zip(rows["snapshot"].to_pylist(), rows["value"].to_pylist(), strict=True)
+        }
 
     def snapshot_for(self, incarnation: str, version: int) -> int:
         """The newest snapshot at or before ``version`` (-1: none, start from nothing)."""
         kept = [s for s in self.snapshots(incarnation) if s <= version]
         return max(kept) if kept else -1
 
-    def read_snapshot(
-        self, incarnation: str, snapshot: int, cls: int, generation: int, fraction: Fraction
-    ) -> pa.Table:
+    def read_snapshot(self, incarnation: str, snapshot: int, cls: int, generation: int, fraction: Fraction) -> pa.Table:
         if snapshot < 0:
             return SNAPSHOT_SCHEMA.empty_table()
         dt = self._load(self._dir(incarnation) / "snapshots")
         if dt is None:
             raise StoreError(f"store {self.store!r}: snapshot {snapshot} is missing")
         rows = read_delta(
-            dt, [("snapshot", "=", snapshot), ("class", "=", cls), ("generation", "=", generation)], schema=SNAPSHOT_SCHEMA
+            dt,
+            [("snapshot", "=", snapshot), ("class", "=", cls), ("generation", "=", generation)],
+            schema=SNAPSHOT_SCHEMA,
         )
         if fraction.factor > 1 and rows.num_rows:
             rows = rows.filter(_fraction_mask(rows["hash"], fraction))
@@ -459,7 +462,9 @@ class DurableStore:
         path = self._dir(incarnation) / "snapshots"
         old = SNAPSHOT_SCHEMA.empty_table()
         if previous >= 0:
-            old = read_delta(self._load(path), [("snapshot", "=", previous), ("class", ">=", 0)], schema=SNAPSHOT_SCHEMA)
+            old = read_delta(
+                self._load(path), [("snapshot", "=", previous), ("class", ">=", 0)], schema=SNAPSHOT_SCHEMA
+            )
         tail = self.read_changes(incarnation, None, previous, state.seq)
         columns = ["class", "generation", "key", "value", "hash", "partition", "offset"]
         order_old = pa.array(np.full(old.num_rows, -1, dtype=np.int64))
@@ -552,7 +557,9 @@ class DurableStore:
 
 
 def _fraction_mask(hashes: pa.ChunkedArray | pa.Array, fraction: Fraction) -> pa.Array:
-    values = hashes.to_numpy() if isinstance(hashes, pa.Array) else hashes.combine_chunks().to_numpy(zero_copy_only=False)
+    values = (
+        hashes.to_numpy() if isinstance(hashes, pa.Array) else hashes.combine_chunks().to_numpy(zero_copy_only=False)
+    )
     return pa.array(values % fraction.factor == fraction.bucket)
 
 

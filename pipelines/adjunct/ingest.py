@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipelines.adjunct.checkpoints import StoreCheckpoint
 from pipelines.adjunct.config import StoreConfig, stream_root
@@ -62,14 +61,12 @@ from pipelines.control.home import Home
 from pipelines.core.adjunct import (
     Action,
     Found,
-    Generations,
     Recovery,
     Start,
     Validity,
     decide_recovery,
     judge_store,
     serving_generation,
-    store_class,
 )
 from pipelines.errors import PipelinesError, StoreError
 from pipelines.systems.base import Bounded, InputSystem, Position
@@ -348,7 +345,9 @@ def _segment(s: _Store, pieces: list[tuple[int, pa.Table]], seq: int) -> pa.Tabl
     tables = []
     for generation, changes in pieces:
         if changes.num_rows:
-            tables.append(changes.append_column("generation", pa.array(np.full(changes.num_rows, generation, np.int64))))
+            tables.append(
+                changes.append_column("generation", pa.array(np.full(changes.num_rows, generation, np.int64)))
+            )
     if not tables:
         return CHANGES_SCHEMA.empty_table()
     data = pa.concat_tables(tables)
@@ -474,7 +473,7 @@ def _last_offset(
     previous: StoreState | None,
     earliest: Mapping[int, Position],
 ) -> dict[int, Position]:
-    """"Continue from last offset" for a new incarnation: the job's checkpoint, else the old store's, else the start."""
+    """Where a new incarnation continues: the job's checkpoint, else the old store's position, else the start."""
     same_stream = {"system": config.input.system, "stream": config.input.stream}
     source: Mapping[int, Position] = {}
     if checkpoint is not None and (checkpoint.system, checkpoint.stream) == (config.input.system, config.input.stream):
@@ -490,7 +489,3 @@ def _last_offset(
         else:
             result[p] = pos
     return result
-
-
-def _unused(_: Any) -> None:  # keep imports used by type checkers only
-    del pc

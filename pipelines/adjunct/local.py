@@ -71,9 +71,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.adjunct.durable import DurableStore, TailGone, fold
 from pipelines.control.home import Home
 from pipelines.core.adjunct import WHOLE, Fraction
-from pipelines.adjunct.durable import DurableStore, TailGone, fold
 from pipelines.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,9 @@ class Base:
             with os.fdopen(fd, "wb") as raw:
                 schema = self.table.schema.with_metadata({"format": FILE_FORMAT, "entries": str(len(self))})
                 with pa.ipc.new_file(raw, schema) as writer:
-                    writer.write_table(self.table.replace_schema_metadata(schema.metadata), max_chunksize=max(len(self), 1))
+                    writer.write_table(
+                        self.table.replace_schema_metadata(schema.metadata), max_chunksize=max(len(self), 1)
+                    )
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, final)
@@ -310,7 +312,15 @@ class LocalEngine:
         return self.root / home_digest(home) / job / store / incarnation
 
     def part(
-        self, home: Home, job: str, store: str, incarnation: str, generation: int, cls: int, fraction: Fraction, version: int
+        self,
+        home: Home,
+        job: str,
+        store: str,
+        incarnation: str,
+        generation: int,
+        cls: int,
+        fraction: Fraction,
+        version: int,
     ) -> Part:
         """The (generation, class) of a store at exactly ``version``, serving at least ``fraction``."""
         with self._lock:
@@ -325,12 +335,21 @@ class LocalEngine:
                     cached[i] = part
                     return part
             part = self._from_disk_or_build(durable, directory, incarnation, generation, cls, fraction, version)
-            self._parts[key] = [p for p in cached if p.overlay.seq <= version and p.base.ident.fraction != part.base.ident.fraction]
+            self._parts[key] = [
+                p for p in cached if p.overlay.seq <= version and p.base.ident.fraction != part.base.ident.fraction
+            ]
             self._parts[key].append(part)
             return part
 
     def _advance(
-        self, durable: DurableStore, incarnation: str, part: Part, cls: int, generation: int, version: int, directory: Path
+        self,
+        durable: DurableStore,
+        incarnation: str,
+        part: Part,
+        cls: int,
+        generation: int,
+        version: int,
+        directory: Path,
     ) -> Part:
         if part.overlay.seq == version:
             return part
@@ -374,7 +393,14 @@ class LocalEngine:
         return Part(base, Overlay(version))
 
     def _from_disk_or_build(
-        self, durable: DurableStore, directory: Path, incarnation: str, generation: int, cls: int, fraction: Fraction, version: int
+        self,
+        durable: DurableStore,
+        directory: Path,
+        incarnation: str,
+        generation: int,
+        cls: int,
+        fraction: Fraction,
+        version: int,
     ) -> Part:
         base = self._build_at(durable, directory, incarnation, generation, cls, fraction, version, use_disk=True)
         part = Part(base, Overlay(base.ident.seq))

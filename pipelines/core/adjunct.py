@@ -52,7 +52,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pipelines.errors import ConfigError
@@ -60,17 +60,17 @@ from pipelines.errors import ConfigError
 # ---------------------------------------------------------------------------------------------------- settings
 
 
-class Persistence(str, Enum):
+class Persistence(StrEnum):
     PERSISTENT = "persistent"
     MEMORY = "memory"
 
 
-class Partitioning(str, Enum):
+class Partitioning(StrEnum):
     BROADCAST = "broadcast"
     PARTITIONED = "partitioned"
 
 
-class Dataset(str, Enum):
+class Dataset(StrEnum):
     UNBOUNDED = "unbounded"
     BOUNDED = "bounded"
 
@@ -78,7 +78,7 @@ class Dataset(str, Enum):
 # ---------------------------------------------------------------------------------------------------- recovery
 
 
-class Found(str, Enum):
+class Found(StrEnum):
     """What a job start finds of a store."""
 
     ABSENT = "absent"
@@ -86,13 +86,13 @@ class Found(str, Enum):
     VALID = "valid"
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     CREATE = "create new store"
     RECREATE = "re-create store"
     KEEP = "keep store"
 
 
-class Start(str, Enum):
+class Start(StrEnum):
     BOOTSTRAP = "force bootstrap"
     LAST_OFFSET = "continue from last offset"
 
@@ -162,7 +162,9 @@ def judge_store(
     if not exists:
         return Validity(Found.ABSENT, "no store")
     if fingerprint is not None and dict(fingerprint) != dict(expected_fingerprint):
-        changed = sorted(k for k in set(fingerprint) | set(expected_fingerprint) if fingerprint.get(k) != expected_fingerprint.get(k))
+        changed = sorted(
+            k for k in set(fingerprint) | set(expected_fingerprint) if fingerprint.get(k) != expected_fingerprint.get(k)
+        )
         return Validity(Found.INVALID, f"built for another configuration ({', '.join(changed)} changed)")
     if fallen_off:
         return Validity(
@@ -174,7 +176,9 @@ def judge_store(
             return Validity(Found.INVALID, "its last update time is unknown")
         age = now - last_update
         if age > max_age:
-            return Validity(Found.INVALID, f"last updated {_human(age)} ago, older than its validity age {_human(max_age)}")
+            return Validity(
+                Found.INVALID, f"last updated {_human(age)} ago, older than its validity age {_human(max_age)}"
+            )
     return Validity(Found.VALID, "valid")
 
 
@@ -263,9 +267,7 @@ def covered_by_union(target: Fraction, fractions: Iterable[Fraction]) -> bool:
         modulus = math.lcm(modulus, f.factor)
         if modulus > 1 << 16:  # factors this large do not occur; refuse rather than loop for long
             return False
-    return all(
-        any(f.holds(r) for f in parts) for r in range(target.bucket, modulus, target.factor)
-    )
+    return all(any(f.holds(r) for f in parts) for r in range(target.bucket, modulus, target.factor))
 
 
 def _overlaps(a: Fraction, b: Fraction) -> bool:
@@ -326,9 +328,7 @@ def serving_generation(dataset: Dataset | str, generations: Generations, partiti
 # ---------------------------------------------------------------------------------------------------- change semantics
 
 
-def apply_changes(
-    state: Mapping[bytes, bytes], changes: Iterable[tuple[bytes, bytes | None]]
-) -> dict[bytes, bytes]:
+def apply_changes(state: Mapping[bytes, bytes], changes: Iterable[tuple[bytes, bytes | None]]) -> dict[bytes, bytes]:
     """The reference CDC semantics: changes in stream order, a ``None`` value deletes the key.
 
     Applying a suffix of ``changes`` again gives the same state (at-least-once
