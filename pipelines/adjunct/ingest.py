@@ -253,10 +253,10 @@ class AdjunctStores:
                 self._write(s, s.state.next(positions=floors), None)
             return None
         share = max(1, budget // len(todo))
-        caps = {p: limit for p in todo if (limit := limits.get(p)) is not None}
-        if until is not None:
-            for p in todo:
-                caps.setdefault(p, until[p])
+        caps = {}  # every read stops at the target (the end now, or the bootstrap's) and at any hold-back
+        for p in todo:
+            bounds = [stop_at[p]] + ([limits[p]] if limits.get(p) is not None else [])
+            caps[p] = min(bounds, key=system.position_key)
         stops = system.advance(stream, {p: floors[p] for p in todo}, {p: share for p in todo}, caps)
         generations = s.state.generations
         pieces = []
