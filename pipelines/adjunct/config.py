@@ -41,10 +41,10 @@ from pipelines.core.adjunct import Dataset, Partitioning, Persistence, class_roo
 from pipelines.core.ssp import SystemStream, validate_name
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.systems.base import StreamMetadata
+from pipelines.systems.registry import SYSTEMS
 
 DEFAULT_EXTRACTOR = "default"
 DEFAULT_BATCH_RECORDS = 100_000
-SYSTEMS = ("deltalog", "kafka", "kinesis")
 
 PLACEMENT = {"deltalog": "murmur2 (Kafka's default partitioner)", "kafka": "murmur2 (Kafka's default partitioner)"}
 """How a system places keys on partitions; systems not listed place by their own rule (Kinesis: MD5 ranges)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +46,9 @@ class TaskContext:
     model_version: int
     task_name: str
     options: Mapping[str, Any]
+    stores: Mapping[str, Any] = field(default_factory=dict)
+    """The job's adjunct stores by name, at the versions this micro-batch sees: ``ctx.stores["customers"].get(key)``
+    (``pipelines.adjunct.views.StoreView``)."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ def create_job(home: Home, config: JobConfig) -> JobModel:
         raise ConfigError(f"job {config.name!r} already exists; change it with a rescale, not a second create")
     _refuse_shared_tables(home, config)
     load_process_function(config.process)  # a typo in the path fails here, not inside Spark's first batch
+    from pipelines.adjunct.runtime import check_job_stores
+
+    check_job_stores(home, config)  # adjunct stores: streams exist, partitioned ones are co-partitioned
     output = parse_output_schema(config.output_schema)
     plan = planning.plan_first(home, config)
     ensure_output_tables(home, config, output)

@@ -66,7 +66,14 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
         .option("maxRecords", str(batch_budget(config.max_records_per_batch, model.elasticity_factor)))
         .load()
     )
-    processor = make_processor(model.job_name, config.process, config.process_options, schemas.to_json(output))
+    processor = make_processor(
+        model.job_name,
+        config.process,
+        config.process_options,
+        schemas.to_json(output),
+        home=str(home.root),
+        stores=bool(config.stores),
+    )
     processed = reader.mapInArrow(processor, schemas.processed_schema(output))
     writer = (
         processed.writeStream.format("elastic_delta")

@@ -24,9 +24,18 @@ _FUNCTIONS: dict[str, Any] = {}
 
 
 def make_processor(
-    job: str, process_path: str, options: Mapping[str, Any], output_json: str
+    job: str,
+    process_path: str,
+    options: Mapping[str, Any],
+    output_json: str,
+    *,
+    home: str | None = None,
+    stores: bool = False,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of a job; everything it captures is plain data, so it pickles small."""
+    """The ``mapInArrow`` function of a job; everything it captures is plain data, so it pickles small.
+
+    ``stores``: the job has adjunct stores, opened for each task at its batch's versions (needs ``home``).
+    """
     options = dict(options)
 
     def process_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -42,9 +51,13 @@ def make_processor(
                 if is_marker:
                     yield _marker_row(batch, state, batch_id, out_schema)
                     continue
-                ctx = TaskContext(
-                    job, batch.column("model_version")[0].as_py(), batch.column("virtual_task")[0].as_py(), options
-                )
+                version, task = batch.column("model_version")[0].as_py(), batch.column("virtual_task")[0].as_py()
+                views: Mapping[str, Any] = {}
+                if stores and home is not None:
+                    from pipelines.adjunct.runtime import task_views
+
+                    views = task_views(home, job, version, batch_id, task, batch)
+                ctx = TaskContext(job, version, task, options, views)
                 t0 = time.perf_counter_ns()
                 rows, dead = _conform(*_run(fn, batch, ctx, user_schema), user_schema)
                 state.process_ns += time.perf_counter_ns() - t0

@@ -181,7 +181,23 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 pending = pins.get(whole) or pins.setdefault(whole, Pending.new(end))
                 ends[ssp] = pending
         self._batches += 1
-        return encode(BatchOffsets(self.version, ends))
+        return self._with_stores(start, encode(BatchOffsets(self.version, ends)))
+
+    def _with_stores(self, start: dict, end: dict) -> dict:
+        """Adjunct stores: ingest them and name the versions this batch sees in its end offset (Spark logs it).
+
+        An idle main input keeps ``start`` as it is, so a store that moved alone never makes an empty batch.
+        """
+        from pipelines.adjunct.runtime import OFFSET_KEY, driver_versions
+        from pipelines.jobs.config import job_config
+
+        config = job_config(self.model())
+        if not config.stores:
+            return end
+        if end == {k: v for k, v in start.items() if k != OFFSET_KEY}:
+            return start
+        end[OFFSET_KEY] = driver_versions(self.home, config)
+        return end
 
     def _plan(self, positions: Mapping[SystemStreamPartition, Position], budget: int) -> dict[Any, End]:
         by_stream: dict[SystemStream, dict[int, dict[SystemStreamPartition, Position]]] = {}
