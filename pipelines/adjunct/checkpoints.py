@@ -10,9 +10,9 @@ recovery table says "continue from last offset" for a store it creates or
 re-creates (a memory store, an absent or invalid persistent one), and as the
 store's latest sign of life for the validity age.
 
-``STORE_CHECKPOINT_SCHEMA`` is the row layout; the control plane may keep
-the rows in a table of their own (append-only, partitioned by ``job``) or
-fold them into its checkpoints table.
+``STORE_CHECKPOINT_SCHEMA`` is the row layout; the rows live in the control
+plane's ``adjunct_checkpoints`` table (append-only, partitioned by ``job``),
+appended by the sink right after it writes the main input's checkpoints.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from pipelines.adjunct.config import StoreConfig
 from pipelines.adjunct.views import BatchStores
+from pipelines.control.home import Home
 from pipelines.systems.base import Position
 
 STORE_CHECKPOINT_SCHEMA = pa.schema(
@@ -88,19 +89,23 @@ def checkpoint_rows(
 
 
 def latest_store_checkpoints(rows: Iterable[Mapping[str, Any]] | pa.Table) -> dict[str, StoreCheckpoint]:
-    """Each store's checkpoint of its latest batch (ties: the latest written), from rows of one job."""
+    """Each store's checkpoint of its latest committed batch, from rows of one job.
+
+    Latest by the time it was written: batch ids restart with every model
+    version's query (a rescale), so they order batches of one query only.
+    """
     if isinstance(rows, pa.Table):
         rows = rows.to_pylist()
-    newest: dict[str, tuple[int, datetime]] = {}
-    grouped: dict[tuple[str, int, datetime], list[Mapping[str, Any]]] = {}
+    newest: dict[str, tuple[datetime, int]] = {}
+    grouped: dict[tuple[str, datetime, int], list[Mapping[str, Any]]] = {}
     for r in rows:
-        at = (r["batch_id"], r["written_at"])
+        at = (r["written_at"], r["batch_id"])
         grouped.setdefault((r["store"], *at), []).append(r)
         if r["store"] not in newest or at > newest[r["store"]]:
             newest[r["store"]] = at
     result = {}
-    for store, (batch_id, written_at) in newest.items():
-        group = grouped[(store, batch_id, written_at)]
+    for store, (written_at, batch_id) in newest.items():
+        group = grouped[(store, written_at, batch_id)]
         first = group[0]
         result[store] = StoreCheckpoint(
             store=store,
@@ -114,3 +119,30 @@ def latest_store_checkpoints(rows: Iterable[Mapping[str, Any]] | pa.Table) -> di
             positions={int(r["partition"]): r["position"] for r in group},
         )
     return result
+
+
+TABLE = "adjunct_checkpoints"
+"""The control-plane table the store rows live in (append-only, partitioned by job)."""
+
+
+def append_store_checkpoints(home: Home, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Append the rows of one committed batch; appends never conflict, so concurrent jobs need no lock."""
+    if not rows:
+        return
+    from deltalake import write_deltalake
+
+    path = home.control_table(TABLE)
+    data = pa.Table.from_pylist(list(rows), schema=STORE_CHECKPOINT_SCHEMA)
+    write_deltalake(str(path), data, mode="append", partition_by=["job"])
+
+
+def read_store_checkpoints(home: Home, job: str) -> dict[str, StoreCheckpoint]:
+    """Each store's latest checkpoint for ``job`` (empty when it never committed a batch with stores)."""
+    from deltalake import DeltaTable
+
+    from pipelines.deltaio import read_delta
+
+    path = home.control_table(TABLE)
+    if not DeltaTable.is_deltatable(str(path)):
+        return {}
+    return latest_store_checkpoints(read_delta(str(path), [("job", "=", job)], schema=STORE_CHECKPOINT_SCHEMA))

@@ -64,10 +64,12 @@ def driver_stores(home: Home, config: Any) -> AdjunctStores | None:
             return held[1]
         if held is not None:
             held[1].close()
+        from pipelines.adjunct.checkpoints import read_store_checkpoints
         from pipelines.systems.registry import JobSystems
 
         systems = JobSystems(home, config.systems)
-        stores = AdjunctStores.open(home, config.name, configs, systems.of)
+        checkpoints = read_store_checkpoints(home, config.name)
+        stores = AdjunctStores.open(home, config.name, configs, systems.of, checkpoints=checkpoints)
         _DRIVERS[key] = (configs, stores)
         return stores
 
@@ -171,3 +173,19 @@ def check_job_stores(home: Home, config: Any) -> tuple[StoreConfig, ...]:
                 configs, config.inputs, lambda s: systems.of(s.system).describe(s.stream), f"job {config.name}"
             )
     return configs
+
+
+def commit_store_checkpoints(home: Home, job: str, version: int, batch_id: int) -> int:
+    """After the sink committed ``batch_id``: append the store versions it saw to the job's checkpoints.
+
+    Called by the sink; a job without stores costs one cached look at its
+    model. Rows appended, 0 without stores.
+    """
+    from pipelines.adjunct.checkpoints import append_store_checkpoints, checkpoint_rows
+
+    configs, _ = _model_stores(home, job, version)
+    if not configs:
+        return 0
+    rows = checkpoint_rows(job, configs, batch_versions(home, job, version, batch_id), batch_id)
+    append_store_checkpoints(home, rows)
+    return len(rows)

@@ -141,6 +141,12 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         )
         if checkpoints.offsets:
             control.checkpoints.write(self.job, self.version, checkpoints, batchId)
+        from pipelines.adjunct.runtime import commit_store_checkpoints
+
+        try:  # adjunct stores: the versions the batch saw (a store's own Delta state stays its truth)
+            commit_store_checkpoints(home, self.job, self.version, batchId)
+        except (PipelinesError, OSError) as e:
+            print(f"[{self.job}] store checkpoints of batch {batchId} not written: {e}", flush=True)
         t1 = time.perf_counter()
         rows = _task_metrics(markers, self.job, self.version, batchId)
         rows += _partition_metrics(home, self.settings, checkpoints, self.job, self.version, batchId)

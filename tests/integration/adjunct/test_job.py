@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines.adjunct.checkpoints import read_store_checkpoints
 from pipelines.control.home import Home
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig
@@ -59,6 +60,10 @@ def test_enrichment_through_stores_stays_consistent_across_a_rescale(spark, home
     expected = expected.where(late["event_key"] != "key-4", None)
     assert late["enriched"].tolist() == expected.tolist()
     assert order_violations(late) == []  # (the helper restarts each key's seq at every produce)
+    saved = read_store_checkpoints(home, job.name)  # the versions the last committed batch saw, per store
+    ends = log.end_positions("customers")
+    assert set(saved) == {"owned", "everything"}
+    assert all(c.positions == ends and c.incarnation for c in saved.values()), (saved, ends)
 
 
 def test_a_partitioned_store_on_a_stream_not_co_partitioned_is_refused(home: Home) -> None:
