@@ -179,6 +179,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="job YAML, e.g. include/jobs/enrichment.yaml")
     p.set_defaults(func=cmd_job_create)
 
+    store = groups.add_parser("store", help="a job's adjunct data stores", parents=[common])
+    stc = store.add_subparsers(dest="command", required=True)
+    p = stc.add_parser("list", help="each store's position, size, version, validity, last bootstrap", parents=[common])
+    p.add_argument("job")
+    p.set_defaults(func=cmd_store_list)
+    p = stc.add_parser(
+        "verify", help="compare a sample of lookups with the stream's latest value per key", parents=[common]
+    )
+    p.add_argument("job")
+    p.add_argument("store")
+    p.add_argument("--sample", type=_count(1), default=1000)
+    p.set_defaults(func=cmd_store_verify)
+
     p = groups.add_parser("run", help="run a job's active model with spark-submit", parents=[common])
     p.add_argument("job")
     mode = p.add_mutually_exclusive_group()
@@ -715,6 +728,57 @@ def _model_text(model: JobModel, previous: JobModel | None, *, saved: bool) -> s
 
 
 # ---------------------------------------------------------------------- job
+
+
+def cmd_store_list(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.adjunct.inspect import describe_stores
+
+    rows = describe_stores(home, validate_name("job", args.job))
+
+    def human() -> str:
+        if not rows:
+            return f"job {args.job} has no stores"
+        table = []
+        for r in rows:
+            boot = r.get("last_bootstrap") or {}
+            table.append(
+                [
+                    r["store"],
+                    r["input"],
+                    r["partitioning"],
+                    r["state"],
+                    _dash(r.get("version")),
+                    _dash(r.get("snapshot_entries")),
+                    _dash(r.get("bytes")),
+                    " ".join(f"{p}:{v}" for p, v in sorted((r.get("positions") or {}).items())) or "-",
+                    _text(boot["finished_at"]) if boot.get("finished_at") else "-",
+                ]
+            )
+        return _table(
+            ["STORE", "INPUT", "KIND", "STATE", "VERSION", "ENTRIES", "BYTES", "POSITIONS", "BOOTSTRAP"], table
+        )
+
+    output.emit(rows, human)
+
+
+def cmd_store_verify(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.adjunct.inspect import verify_store
+
+    verdict = verify_store(home, validate_name("job", args.job), args.store, sample=args.sample)
+    data = {
+        "success": verdict.success,
+        "checked": verdict.checked,
+        "mismatches": verdict.mismatches,
+        "examples": list(verdict.examples),
+    }
+
+    def human() -> str:
+        head = f"store {args.store}: {verdict.checked} keys checked, {verdict.mismatches} served wrongly"
+        return head + "".join(f"\n  {e}" for e in verdict.examples)
+
+    output.emit(data, human)
+    if not verdict.success:
+        raise PipelinesError(f"store {args.store} of job {args.job} serves values its stream does not hold")
 
 
 def cmd_job_list(args: argparse.Namespace, home: Home, output: Output) -> None:

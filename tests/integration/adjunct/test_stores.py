@@ -245,3 +245,51 @@ def test_a_changed_extractor_makes_the_store_invalid(home: Home, log: DeltaLog) 
 
 def test_fraction_of_a_partitioned_view() -> None:
     assert Fraction(1, 2).holds(3) and not Fraction(1, 2).holds(4)
+
+
+def test_cli_lists_stores_and_verifies_a_sample(home: Home, log: DeltaLog, tmp_path: Path) -> None:
+    import io
+    import json
+
+    from pipelines.adjunct.durable import DurableStore
+    from pipelines.cli import main
+    from pipelines.jobs.config import JobConfig
+    from pipelines.operations.jobs import create_job
+    from tests.integration.runtime.jobs import DEMO
+    from tests.integration.runtime.jobs import produce as produce_events
+
+    log.create("customers", 2)
+    produce(log, [(f"c{i}".encode(), b"v1") for i in range(20)])
+    produce(log, [(b"c1", b"v2"), (b"c2", b"")])
+    produce_events(home, "events", 4, 2)
+    raw = JobConfig.load(DEMO).to_dict()
+    raw.update(name=JOB, stores={"customers": {"input": "customers", "partitioning": "partitioned", "bootstrap": True}})
+    create_job(home, JobConfig.from_dict(raw))
+    configs = stores(partitioning="partitioned", bootstrap=True)
+    open_stores(home, log, configs).ingest()
+
+    def cli(*argv: str) -> tuple[int, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["--home", str(home.root), "--json", *argv], out, err)
+        return code, out.getvalue() + err.getvalue()
+
+    code, text = cli("store", "list", JOB)
+    listed = json.loads(text)
+    assert code == 0 and listed[0]["store"] == "customers" and listed[0]["state"] == "valid"
+    assert (
+        listed[0]["positions"] == {str(p): v for p, v in log.end_positions("customers").items()}
+        and listed[0]["changes_total"] == 22
+    )
+    code, text = cli("store", "verify", JOB, "customers")
+    assert code == 0 and json.loads(text) == {"success": True, "checked": 20, "mismatches": 0, "examples": []}
+
+    # a store that serves a wrong value is caught: write a change the stream never had
+    durable = DurableStore(home, JOB, "customers")
+    state = durable.latest()
+    assert state is not None
+    forged = durable.read_changes(state.incarnation, None, 0, state.seq).slice(0, 1)
+    forged = forged.set_column(forged.schema.get_field_index("value"), "value", pa.array([b"forged"], pa.binary()))
+    forged = forged.set_column(forged.schema.get_field_index("seq"), "seq", pa.array([state.seq + 1], pa.int64()))
+    durable.append_segment(state.next(seq=state.seq + 1), forged, expect_previous=state.seq)
+    code, text = cli("store", "verify", JOB, "customers")
+    assert code == 2 and "forged" in text and '"mismatches": 1' in text
