@@ -293,3 +293,64 @@ def test_cli_lists_stores_and_verifies_a_sample(home: Home, log: DeltaLog, tmp_p
     durable.append_segment(state.next(seq=state.seq + 1), forged, expect_previous=state.seq)
     code, text = cli("store", "verify", JOB, "customers")
     assert code == 2 and "forged" in text and '"mismatches": 1' in text
+
+
+def test_compaction_retires_old_segments_and_an_old_local_base_still_catches_up(
+    home: Home, log: DeltaLog, tmp_path: Path
+) -> None:
+    from pipelines.adjunct.durable import KEEP_SNAPSHOTS, DurableStore
+
+    log.create("customers", 1)
+    configs = stores(bootstrap=True)
+    ad = open_stores(home, log, configs)
+    produce(log, [(b"k", b"0"), (b"gone", b"x")])
+    first = ad.ingest()
+    engine = LocalEngine(tmp_path / "old")
+    assert view_at(engine, home, JOB, configs[0], first["customers"]).get(b"k") == b"0"
+    for i in range(1, 5):  # every round: a change, a segment, a snapshot; older segments are retired
+        produce(log, [(b"k", str(i).encode())] + ([(b"gone", b"")] if i == 2 else []))
+        batch = ad.ingest()
+        ad.compact()
+    durable = DurableStore(home, JOB, "customers")
+    incarnation = batch["customers"].incarnation
+    assert len(durable.snapshots(incarnation)) == KEEP_SNAPSHOTS
+    # the old process's base is older than every kept segment: it rebuilds from a snapshot, exactly
+    view = view_at(engine, home, JOB, configs[0], batch["customers"])
+    assert view.get_many([b"k", b"gone"]).to_pylist() == [b"4", None]
+    assert engine.builds == 2, "the retired tail forced one rebuild from the snapshot"
+
+
+def test_a_restart_while_building_a_version_never_serves_half_of_it(home: Home, log: DeltaLog, tmp_path: Path) -> None:
+    log.create("customers", 2)
+    configs = stores(dataset="bounded", bootstrap=True)
+    log.produce("customers", [(b"a", b"1", None), (b"b", b"1", None)])
+    for p in range(2):  # seal version 0 in both partitions
+        log.produce("customers", [end_of_dataset_record(_key_for(log, p))])
+    log.produce("customers", [(b"a", b"2", None), (b"b", b"2", None)])
+    first = open_stores(home, log, configs)
+    batch = first.ingest()
+    assert batch["customers"].generation == 0
+    assert lookup(home, configs, batch, tmp_path, [b"a", b"b"]) == [b"1", b"1"]
+    # the driver dies with version 1 half-built (one partition's marker delivered); a new driver continues it
+    log.produce("customers", [end_of_dataset_record(_key_for(log, 0))])
+    first.ingest()
+    again = open_stores(home, log, configs)
+    assert again.opened("customers").recovery.action is Action.KEEP
+    batch = again.ingest()
+    assert batch["customers"].generation == 0, "half of version 1 is never served"
+    assert lookup(home, configs, batch, tmp_path, [b"a", b"b"]) == [b"1", b"1"]
+    log.produce("customers", [end_of_dataset_record(_key_for(log, 1))])
+    batch = again.ingest()
+    assert batch["customers"].generation == 1
+    assert lookup(home, configs, batch, tmp_path, [b"a", b"b"]) == [b"2", b"2"]
+
+
+def _key_for(log: DeltaLog, partition: int) -> bytes:
+    """A key the log places in ``partition`` (markers must land in every partition)."""
+    from pipelines.core.partitioner import murmur2
+
+    for i in range(1000):
+        key = b"marker-%d" % i
+        if (murmur2(key) & 0x7FFFFFFF) % 2 == partition:  # Kafka's placement, as the log's producer
+            return key
+    raise AssertionError("no key for the partition")
