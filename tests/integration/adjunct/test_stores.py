@@ -354,3 +354,44 @@ def _key_for(log: DeltaLog, partition: int) -> bytes:
         if (murmur2(key) & 0x7FFFFFFF) % 2 == partition:  # Kafka's placement, as the log's producer
             return key
     raise AssertionError("no key for the partition")
+
+
+def test_version_switches_are_atomic_under_load(home: Home, log: DeltaLog, tmp_path: Path) -> None:
+    """Readers on worker threads, the driver sealing versions meanwhile: every batch sees one whole version."""
+    import threading
+    import time
+
+    log.create("customers", 1)
+    keys = [f"k{i}".encode() for i in range(300)]
+    configs = stores(dataset="bounded", bootstrap=True, batch_records=120)  # a version spans several segments
+    ad = open_stores(home, log, configs)
+    versions: list = []
+    seen: list[tuple[int, set]] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        engine = LocalEngine(tmp_path / "reader")
+        while not done.is_set() or versions:
+            if not versions:
+                time.sleep(0.005)
+                continue
+            version = versions.pop(0)
+            values = view_at(engine, home, JOB, configs[0], version).get_many(keys).to_pylist()
+            seen.append((version.generation, set(values)))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for generation in range(4):
+            log.produce("customers", [(k, b"g%d" % generation, None) for k in keys])
+            log.produce("customers", [end_of_dataset_record()])
+            for _ in range(4):  # several batches per version, some while the next version is half-read
+                versions.append(ad.ingest(max_records=120)["customers"])
+    finally:
+        done.set()
+        thread.join(timeout=60)
+    assert seen and not thread.is_alive()
+    for generation, values in seen:
+        expected = {None} if generation < 0 else {b"g%d" % generation}
+        assert values == expected, f"a batch saw {sorted(map(str, values))} at generation {generation}"
+    assert max(g for g, _ in seen) == 3
