@@ -191,7 +191,9 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pipelines.adjunct.runtime import OFFSET_KEY, driver_versions
         from pipelines.jobs.config import job_config
 
-        config = job_config(self.model())
+        config = self.__dict__.get("_config")
+        if config is None:
+            config = self.__dict__["_config"] = job_config(self.model())
         if not config.stores:
             return end
         if end == {k: v for k, v in start.items() if k != OFFSET_KEY}:
