@@ -66,4 +66,3 @@ def refuse_unknown(where: str, given: Iterable[object], known: Iterable[str]) ->
         close = difflib.get_close_matches(field, names, n=1, cutoff=0.6)
         hints.append(f"{field!r} (did you mean {close[0]!r}?)" if close else repr(field))
     raise ConfigError(f"{where}: unknown field(s) {', '.join(hints)}; the fields are {', '.join(names)}")
-
