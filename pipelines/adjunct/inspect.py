@@ -14,6 +14,7 @@ executor's view at that version serves.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -136,15 +137,23 @@ def verify_store(
             expected = apply_changes(expected, pairs)
     keys = sample_keys(sorted(seen), sample, seed)
     version = StoreVersion(store, state.incarnation, state.seq, state.serving, state.root, dict(state.positions))
-    engine = LocalEngine(Path(local_dir) if local_dir else home.root / "adjunct-verify")
+    if local_dir is not None:
+        return compare_sample({k: expected.get(k) for k in keys}, _served(home, job, config, version, keys, local_dir))
+    with tempfile.TemporaryDirectory(prefix="pipelines-store-verify-") as scratch:  # a fresh executor's view
+        return compare_sample({k: expected.get(k) for k in keys}, _served(home, job, config, version, keys, scratch))
+
+
+def _served(
+    home: Home, job: str, config: StoreConfig, version: StoreVersion, keys: list[bytes], local_dir: str | Path
+) -> dict[bytes, bytes | None]:
+    engine = LocalEngine(Path(local_dir))
     served: dict[bytes, bytes | None] = {}
     if config.partitioned:
-        for cls in range(state.root):
+        for cls in range(version.root):
             view = view_at(engine, home, job, config, version, partitions=[cls])
             for k, v in zip(keys, view.get_many(keys).to_pylist(), strict=True):
                 if v is not None:
                     served[k] = v
-    else:
-        view = view_at(engine, home, job, config, version)
-        served = dict(zip(keys, view.get_many(keys).to_pylist(), strict=True))
-    return compare_sample({k: expected.get(k) for k in keys}, served)
+        return served
+    view = view_at(engine, home, job, config, version)
+    return dict(zip(keys, view.get_many(keys).to_pylist(), strict=True))
