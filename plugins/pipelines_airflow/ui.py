@@ -11,7 +11,8 @@ tasks, partitions per input and whether the input has grown since), the latest
 scaling events (kind, factor from → to, status, downtime, records replayed,
 data-quality verdict), the latest data-quality verdicts, the latest autosize
 decisions (when ``pipelines.control.decisions`` and its table exist) and
-whether a scaling lock is held (when ``pipelines.control.locks`` exists).
+whether a scaling lock is held (when ``pipelines.control.locks`` exists), and
+the job's adjunct data stores (``pipelines.adjunct.inspect.describe_stores``).
 
 Authentication. Plugin apps are mounted beside Airflow's API without its
 security, so every route here depends on Airflow's own
@@ -75,6 +76,7 @@ def job_status(control: Any, home: Any, job: str) -> dict[str, Any]:
         ("dq", lambda: _dq(control, job)),
         ("autosize_decisions", lambda: _decisions(home, job)),
         ("lock", lambda: _lock(home, job)),
+        ("stores", lambda: _stores(home, job)),
     ]
     for name, read in sections:
         try:
@@ -209,6 +211,14 @@ def _lock(home: Any, job: str) -> dict[str, Any] | None:
         "since": state.at,
         "describe": state.describe() if state.held else None,
     }
+
+
+def _stores(home: Any, job: str) -> list[dict[str, Any]] | None:
+    """The job's adjunct stores (position, size, version, validity, last bootstrap); None without the module."""
+    module = _optional("pipelines.adjunct.inspect")
+    if module is None:
+        return None
+    return module.describe_stores(home, job) or None
 
 
 def _optional(module: str) -> Any:
@@ -349,6 +359,8 @@ def _job_card(job: Mapping[str, Any]) -> str:
     parts.append(_dq_table(job.get("dq")))
     if job.get("autosize_decisions") is not None:
         parts.append(_decisions_table(job["autosize_decisions"]))
+    if job.get("stores"):
+        parts.append(_stores_table(job["stores"]))
     for section, error in (job.get("errors") or {}).items():
         parts.append(f"<div class='err'>{_e(section)}: {_e(error)}</div>")
     parts.append("</section>")
@@ -413,6 +425,31 @@ def _dq_table(windows: list[dict[str, Any]] | None) -> str:
         )
         rows.append([_e(w["window"]), _e(_short_time(w["run_at"])), _verdict("PASS" if w["ok"] else "FAIL"), checks])
     return head + _table(["window", "run at", "verdict", "checks (offending/checked)"], rows, "dq")
+
+
+def _stores_table(stores: list[dict[str, Any]]) -> str:
+    rows = []
+    for st in stores:
+        boot = st.get("last_bootstrap") or {}
+        positions = " ".join(f"{p}:{v}" for p, v in sorted((st.get("positions") or {}).items()))
+        state = st.get("state")
+        pill = {"valid": "ok", "absent": "warn"}.get(str(state), "bad")
+        generation = f" / g{_e(st['generation'])}" if st.get("dataset") == "bounded" else ""
+        rows.append(
+            [
+                _e(st["store"]),
+                _e(f"{st['input']} · {st['partitioning']} · {st['persistence']}"),
+                f"<span class='pill {pill}' title='{_e(st.get('validity') or '')}'>{_e(state)}</span>",
+                _e(_dash(st.get("version"))) + generation,
+                _e(_dash(st.get("snapshot_entries"))),
+                _e(_dash(st.get("bytes"))),
+                f"<span class='mono'>{_e(positions or '-')}</span>",
+                _e(_short_time(boot.get("finished_at")) if boot.get("finished_at") else "-"),
+            ]
+        )
+    head = "<h3>Adjunct data stores</h3>"
+    columns = ["store", "input", "validity", "version", "entries", "bytes", "stream position", "last bootstrap"]
+    return head + _table(columns, rows, "stores")
 
 
 def _decisions_table(decisions: list[dict[str, Any]]) -> str:

@@ -247,7 +247,9 @@ def test_fraction_of_a_partitioned_view() -> None:
     assert Fraction(1, 2).holds(3) and not Fraction(1, 2).holds(4)
 
 
-def test_cli_lists_stores_and_verifies_a_sample(home: Home, log: DeltaLog, tmp_path: Path) -> None:
+def test_cli_and_airflow_page_show_stores_and_verify_a_sample(
+    home: Home, log: DeltaLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import io
     import json
 
@@ -282,6 +284,15 @@ def test_cli_lists_stores_and_verifies_a_sample(home: Home, log: DeltaLog, tmp_p
     )
     code, text = cli("store", "verify", JOB, "customers")
     assert code == 0 and json.loads(text) == {"success": True, "checked": 20, "mismatches": 0, "examples": []}
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[3] / "plugins"))  # as Airflow loads it
+    from pipelines_airflow import ui  # the Airflow page's data and HTML, without a running Airflow
+
+    page = ui.collect(JOB, home)
+    shown = page["jobs"][0]
+    assert shown["errors"] == {} and shown["stores"][0]["store"] == "customers"
+    html = ui.render_page(page)
+    assert "Adjunct data stores" in html and "deltalog.customers" in html and ">valid<" in html
 
     # a store that serves a wrong value is caught: write a change the stream never had
     durable = DurableStore(home, JOB, "customers")
