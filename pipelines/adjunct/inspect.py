@@ -27,7 +27,7 @@ from pipelines.adjunct.local import LocalEngine
 from pipelines.adjunct.views import StoreVersion, view_at
 from pipelines.control.home import Home
 from pipelines.core.adjunct import SampleVerdict, apply_changes, compare_sample, judge_store, sample_keys
-from pipelines.errors import StoreError
+from pipelines.errors import ConfigError, StoreError
 
 
 def _configs(home: Home, job: str) -> tuple[StoreConfig, ...]:
@@ -41,7 +41,11 @@ def _configs(home: Home, job: str) -> tuple[StoreConfig, ...]:
         from pipelines.errors import UnknownJobError
 
         raise UnknownJobError(f"no job {job!r} in {home.control}; create it with 'pipelines job create'")
-    return job_stores(job_config(models.get(job, version)))
+    try:
+        config = job_config(models.get(job, version))
+    except ConfigError:  # a model planned before job configs were kept: it has no stores
+        return ()
+    return job_stores(config)
 
 
 def describe_stores(home: Home, job: str, now: datetime | None = None) -> list[dict[str, Any]]:
