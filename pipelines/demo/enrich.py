@@ -23,9 +23,17 @@ def process(record: Record, ctx: TaskContext) -> dict[str, Any]:
         raise ValueError(f"value is not a demo event (needs 'key' and 'seq'): {record.value[:80]!r}")
     if latency:
         time.sleep(latency)
-    return {
+    row = {
         "event_key": doc["key"],
         "seq": int(doc["seq"]),
         "payload": doc.get("payload"),
         "enriched": f"{doc['key']}#{int(doc['seq'])}",
     }
+    customers = ctx.stores.get(CUSTOMERS)
+    if customers is not None:  # the demo's job looks its customers up in an adjunct store fed by a change stream
+        name = customers.get(record.key)
+        row["customer"] = None if name is None else name.decode()
+    return row
+
+
+CUSTOMERS = "customers"

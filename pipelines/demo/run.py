@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipelines.adjunct.inspect import verify_store
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
+from pipelines.demo.enrich import CUSTOMERS
 from pipelines.demo.producer import produce
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.jobs.config import JobConfig
@@ -128,6 +130,45 @@ class Producer(threading.Thread):
             self.error = e
 
 
+class CustomerChanges(threading.Thread):
+    """The customer table as a change stream: a name per key first, then renames and deletions while the job runs.
+
+    The job looks every event's key up in the ``customers`` adjunct store fed
+    by this stream; an empty value deletes the customer (the event then gets
+    no name), a later value brings it back.
+    """
+
+    def __init__(self, home: Home, keys: int, per_second: int = 20) -> None:
+        super().__init__(name="demo-customers", daemon=True)
+        self.log, self.keys, self.per_second = DeltaLog(home.streams), keys, per_second
+        self.halt = threading.Event()
+        self.changes = 0
+        self.deletes = 0
+        self.error: BaseException | None = None
+
+    def first_names(self) -> None:
+        self.log.create(CUSTOMERS, 1)
+        self.log.produce(CUSTOMERS, [(f"key-{k}".encode(), f"customer {k}".encode(), None) for k in range(self.keys)])
+
+    def run(self) -> None:
+        import random
+
+        rng = random.Random(1)
+        try:
+            while not self.halt.wait(1.0):
+                batch = []
+                for _ in range(self.per_second):
+                    k = rng.randrange(self.keys)
+                    deleted = rng.random() < 0.2
+                    name = b"" if deleted else f"customer {k} v{self.changes}".encode()
+                    batch.append((f"key-{k}".encode(), name, None))
+                    self.changes += 1
+                    self.deletes += deleted
+                self.log.produce(CUSTOMERS, batch)
+        except BaseException as e:  # reported by the demo, which then stops
+            self.error = e
+
+
 class Driver(threading.Thread):
     """The job's continuous driver, in this process: switches models in place when they are activated."""
 
@@ -152,7 +193,7 @@ def _refuse_a_home_of_others(home: Home, demo_job: str) -> None:
     """The demo starts from an empty home; it wipes only a home that holds nothing but an earlier demo."""
     others = sorted(set(ControlPlane(home).job_models.jobs()) - {demo_job})
     streams = sorted(p.name for p in home.streams.iterdir() if p.is_dir()) if home.streams.exists() else []
-    foreign = [f"job {j}" for j in others] + [f"stream {s}" for s in streams if s != STREAM]
+    foreign = [f"job {j}" for j in others] + [f"stream {s}" for s in streams if s not in (STREAM, CUSTOMERS)]
     if foreign:
         raise ConfigError(
             f"the demo wipes its home, and {home.root} holds {', '.join(foreign)}; give the demo an empty "
@@ -178,7 +219,11 @@ def run_demo(
         shutil.rmtree(home.root)
     DeltaLog(home.streams).create(STREAM, 2)
     raw["process_options"] = {"latency_ms": latency_ms}
+    raw["stores"] = {CUSTOMERS: {"input": CUSTOMERS, "partitioning": "broadcast", "bootstrap": True}}
+    raw["output_schema"] += ", customer STRING"
     config = JobConfig.from_dict(raw, origin=JOB_CONFIG)
+    customers = CustomerChanges(home, keys)
+    customers.first_names()
     say(f"home: {home.root}\nstarting Spark ({master}) ...")
     spark = build_session(master, app_name="pipelines-demo")
     results: list[StepResult] = []
@@ -188,11 +233,12 @@ def run_demo(
         produce(DeltaLog(home.streams), home, STREAM, rate, keys, seed=0)  # a first second of input
         create_job(home, config)
         producer.start()
+        customers.start()
         driver = Driver(spark, home, config.name, say)
         driver.start()
         for step, factor, expand_to in STEPS:
             say(f"\n== {step}")
-            _check(producer, driver)
+            _check(producer, driver, customers)
             if expand_to is not None:
                 DeltaLog(home.streams).expand(STREAM, expand_to)
                 say(f"  input {STREAM} expanded to {expand_to} partitions")
@@ -223,19 +269,30 @@ def run_demo(
         say("\n== drain: stop producing, let the job catch up, stop it at a batch boundary")
         producer.halt.set()
         producer.join(30)
+        customers.halt.set()
+        customers.join(30)
         target = scaling.end_positions(home, config.name)
         version = ControlPlane(home).job_models.active_version(config.name)
         assert version is not None
         deadline = time.monotonic() + 300
         while not scaling.lag_behind(home, config.name, version, target)[0] and time.monotonic() < deadline:
-            _check(producer, driver)
+            _check(producer, driver, customers)
             time.sleep(1)
         driver.stop()
         for result in results:  # each model's figures over its whole life, now that it has ended
             result.records, result.rate, result.lag_after = _throughput(home, config.name, result.version)
         final = run_quality(home, config.name, sequence="seq")
         say("  " + final.summary().replace("\n", "\n  "))
+        store = verify_store(home, config.name, CUSTOMERS)
+        say(
+            f"  store {CUSTOMERS}: {customers.changes:,} changes ({customers.deletes:,} deletes) while the job ran; "
+            f"{store.checked:,} sampled lookups vs the change stream: {store.mismatches} mismatches"
+            + "".join(f"\n    {e}" for e in store.examples)
+        )
+        if not store.success:
+            raise PipelinesError(f"store {CUSTOMERS} serves values its change stream does not hold")
     finally:
+        customers.halt.set()
         producer.halt.set()
         if driver is not None and driver.is_alive():
             driver.stop()
@@ -257,8 +314,8 @@ def run_demo(
     return [*results, total], final
 
 
-def _check(producer: Producer, driver: Driver | None) -> None:
-    for part in (producer, driver):
+def _check(producer: Producer, driver: Driver | None, *others: Any) -> None:
+    for part in (producer, driver, *others):
         if part is not None and part.error is not None:
             raise PipelinesError(f"the demo's {part.name} failed: {part.error}") from part.error
 
