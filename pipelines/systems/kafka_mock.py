@@ -16,7 +16,7 @@ helper process:
 
 Run it as ``python -m pipelines.systems.kafka_mock [--brokers N] [--topic NAME:PARTITIONS ...]``:
 it prints ``bootstrap <host:port,...>`` and then reads commands, one a line,
-on stdin (``create <topic> <partitions>``, ``topic-error <topic> <kafka error code>``,
+on stdin (``create <topic> <partitions>``, ``delete <topic>``, ``topic-error <topic> <kafka error code>``,
 ``down``, ``up``, ``quit``),
 answering ``ok`` or ``error <reason>``. ``MockKafka`` drives it from Python.
 It ends when stdin closes, so it never outlives whoever started it.
@@ -87,6 +87,8 @@ class _Cluster:
         for name in ("rd_kafka_mock_broker_set_down", "rd_kafka_mock_broker_set_up"):
             getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_int32]
             getattr(lib, name).restype = ctypes.c_int
+        lib.rd_kafka_mock_topic_delete.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.rd_kafka_mock_topic_delete.restype = ctypes.c_int
         lib.rd_kafka_mock_topic_set_error.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
         lib.rd_kafka_mock_topic_set_error.restype = None
         lib.rd_kafka_err2str.argtypes = [ctypes.c_int]
@@ -108,6 +110,11 @@ class _Cluster:
 
     def create(self, topic: str, partitions: int) -> None:
         err = self.lib.rd_kafka_mock_topic_create(self.cluster, topic.encode(), partitions, min(3, self.brokers))
+        if err:
+            raise RuntimeError(self.lib.rd_kafka_err2str(err).decode())
+
+    def delete(self, topic: str) -> None:
+        err = self.lib.rd_kafka_mock_topic_delete(self.cluster, topic.encode())
         if err:
             raise RuntimeError(self.lib.rd_kafka_err2str(err).decode())
 
@@ -136,6 +143,8 @@ def serve(brokers: int, topics: list[str], stdin: IO[str], stdout: IO[str]) -> N
                 continue
             if words[0] == "create" and len(words) == 3:
                 cluster.create(words[1], int(words[2]))
+            elif words[0] == "delete" and len(words) == 2:
+                cluster.delete(words[1])
             elif words[0] == "topic-error" and len(words) == 3:
                 cluster.topic_error(words[1], int(words[2]))
             elif words[0] in ("down", "up") and len(words) == 1:
@@ -180,6 +189,14 @@ class MockKafka:
 
     def create_topic(self, topic: str, partitions: int) -> None:
         self._command(f"create {topic} {partitions}")
+
+    def delete_topic(self, topic: str) -> None:
+        self._command(f"delete {topic}")
+
+    def recreate_topic(self, topic: str, partitions: int) -> None:
+        """Delete and create again with another count: how a grown topic looks to a job (the mock cannot grow one)."""
+        self.delete_topic(topic)
+        self.create_topic(topic, partitions)
 
     def topic_error(self, topic: str, code: int) -> None:
         """Answer metadata requests for ``topic`` with a Kafka error code (0 clears it), e.g. an ACL refusal."""

@@ -21,9 +21,12 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from pipelines.control.home import Home
 from pipelines.core.partitioner import kafka_partition
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
-from pipelines.jobs.config import _systems
+from pipelines.jobs.config import JobConfig, _systems
+from pipelines.operations import repartition
+from pipelines.operations.jobs import create_job
 from pipelines.systems.base import Bounded, InputSystem
 from pipelines.systems.kafka import KafkaSystem, position_key, validate_settings
 from pipelines.systems.kafka_mock import MockKafka
@@ -277,3 +280,24 @@ def test_positions_are_offsets_ordered_as_numbers() -> None:
         position_key("abc")
     with pytest.raises(StreamError, match=">= 0"):
         position_key("-1")
+
+
+def test_the_repartition_watch_sees_a_topic_with_more_partitions_than_the_job_model(
+    kafka_broker: MockKafka, home: Home
+) -> None:
+    """The mock cannot add partitions: the topic is made again with 4, which is what a grown topic looks like."""
+    topic = _topic(kafka_broker, 2, "grow")
+    base = JobConfig.load("include/jobs/enrichment.yaml").to_dict()
+    base.update(
+        name="grow-job",
+        inputs=[{"system": "kafka", "stream": topic}],
+        systems={"kafka": {"bootstrap_servers": kafka_broker.bootstrap, "timeout_ms": 5000}},
+    )
+    create_job(home, JobConfig.from_dict(base))
+    assert repartition.detect(home, ["grow-job"]) == []
+    kafka_broker.recreate_topic(topic, 4)
+    (change,) = repartition.detect(home, ["grow-job"])
+    assert (change.stream, change.before, change.after, change.error) == (f"kafka/{topic}", 2, 4, None)
+    kafka_broker.recreate_topic(topic, 3)
+    (change,) = repartition.detect(home, ["grow-job"])
+    assert change.after == 3 and "multiple" in (change.error or "")
