@@ -146,3 +146,41 @@ def test_a_kafka_job_rescaled_while_producing_passes_the_data_quality_checks(
     verdict = verify_job(home, config.name, sequence="seq", event=event.event_id)
     assert verdict.ok, verdict.summary()
     events.kafka.close()
+
+
+def test_a_kafka_job_waits_out_a_broker_outage_and_resumes_with_nothing_lost(spark, home: Home) -> None:
+    with MockKafka() as broker:  # its own broker: this test takes it down
+        events = KafkaEvents(broker, partitions=2, keys=16)
+        events.settings["timeout_ms"] = 1500  # planning gives up on a silent broker quickly, then tries again
+        config = kafka_job(home, "kafka-outage", 2, events, max_records=50)
+        events.produce(150)
+        messages: list[str] = []
+        driver = threading.Thread(
+            target=lambda: run_job(spark, home, config.name, available_now=False, progress=messages.append)
+        )
+        driver.start()
+        control = ControlPlane(home)
+        deadline = time.monotonic() + 180
+        try:
+            while len(sink(home, config)) < events.total and time.monotonic() < deadline:
+                time.sleep(0.2)
+            batches_before = control.checkpoints.latest_batch(config.name, 1) or 0
+            broker.set_down(True)
+            time.sleep(4.0)  # several triggers find the input silent
+            batches_down = control.checkpoints.latest_batch(config.name, 1) or 0
+            broker.set_down(False)
+            events.produce(150)
+            while len(sink(home, config)) < events.total and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
+            stop_request(home, config.name).touch()
+            driver.join(timeout=120)
+        assert not driver.is_alive(), "the driver survived the outage and stopped when asked"
+        assert batches_down <= batches_before + 1, "no batch was planned while the broker was down"
+        rows = sink(home, config)
+        assert len(rows) == events.total == 300
+        assert not rows.duplicated(["stream", "partition", "offset"]).any()
+        assert order_violations(rows) == []
+        assert events.kafka.committed(config.name, events.topic) == events.kafka.end_positions(events.topic)
+        events.kafka.close()
