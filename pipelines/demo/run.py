@@ -30,7 +30,7 @@ from typing import Any
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.demo.producer import produce
-from pipelines.errors import ConfigError, PipelinesError
+from pipelines.errors import ConfigError, PipelinesError, StreamError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
@@ -129,7 +129,11 @@ class Producer(threading.Thread):
         try:
             while not self.halt.is_set():
                 started = time.monotonic()
-                produce(self.log, self.home, STREAM, per_tick, self.keys, seed=None)
+                try:
+                    produce(self.log, self.home, STREAM, per_tick, self.keys, seed=None)
+                except StreamError:  # the input does not answer (the Kafka demo's outage): wait, as producers do
+                    self.halt.wait(0.5)  # the next call learns every key's seq from the stream again
+                    continue
                 self.produced += per_tick
                 self.halt.wait(max(0.0, tick - (time.monotonic() - started)))
         except BaseException as e:  # reported by the demo, which then stops
@@ -195,7 +199,7 @@ def run_demo(
 
         broker = MockKafka(topics={STREAM: 2})
         say(f"Kafka-protocol broker (librdkafka's mock cluster) on {broker.bootstrap}")
-        settings = {"bootstrap_servers": broker.bootstrap, "timeout_ms": 2000}
+        settings = {"bootstrap_servers": broker.bootstrap, "timeout_ms": 2000, "properties": {"log_level": 2}}
         raw["inputs"] = [{"system": "kafka", "stream": STREAM}]
         raw["systems"] = {"kafka": settings}
         system, steps = KafkaSystem(settings), KAFKA_STEPS
@@ -228,7 +232,7 @@ def run_demo(
                 say(f"  input {STREAM} expanded to {expand_to} partitions")
                 changes = repartition.detect(home, [config.name])
                 request = changes[0].request()  # what repartition_watch would absorb
-            elif factor != 1:
+            elif factor is not None and factor != 1:  # None without an expansion: the broker outage step
                 request = scaling.ScalingRequest(config.name, factor, step)
             else:
                 request = None
