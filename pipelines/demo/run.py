@@ -15,6 +15,12 @@ boundary and starts the new model's query in the same Spark application), is
 verified with the Great Expectations suites over its scaling window, and is
 recorded with its downtime. At the end the producer stops, the job drains its
 backlog, and the whole run is verified.
+
+``--input kafka`` runs the same story on a local Kafka-protocol broker
+(librdkafka's mock cluster, ``pipelines.systems.kafka_mock``), as far as it
+allows: it cannot add partitions, so the expansion step becomes a broker
+outage of a few seconds while the job runs (the job and the producer wait,
+nothing is lost or reordered).
 """
 
 from __future__ import annotations
