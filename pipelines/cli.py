@@ -206,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", type=_count(1), default=200)
     p.add_argument("--latency-ms", type=_seconds, default=2.0, help="simulated remote call per record")
     p.add_argument("--master", default="local[8]")
+    p.add_argument(
+        "--input",
+        choices=("deltalog", "kafka"),
+        default="deltalog",
+        help="the embedded log, or a local Kafka-protocol broker (librdkafka's mock cluster) started by the demo",
+    )
     p.set_defaults(func=cmd_demo)
     p = groups.add_parser(
         "verify",
@@ -294,7 +300,7 @@ def cmd_demo(args: argparse.Namespace, home: Home, output: Output) -> None:
 
     if args.home is None:  # the demo wipes its home: never the default one by accident
         home = Home(home.root / "demo")
-    if demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master) != 0:
+    if demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master, args.input) != 0:
         raise PipelinesError("the demo's verification failed; see the table above")
 
 

@@ -15,6 +15,12 @@ boundary and starts the new model's query in the same Spark application), is
 verified with the Great Expectations suites over its scaling window, and is
 recorded with its downtime. At the end the producer stops, the job drains its
 backlog, and the whole run is verified.
+
+``--input kafka`` runs the same story on a local Kafka-protocol broker
+(librdkafka's mock cluster, ``pipelines.systems.kafka_mock``), as far as it
+allows: it cannot add partitions, so the expansion step becomes a broker
+outage of a few seconds while the job runs (the job and the producer wait,
+nothing is lost or reordered).
 """
 
 from __future__ import annotations
@@ -32,13 +38,14 @@ from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.demo.enrich import CUSTOMERS
 from pipelines.demo.producer import produce
-from pipelines.errors import ConfigError, PipelinesError
+from pipelines.errors import ConfigError, PipelinesError, StreamError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
 from pipelines.runtime.driver import run_job
 from pipelines.runtime.requests import stop_request
+from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 
 JOB_CONFIG = str(Path(__file__).resolve().parents[2] / "include" / "jobs" / "enrichment.yaml")  # any cwd
@@ -47,6 +54,13 @@ STEPS: list[tuple[str, int | None, int | None]] = [  # (step, factor, expand the
     ("start at factor 1", 1, None),
     ("scale up to 4", 4, None),
     ("expand input 2 -> 4", None, 4),
+    ("scale down to 2", 2, None),
+]
+OUTAGE_S = 4.0
+KAFKA_STEPS: list[tuple[str, int | None, int | None]] = [  # the test broker cannot add partitions: an outage instead
+    ("start at factor 1", 1, None),
+    ("scale up to 4", 4, None),
+    (f"broker down {OUTAGE_S:.0f} s", None, None),
     ("scale down to 2", 2, None),
 ]
 HEADERS = [
@@ -109,10 +123,10 @@ class StepResult:
 class Producer(threading.Thread):
     """Appends ``rate`` keyed records per second (in 4 commits a second) until stopped."""
 
-    def __init__(self, home: Home, rate: int, keys: int) -> None:
+    def __init__(self, home: Home, rate: int, keys: int, system: InputSystem) -> None:
         super().__init__(name="demo-producer", daemon=True)
         self.home, self.rate, self.keys = home, rate, keys
-        self.log = DeltaLog(home.streams)
+        self.log = system
         self.halt = threading.Event()
         self.produced = 0
         self.error: BaseException | None = None
@@ -123,7 +137,11 @@ class Producer(threading.Thread):
         try:
             while not self.halt.is_set():
                 started = time.monotonic()
-                produce(self.log, self.home, STREAM, per_tick, self.keys, seed=None)
+                try:
+                    produce(self.log, self.home, STREAM, per_tick, self.keys, seed=None)
+                except StreamError:  # the input does not answer (the Kafka demo's outage): wait, as producers do
+                    self.halt.wait(0.5)  # the next call learns every key's seq from the stream again
+                    continue
                 self.produced += per_tick
                 self.halt.wait(max(0.0, tick - (time.monotonic() - started)))
         except BaseException as e:  # reported by the demo, which then stops
@@ -210,6 +228,7 @@ def run_demo(
     latency_ms: float = 2.0,
     master: str = "local[8]",
     say: Any = print,
+    input: str = "deltalog",
 ) -> tuple[list[StepResult], Any]:
     from pipelines.runtime.session import build_session
 
@@ -217,34 +236,55 @@ def run_demo(
     if home.root.exists():
         _refuse_a_home_of_others(home, raw["name"])
         shutil.rmtree(home.root)
-    DeltaLog(home.streams).create(STREAM, 2)
     raw["process_options"] = {"latency_ms": latency_ms}
     raw["stores"] = {CUSTOMERS: {"input": CUSTOMERS, "partitioning": "broadcast", "bootstrap": True}}
     raw["output_schema"] += ", customer STRING"
+    broker = None
+    steps = STEPS
+    system: InputSystem
+    if input == "kafka":
+        from pipelines.systems.kafka import KafkaSystem
+        from pipelines.systems.kafka_mock import MockKafka
+
+        broker = MockKafka(topics={STREAM: 2})
+        say(f"Kafka-protocol broker (librdkafka's mock cluster) on {broker.bootstrap}")
+        settings = {"bootstrap_servers": broker.bootstrap, "timeout_ms": 2000, "properties": {"log_level": 2}}
+        raw["inputs"] = [{"system": "kafka", "stream": STREAM}]
+        raw["systems"] = {"kafka": settings}
+        system, steps = KafkaSystem(settings), KAFKA_STEPS
+    else:
+        system = DeltaLog(home.streams)
+        system.create(STREAM, 2)
     config = JobConfig.from_dict(raw, origin=JOB_CONFIG)
     customers = CustomerChanges(home, keys)
     customers.first_names()
     say(f"home: {home.root}\nstarting Spark ({master}) ...")
     spark = build_session(master, app_name="pipelines-demo")
     results: list[StepResult] = []
-    producer = Producer(home, rate, keys)
+    producer = Producer(home, rate, keys, system)
     driver: Driver | None = None
     try:
-        produce(DeltaLog(home.streams), home, STREAM, rate, keys, seed=0)  # a first second of input
+        produce(system, home, STREAM, rate, keys, seed=0)  # a first second of input
         create_job(home, config)
         producer.start()
         customers.start()
         driver = Driver(spark, home, config.name, say)
         driver.start()
-        for step, factor, expand_to in STEPS:
+        for step, factor, expand_to in steps:
             say(f"\n== {step}")
             _check(producer, driver, customers)
+            if broker is not None and factor is None:
+                broker.set_down(True)  # the job and the producer wait; nothing may be lost or reordered
+                say(f"  broker down for {OUTAGE_S:.0f} s while the job runs")
+                time.sleep(OUTAGE_S)
+                broker.set_down(False)
+                say("  broker up again")
             if expand_to is not None:
-                DeltaLog(home.streams).expand(STREAM, expand_to)
+                system.expand(STREAM, expand_to)
                 say(f"  input {STREAM} expanded to {expand_to} partitions")
                 changes = repartition.detect(home, [config.name])
                 request = changes[0].request()  # what repartition_watch would absorb
-            elif factor != 1:
+            elif factor is not None and factor != 1:  # None without an expansion: the broker outage step
                 request = scaling.ScalingRequest(config.name, factor, step)
             else:
                 request = None
@@ -297,6 +337,9 @@ def run_demo(
         if driver is not None and driver.is_alive():
             driver.stop()
         spark.stop()
+        system.close()
+        if broker is not None:
+            broker.stop()
     total = StepResult("whole run", results[-1].factor, results[-1].partitions, results[-1].tasks)
     v = final.verdict
     total.records = v.rows + v.dead_letters
@@ -357,8 +400,12 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def main(home: Home, rate: int, seconds: float, keys: int, latency_ms: float, master: str) -> int:
-    results, _ = run_demo(home, rate=rate, step_seconds=seconds, keys=keys, latency_ms=latency_ms, master=master)
+def main(
+    home: Home, rate: int, seconds: float, keys: int, latency_ms: float, master: str, input: str = "deltalog"
+) -> int:
+    results, _ = run_demo(
+        home, rate=rate, step_seconds=seconds, keys=keys, latency_ms=latency_ms, master=master, input=input
+    )
     ok = all(r.passed for r in results)
     print("\ndemo " + ("passed: every step verified" if ok else "FAILED verification"), file=sys.stderr)
     return 0 if ok else 1

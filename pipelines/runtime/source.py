@@ -48,6 +48,7 @@ from pipelines.core.batchplan import PartitionView, plan_batch
 from pipelines.core.model import JobModel
 from pipelines.core.positions import Bounded, End, Position
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.errors import StreamError
 from pipelines.runtime import fetch, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
@@ -165,7 +166,11 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             budget = 1 << 62
         elif isinstance(limit, ReadMaxRows):
             budget = limit.max_rows
-        planned = self._plan(positions, budget)
+        try:
+            planned = self._plan(positions, budget)
+        except StreamError as e:  # an input that does not answer (a broker down): wait for it, never fail
+            print(f"[{self.job}] v{self.version}: input unavailable, no new batch until it answers: {e}", flush=True)
+            return start
         ends: dict[SystemStreamPartition, Offset] = {}
         for ssp, end in planned.items():
             if isinstance(end, Bounded):

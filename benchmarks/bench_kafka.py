@@ -1,0 +1,187 @@
+"""Reading Kafka vs the embedded log, on the same data, in the same run (issue 11's performance goals).
+
+Figures (records/s of ``run_job`` available-now, Spark session start excluded):
+
+* a cheap job (latency 0) at factor 1 on Kafka vs on the embedded log
+  (goal: Kafka >= 80 % of the embedded log);
+* the 2 ms/record job at factor 8 vs factor 1, on each input (goal: Kafka's
+  efficiency the same as the embedded log's);
+* raw reads without Spark: one whole-partition ``read`` per partition,
+  records/s, Kafka vs the embedded log.
+
+The Kafka broker is librdkafka's mock cluster in a helper process on
+127.0.0.1 (``pipelines.systems.kafka_mock``): a real Kafka-protocol server,
+but not a tuned JVM broker, so absolute Kafka figures say little about a real
+cluster; the ratios say what this module and the runtime cost.
+
+Ends with one JSON line ``{"bench": "kafka", "figures": {...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PARTITIONS = 2
+
+
+def log(message: str) -> None:
+    print(f"[bench_kafka] {message}", file=sys.stderr, flush=True)
+
+
+def records(n: int, keys: int, seed: int) -> list[tuple[bytes, bytes, None]]:
+    rng = random.Random(seed)
+    seq: dict[str, int] = {}
+    out = []
+    for _ in range(n):
+        key = f"key-{rng.randrange(keys)}"
+        s = seq.get(key, 0)
+        seq[key] = s + 1
+        out.append((key.encode(), json.dumps({"key": key, "seq": s, "payload": "x" * 32}).encode(), None))
+    return out
+
+
+def run(
+    spark: Any,
+    home: Any,
+    name: str,
+    system: str,
+    stream: str,
+    settings: dict,
+    factor: int,
+    latency_ms: float,
+    max_records: int,
+    expected: int,
+) -> float:
+    import deltalake
+
+    from pipelines.jobs.config import JobConfig
+    from pipelines.operations.jobs import create_job
+    from pipelines.runtime.driver import run_job
+
+    base = JobConfig.load(str(Path(__file__).resolve().parents[1] / "include" / "jobs" / "enrichment.yaml"))
+    raw = {
+        **base.to_dict(),
+        "name": name,
+        "inputs": [{"system": system, "stream": stream}],
+        "elasticity_factor": factor,
+        "process_options": {"latency_ms": latency_ms},
+        "batch": {"max_records": max_records, "trigger_interval": "0 seconds"},
+        "trigger": "available-now",
+        "sink": {"table": name},
+        "dead_letter": {"table": f"{name}_dead"},
+    }
+    if settings:
+        raw["systems"] = {system: settings}
+    create_job(home, JobConfig.from_dict(raw))
+    started = time.perf_counter()
+    run_job(spark, home, name, available_now=True, progress=lambda m: None)
+    seconds = time.perf_counter() - started
+    rows = deltalake.DeltaTable(str(home.sinks / name)).to_pandas(columns=["partition", "offset"])
+    if len(rows) != expected or rows.duplicated().any():
+        raise SystemExit(f"DATA-QUALITY FAILURE: {name} wrote {len(rows)} rows for {expected} records")
+    rate = expected / seconds
+    log(f"{name}: {expected:,} records in {seconds:.1f}s = {rate:,.0f} records/s")
+    return rate
+
+
+def raw_reads(system: Any, stream: str, repeat: int = 3) -> float:
+    ends = system.end_positions(stream)
+    best = 0.0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        total = sum(system.read(stream, p, "0", end).records.num_rows for p, end in ends.items())
+        best = max(best, total / (time.perf_counter() - started))
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cheap-records", type=int, default=40_000, help="records for the latency-0 job")
+    parser.add_argument("--slow-records", type=int, default=4_000, help="records for the 2 ms/record job")
+    parser.add_argument("--keys", type=int, default=2000)
+    parser.add_argument("--latency-ms", type=float, default=2.0)
+    parser.add_argument("--max-records", type=int, default=2000, help="records per micro-batch at factor 1")
+    args = parser.parse_args(argv)
+
+    from pipelines.control.home import Home
+    from pipelines.runtime.session import build_session
+    from pipelines.systems.deltalog import DeltaLog
+    from pipelines.systems.kafka import KafkaSystem
+    from pipelines.systems.kafka_mock import MockKafka
+
+    root = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
+    home = Home(root.resolve())
+    broker = MockKafka(topics={"cheap": PARTITIONS, "slow": PARTITIONS, "warmup": PARTITIONS})
+    settings = {"bootstrap_servers": broker.bootstrap}
+    kafka, dlog = KafkaSystem(settings), DeltaLog(home.streams)
+    try:
+        log(f"producing {args.cheap_records:,} + {args.slow_records:,} records into both inputs ({broker.bootstrap})")
+        for stream, n, seed in (("cheap", args.cheap_records, 1), ("slow", args.slow_records, 2), ("warmup", 400, 3)):
+            batch = records(n, args.keys, seed)
+            dlog.create(stream, PARTITIONS)
+            for i in range(0, n, 5000):
+                dlog.produce(stream, batch[i : i + 5000])
+                kafka.produce(stream, batch[i : i + 5000])
+            assert sorted(dlog.end_offsets(stream).values()) == sorted(
+                int(e) for e in kafka.end_positions(stream).values()
+            )
+        figures: dict[str, float] = {}
+        figures["raw_read_deltalog_rps"] = raw_reads(dlog, "cheap")
+        figures["raw_read_kafka_rps"] = raw_reads(kafka, "cheap")
+        d, k = figures["raw_read_deltalog_rps"], figures["raw_read_kafka_rps"]
+        log(f"raw reads: deltalog {d:,.0f}/s, kafka {k:,.0f}/s")
+
+        spark = build_session(f"local[{PARTITIONS * 8}]", app_name="bench-kafka")
+        try:
+            inputs = {"deltalog": ("deltalog", {}), "kafka": ("kafka", settings)}
+            for name, (system, conf) in inputs.items():  # first queries pay for Python workers: not measured
+                run(spark, home, f"warm_{name}", system, "warmup", conf, 8, 0, args.max_records, 400)
+            rates: dict[tuple[str, str, int], float] = {}
+            for name, (system, conf) in inputs.items():
+                rates[(name, "cheap", 1)] = run(
+                    spark, home, f"cheap_{name}_f1", system, "cheap", conf, 1, 0, args.max_records, args.cheap_records
+                )
+                for factor in (1, 8):
+                    rates[(name, "slow", factor)] = run(
+                        spark,
+                        home,
+                        f"slow_{name}_f{factor}",
+                        system,
+                        "slow",
+                        conf,
+                        factor,
+                        args.latency_ms,
+                        args.max_records,
+                        args.slow_records,
+                    )
+        finally:
+            spark.stop()
+        figures["cheap_f1_deltalog_rps"] = rates[("deltalog", "cheap", 1)]
+        figures["cheap_f1_kafka_rps"] = rates[("kafka", "cheap", 1)]
+        figures["cheap_f1_kafka_vs_deltalog"] = rates[("kafka", "cheap", 1)] / rates[("deltalog", "cheap", 1)]
+        for name in inputs:
+            figures[f"speedup_f8_vs_f1_{name}"] = rates[(name, "slow", 8)] / rates[(name, "slow", 1)]
+        figures["f8_efficiency_kafka_vs_deltalog"] = (
+            figures["speedup_f8_vs_f1_kafka"] / figures["speedup_f8_vs_f1_deltalog"]
+        )
+        print("| figure | value |\n|---|---|")
+        for key, value in figures.items():
+            print(f"| {key} | {value:,.2f} |")
+        print(json.dumps({"bench": "kafka", "figures": {k: round(v, 3) for k, v in figures.items()}}))
+        return 0
+    finally:
+        kafka.close()
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
