@@ -72,11 +72,13 @@ Configuration (the job's ``systems: {kafka: ...}`` section)
 
 Partition expansion
     ``expand`` calls ``CreatePartitions`` to a multiple of the current count.
-    Kafka keeps no record of when a partition count grew, so ``describe``
-    reports no expansion history and ``read_limits`` holds nothing back: the
-    hold-back of new partitions (DESIGN, "Order across repartitioning") for a
-    Kafka topic needs the expansion point recorded by the platform when it
-    first sees the new count. Not built yet; see the issue note.
+    Kafka keeps no record of when a partition count grew, so the platform
+    keeps its own (``kafka_expansions``: the count it first saw, each growth
+    it noticed, and, after a grace period for producers to refresh their
+    metadata, the old partitions' end positions). ``read_limits`` holds a new
+    partition back until its source partition is read past that point, as
+    DESIGN's "Order across repartitioning" asks; ``kafka_expansions`` says
+    exactly what is and is not guaranteed.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ from pipelines.systems.base import (
     Record,
     StreamMetadata,
 )
+from pipelines.systems.kafka_expansions import DEFAULT_GRACE_MS, ExpansionLog
 
 SYSTEM = "kafka"
 
@@ -123,6 +126,7 @@ FIELDS = (
     "read_timeout_ms",
     "consumer_group",
     "commit_progress",
+    "expansion_grace_ms",
 )
 _SECRET_MARKERS = ("password", "secret", "key.pem", "sasl.oauthbearer.config", "sasl.jaas")
 _OWNED = (
@@ -151,6 +155,7 @@ class KafkaSettings:
     read_timeout_ms: int = 30_000
     consumer_group: str | None = None
     commit_progress: bool = True
+    expansion_grace_ms: int = DEFAULT_GRACE_MS  # kafka_expansions: how long producers may take to switch
 
 
 def validate_settings(settings: Mapping[str, Any], where: str = "systems.kafka") -> KafkaSettings:
@@ -199,6 +204,12 @@ def validate_settings(settings: Mapping[str, Any], where: str = "systems.kafka")
     commit = settings.get("commit_progress", True)
     if not isinstance(commit, bool):
         raise ConfigError(f"{where}.commit_progress must be true or false")
+    grace = settings.get("expansion_grace_ms", DEFAULT_GRACE_MS)
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+        raise ConfigError(
+            f"{where}.expansion_grace_ms must be a whole number of milliseconds >= 0 (at least the producers' "
+            f"metadata.max.age.ms), got {grace!r}"
+        )
     return KafkaSettings(
         bootstrap_servers=servers.strip(),
         properties=clean,
@@ -206,6 +217,7 @@ def validate_settings(settings: Mapping[str, Any], where: str = "systems.kafka")
         connection_id=connection_id,
         consumer_group=group,
         commit_progress=commit,
+        expansion_grace_ms=grace,
         **timeouts,
     )
 
@@ -220,8 +232,10 @@ class KafkaSystem:
 
     system: str = SYSTEM
 
-    def __init__(self, settings: Mapping[str, Any]) -> None:
+    def __init__(self, settings: Mapping[str, Any], home: Any = None) -> None:
+        """``home`` (a ``Home``) keeps the expansions this platform observed; without it nothing is held back."""
         self._raw = dict(settings)
+        self.home = home
         self.settings = validate_settings(settings)
         self.brokers = self.settings.bootstrap_servers
         self._lock = threading.Lock()
@@ -233,10 +247,10 @@ class KafkaSystem:
         self._client_conf: dict[str, str] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self._raw}
+        return {"settings": self._raw, "home": self.home}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"])  # type: ignore[misc]
+        self.__init__(state["settings"], state.get("home"))  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"KafkaSystem({self.brokers!r})"
@@ -309,6 +323,10 @@ class KafkaSystem:
 
     def partition_count(self, stream: str) -> int:
         """The topic's partition count from the cluster's metadata; unknown topics and dead brokers are errors."""
+        return self._metadata(stream)[0]
+
+    def _metadata(self, stream: str) -> tuple[int, str]:
+        """(partition count, cluster id) of a topic."""
         try:
             meta = self._admin_client().list_topics(topic=stream, timeout=self._timeout_s)
         except KafkaException as error:
@@ -318,10 +336,19 @@ class KafkaSystem:
             raise StreamError(f"Kafka topic {stream!r} is missing from the metadata of {self.brokers}")
         if topic.error is not None:
             raise self._topic_error(stream, topic.error)
-        return len(topic.partitions)
+        return len(topic.partitions), str(meta.cluster_id or self.brokers)
+
+    def _expansions(self, stream: str, count: int, cluster: str) -> list[Any]:
+        """The expansions of ``stream`` this platform observed, recording what ``count`` shows now."""
+        if self.home is None:
+            return []
+        log = ExpansionLog(self.home.root, cluster, stream)
+        ends = lambda: self._list_offsets(stream, count, OffsetSpec.latest())  # noqa: E731 - only when a point is due
+        return log.observe(count, ends, self.settings.expansion_grace_ms)
 
     def describe(self, stream: str) -> StreamMetadata:
-        count = self.partition_count(stream)
+        count, cluster = self._metadata(stream)
+        expansions = self._expansions(stream, count, cluster)
         earliest = self._list_offsets(stream, count, OffsetSpec.earliest())
         ends = self._list_offsets(stream, count, OffsetSpec.latest())
         return StreamMetadata(
@@ -330,8 +357,8 @@ class KafkaSystem:
             partitions={
                 p: PartitionMetadata(partition=p, earliest=str(earliest[p]), end=str(ends[p])) for p in range(count)
             },
-            expansions=[],
-            details={"brokers": self.brokers},
+            expansions=[e for e in expansions if e.end_offsets],  # settled ones; pending ones hold everything
+            details={"brokers": self.brokers, "cluster_id": cluster},
         )
 
     def end_positions(self, stream: str) -> dict[int, Position]:
@@ -363,8 +390,13 @@ class KafkaSystem:
         return max(0, _offset(end) - _offset(start))
 
     def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
-        """Nothing is held back: Kafka records no expansion point (module docstring, "Partition expansion")."""
-        return {}
+        """New partitions held back until their source is past the expansion point (``kafka_expansions``)."""
+        if self.home is None:
+            return {}
+        count, cluster = self._metadata(stream)
+        expansions = self._expansions(stream, count, cluster)
+        log = ExpansionLog(self.home.root, cluster, stream)
+        return dict.fromkeys(log.holds(expansions, floors, _offset))
 
     def advance(
         self,

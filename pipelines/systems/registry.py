@@ -30,7 +30,7 @@ def open_system(system: str, home: Home, settings: Mapping[str, Any] | None = No
     if system == "kafka":
         from pipelines.systems.kafka import KafkaSystem
 
-        return KafkaSystem(settings or {})
+        return KafkaSystem(settings or {}, home)
     if system == "kinesis":
         from pipelines.systems.kinesis import KinesisSystem
 

@@ -301,3 +301,42 @@ def test_the_repartition_watch_sees_a_topic_with_more_partitions_than_the_job_mo
     kafka_broker.recreate_topic(topic, 3)
     (change,) = repartition.detect(home, ["grow-job"])
     assert change.after == 3 and "multiple" in (change.error or "")
+
+
+def test_a_new_partition_is_held_until_its_source_is_read_past_the_point_the_platform_recorded(
+    kafka_broker: MockKafka, tmp_path
+) -> None:
+    """The mock cannot add partitions, so the topic is made again with more (its offsets restart at 0)."""
+    from datetime import UTC, datetime, timedelta
+
+    from pipelines.systems.kafka_expansions import ExpansionLog
+
+    home = Home(tmp_path / "home")
+    settings = {"bootstrap_servers": kafka_broker.bootstrap, "timeout_ms": 5000, "expansion_grace_ms": 0}
+    kafka = KafkaSystem(settings, home)
+    topic = _topic(kafka_broker, 2, "grow")
+    assert kafka.read_limits(topic, {0: "0", 1: "0"}) == {}  # first sight: 2 partitions, nothing to hold
+    kafka_broker.recreate_topic(topic, 4)
+    kafka.produce(topic, [(f"k{i}".encode(), b"v", None) for i in range(40)])
+    ends = {p: int(o) for p, o in kafka.end_positions(topic).items()}
+    assert ends[0] > 0 and ends[1] > 0
+    floors = {p: "0" for p in range(4)}
+    assert kafka.read_limits(topic, floors) == {2: None, 3: None}, "sources 0 and 1 are not past the point"
+    [expansion] = kafka.describe(topic).expansions
+    assert (expansion.from_partitions, expansion.to_partitions) == (2, 4)
+    assert expansion.end_offsets == {0: str(ends[0]), 1: str(ends[1])}
+    assert kafka.read_limits(topic, {**floors, 0: str(ends[0])}) == {3: None}, "2 mod 2 = 0 is past: 2 is free"
+    assert kafka.read_limits(topic, {0: str(ends[0]), 1: str(ends[1]), 2: "0", 3: "0"}) == {}
+    kafka.produce(topic, [(b"later", b"v", None)])
+    assert [e.end_offsets for e in kafka.describe(topic).expansions] == [expansion.end_offsets], "a point is kept"
+    kafka.close()
+
+    # with a grace period, the new partitions are held entirely until it is over, then the point is taken
+    log = ExpansionLog(tmp_path / "other", "cluster", "t")
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    log.observe(2, lambda: {0: 5, 1: 5}, 60_000, now=t0)
+    [pending] = log.observe(4, lambda: {0: 7, 1: 7}, 60_000, now=t0 + timedelta(seconds=1))
+    assert log.holds([pending], {0: "100", 1: "100"}, int) == {2, 3}, "no point before the grace period ends"
+    [settled] = log.observe(4, lambda: {0: 9, 1: 8}, 60_000, now=t0 + timedelta(seconds=62))
+    assert settled.end_offsets == {0: "9", 1: "8"}
+    assert log.holds([settled], {0: "9", 1: "7"}, int) == {3}
