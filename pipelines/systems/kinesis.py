@@ -97,17 +97,24 @@ from pipelines.systems.kinesis_positions import (
     decode,
     decode_record,
     decode_slot,
+    position_key,
     shard_ordinal,
     state_key,
     unread_in_shard,
 )
-from pipelines.systems.kinesis_positions import position_key as _position_key
 from pipelines.systems.kinesis_settings import KinesisSettings, session, validate_settings
+
+__all__ = ["KinesisSystem", "position_key", "validate_settings"]
 
 log = logging.getLogger(__name__)
 
 THROTTLES = frozenset(
-    {"ProvisionedThroughputExceededException", "LimitExceededException", "ThrottlingException", "KMSThrottlingException"}
+    {
+        "ProvisionedThroughputExceededException",
+        "LimitExceededException",
+        "ThrottlingException",
+        "KMSThrottlingException",
+    }
 )
 ITERATOR_TTL_S = 240.0  # Kinesis iterators live 5 minutes; reuse a cached one only well within that
 MAX_PUT_RECORDS = 500
@@ -339,7 +346,7 @@ class KinesisSystem:
         return dict.fromkeys(range(max(1, len(mapper.open_shards()))), target)
 
     def position_key(self, position: Position) -> Any:
-        return _position_key(position)
+        return position_key(position)
 
     def reached(self, stream: str, partition: int, position: Position, target: Position) -> bool:
         """Whether nothing in this slot that arrived before ``target`` is unread.
@@ -589,7 +596,7 @@ class KinesisSystem:
     ) -> _ShardRead:
         """Records of one shard after ``state``: at most ``quota``, or up to ``target``, or until caught up."""
         rows: list[tuple[str, str, str, bytes, datetime]] = []
-        if state == SHARD_END or state == target:
+        if state in (SHARD_END, target):
             return _ShardRead(rows, state, True)
         iterator, verify = self._iterator(stream, shard, state, stats)
         limit_cap = self.settings.get_records_limit
@@ -629,7 +636,8 @@ class KinesisSystem:
                         f"Kinesis stream {stream!r} shard {shard}: a replayed micro-batch passed its pinned end "
                         f"{target} without finding it (now at {sequence}); the record was trimmed or never existed"
                     )
-                rows.append((shard, sequence, record["PartitionKey"], record["Data"], record["ApproximateArrivalTimestamp"]))
+                arrival = record["ApproximateArrivalTimestamp"]
+                rows.append((shard, sequence, record["PartitionKey"], record["Data"], arrival))
                 state = sequence
                 consumed += 1
                 if sequence == target or (quota is not None and len(rows) >= quota):
