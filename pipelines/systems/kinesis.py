@@ -421,6 +421,56 @@ class KinesisSystem:
                     stack.append(parent)
         return seen
 
+    def records_read(
+        self, stream: str, starts: Mapping[int, Position], ends: Mapping[int, Position]
+    ) -> list[tuple[int | None, Position]]:
+        """Every record the slots read after ``starts`` (missing: from the job's start) up to ``ends``, with its slot.
+
+        What the data-quality checks expect in the sink. A slot's positions
+        are not a range of one shard, so the records are found shard by shard
+        (every listed shard read from its oldest record up to what ``ends``
+        say was read). The slot is None when the checkpoints no longer say
+        it: a finished shard dropped from its slot once its children were
+        taken over by several slots.
+        """
+        mapper, _ = self._listing(stream, max_age_s=0)
+        end_slots = {p: decode_slot(pos).shards for p, pos in ends.items()}
+        start_slots = {p: decode_slot(pos).shards for p, pos in starts.items()}
+        result: list[tuple[int | None, Position]] = []
+        for shard in sorted(mapper.shards, key=shard_ordinal):
+            slot, upto = _holder(mapper, end_slots, shard)
+            if upto is None or upto == TRIM_HORIZON:
+                continue
+            _, before = _holder(mapper, start_slots, shard)
+            for sequence in self._scan(stream, shard, upto):
+                if before is None or unread_in_shard(sequence, before):
+                    result.append((slot, RecordPosition(shard, sequence).encode()))
+        return result
+
+    def _scan(self, stream: str, shard: str, upto: str) -> list[str]:
+        """Sequence numbers of ``shard`` from its oldest record up to ``upto`` (a sequence number, or SHARD_END)."""
+        stats: Counter[str] = Counter()
+        limiter = self._limiter(stream, shard, "records")
+        self._limiter(stream, shard, "iterator").acquire()
+        answer = self._call(
+            stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+        )
+        iterator: str | None = answer["ShardIterator"]
+        found: list[str] = []
+        while iterator is not None:
+            limiter.acquire()
+            limit = self.settings.get_records_limit
+            page = self._call(stream, "get_records", stats, ShardIterator=iterator, Limit=limit)
+            for record in page.get("Records", []):
+                sequence = record["SequenceNumber"]
+                if upto != SHARD_END and state_key(sequence) > state_key(upto):
+                    return found
+                found.append(sequence)
+            iterator = page.get("NextShardIterator")
+            if not page.get("Records") and not page.get("MillisBehindLatest"):
+                break
+        return found
+
     def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int | None:
         """Kinesis cannot count records without reading them: lag is time (``millis_behind_latest``)."""
         return None
@@ -850,6 +900,40 @@ def check_lineage_order(stream: str, shards: Iterable[ShardInfo]) -> None:
                     "positions order a key's records by shard number across reshards, which needs children numbered "
                     "after their parents"
                 )
+
+
+def _holder(
+    mapper: ShardPartitionMapper, slots: Mapping[int, Mapping[str, str]], shard: str
+) -> tuple[int | None, str | None]:
+    """The slot that reads or read ``shard`` and how far, per these checkpoints (None, None: not read at all).
+
+    A shard in no slot but an ancestor of one that is was read to its end
+    (a child is taken over only then); its slot is known only if a single
+    slot holds its descendants.
+    """
+    for slot, shards in slots.items():
+        if shard in shards:
+            return slot, shards[shard]
+    holders = set()
+    for slot, shards in slots.items():
+        for other in shards:
+            if shard in _ancestors_of(mapper, other):
+                holders.add(slot)
+    if not holders:
+        return None, None
+    return (holders.pop() if len(holders) == 1 else None), SHARD_END
+
+
+def _ancestors_of(mapper: ShardPartitionMapper, shard: str) -> set[str]:
+    seen: set[str] = set()
+    stack = [shard]
+    while stack:
+        info = mapper.shards.get(stack.pop())
+        for parent in info.parents if info else ():
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return seen
 
 
 def _replay_targets(
