@@ -15,6 +15,7 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.jobs.config import JobConfig
+from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import run_job
@@ -106,13 +107,25 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_switches_to_one
     latest = ControlPlane(home).checkpoints.latest(config.name, 2)
     assert max(len(decode_slot(p).shards) for p in latest.offsets.values()) >= 2, "a slot holds two shards"
 
-    # The next model is planned on the stream's 3 open shards: one slot per shard, checkpoints carried over.
-    model = rescale(home, config.name, 2, reason="reshard")
-    assert list(model.partitions().values()) == [3]
+    # The repartition watch sees 3 open shards for 2 slots and switches the job to one slot per shard through the
+    # scaling path (no live driver here, so the new model gets a catch-up run), checkpoints carried over.
+    producer.produce(200)
+    changes = repartition.detect(home, [config.name])
+    assert [(c.before, c.after, c.error) for c in changes] == [(2, 3, None)]
+    outcome = scaling.run_all(
+        home,
+        changes[0].request(),
+        sequence="seq",
+        catch_up=lambda h, j: run_job(spark, h, j, available_now=True, progress=lambda m: None),
+        say=lambda m: None,
+    )
+    assert outcome["status"] == "verified", outcome
+    model = ControlPlane(home).job_models.active(config.name)
+    assert list(model.partitions().values()) == [3] and model.elasticity_factor == 2
     starts = ControlPlane(home).checkpoints.start(config.name, model.version)
     assert all(len(decode_slot(p).unfinished()) <= 1 for p in starts.values()), "one shard per slot"
-    producer.produce(200)
-    run("1:1 after the split")
+    _check(home, config, producer.total, "1:1 after the split")
+    assert repartition.detect(home, [config.name]) == []
     events = ControlPlane(home).events.history(config.name)
     assert [(e.from_version, e.to_version) for e in events] == [(1, 2), (2, 3)]
     for event in events:  # each scaling window verifies on its own, from the old model's start checkpoints
