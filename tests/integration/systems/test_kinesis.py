@@ -9,6 +9,7 @@ read with the pinned end (what a replayed micro-batch does).
 from __future__ import annotations
 
 import itertools
+import json
 import pickle
 from collections import defaultdict
 from collections.abc import Iterator
@@ -246,3 +247,64 @@ def test_the_registry_opens_it_with_the_job_settings(endpoint: str, tmp_path: An
 
     system = open_system("kinesis", Home(tmp_path), {"endpoint_url": endpoint, "region": "us-east-1"})
     assert isinstance(system, KinesisSystem) and system.settings.endpoint_url == endpoint
+
+
+def test_records_trimmed_before_they_were_read_stop_the_read_with_the_shard_and_range() -> None:
+    """kinesis-mock keeps records at least 24 h, so the Stubber answers as Kinesis does once they are trimmed."""
+    system = KinesisSystem({"endpoint_url": "http://127.0.0.1:9", "region": "us-east-1"})
+    last_read, oldest = "1000", "2000"
+    start = json.dumps({"n": 5, "shards": {"shardId-000000000000": last_read}}, separators=(",", ":"))
+    arrival = datetime(2026, 11, 23, tzinfo=UTC)
+    with Stubber(system.client) as stub:
+        stub.add_client_error(
+            "get_shard_iterator",
+            service_error_code="ResourceNotFoundException",
+            service_message="Unable to find record with provided SequenceNumber",
+        )
+        stub.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
+        stub.add_response(
+            "get_records",
+            {
+                "Records": [
+                    {
+                        "SequenceNumber": oldest,
+                        "PartitionKey": "k",
+                        "Data": b"v",
+                        "ApproximateArrivalTimestamp": arrival,
+                    }
+                ],
+                "NextShardIterator": "it-2",
+                "MillisBehindLatest": 0,
+            },
+        )
+        stub.add_response(
+            "describe_stream_summary",
+            {
+                "StreamDescriptionSummary": {
+                    "StreamName": "s",
+                    "StreamARN": "arn:aws:kinesis:us-east-1:000000000000:stream/s",
+                    "StreamStatus": "ACTIVE",
+                    "RetentionPeriodHours": 24,
+                    "StreamCreationTimestamp": arrival,
+                    "EnhancedMonitoring": [],
+                    "OpenShardCount": 1,
+                }
+            },
+        )
+        stub.add_response(
+            "list_shards",
+            {
+                "Shards": [
+                    {
+                        "ShardId": "shardId-000000000000",
+                        "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "1"},
+                        "SequenceNumberRange": {"StartingSequenceNumber": "1"},
+                    }
+                ]
+            },
+        )
+        with pytest.raises(StreamError) as error:
+            system.read("s", 0, start, Bounded(start, 10))
+    message = str(error.value)
+    assert "shardId-000000000000" in message and f"after sequence number {last_read}" in message
+    assert f"up to sequence number {oldest}" in message and "24 h" in message and "on_trimmed: skip" in message
