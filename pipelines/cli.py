@@ -170,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", type=_count(1), default=200)
     p.add_argument("--latency-ms", type=float, default=2.0, help="simulated remote call per record")
     p.add_argument("--master", default="local[8]")
+    p.add_argument(
+        "--input", choices=["deltalog", "kinesis"], default="deltalog", help="kinesis: starts kinesis-mock on loopback"
+    )
     p.set_defaults(func=cmd_demo)
     p = groups.add_parser(
         "verify",
@@ -247,6 +250,8 @@ def cmd_demo(args: argparse.Namespace, home: Home, output: Output) -> None:
 
     if args.home is None:  # the demo wipes its home: never the default one by accident
         home = Home(home.root / "demo")
+    if args.input == "kinesis":
+        from pipelines.demo.kinesis import main as demo
     if demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master) != 0:
         raise PipelinesError("the demo's verification failed; see the table above")
 
