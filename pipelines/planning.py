@@ -118,6 +118,7 @@ def plan_next(
             containers=config.containers,
             previous=current,
             config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
+            slotted=frozenset(s for s in config.inputs if hasattr(systems.of(s.system), "relayout")),
         )
         old = control.checkpoints.latest(job, current.version)
         return VersionPlan(current, model, start_positions(systems, old, model))

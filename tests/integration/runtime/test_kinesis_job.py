@@ -1,4 +1,4 @@
-"""A ``system: kinesis`` job on real Spark against kinesis-mock: factor 1, factor 2, a split (1:n), the 1:1 switch.
+"""A ``system: kinesis`` job on real Spark against kinesis-mock: factor 1, factor 2, a split (1:n), 1:1 switches.
 
 Each step runs the job with ``available_now`` and checks the sink (every
 record once, per-key order, routing) and the platform's data-quality
@@ -68,7 +68,7 @@ def _check(home: Home, config: JobConfig, total: int, step: str) -> None:
     assert verdict.ok and verdict.records_expected == total, f"after {step}: {verdict.summary()}"
 
 
-def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_switches_to_one_slot_per_shard(
+def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_a_merge_switching_to_one_slot_per_shard(
     spark, home: Home, endpoint: str
 ) -> None:
     settings = {"endpoint_url": endpoint, "region": "us-east-1", "get_records_per_second": 50.0}
@@ -112,13 +112,11 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_switches_to_one
     producer.produce(200)
     changes = repartition.detect(home, [config.name])
     assert [(c.before, c.after, c.error) for c in changes] == [(2, 3, None)]
-    outcome = scaling.run_all(
-        home,
-        changes[0].request(),
-        sequence="seq",
-        catch_up=lambda h, j: run_job(spark, h, j, available_now=True, progress=lambda m: None),
-        say=lambda m: None,
-    )
+
+    def catch_up(h: Home, j: str) -> None:
+        run_job(spark, h, j, available_now=True, progress=lambda m: None)
+
+    outcome = scaling.run_all(home, changes[0].request(), sequence="seq", catch_up=catch_up, say=lambda m: None)
     assert outcome["status"] == "verified", outcome
     model = ControlPlane(home).job_models.active(config.name)
     assert list(model.partitions().values()) == [3] and model.elasticity_factor == 2
@@ -126,8 +124,19 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_switches_to_one
     assert all(len(decode_slot(p).unfinished()) <= 1 for p in starts.values()), "one shard per slot"
     _check(home, config, producer.total, "1:1 after the split")
     assert repartition.detect(home, [config.name]) == []
+
+    # A merge of the split's upper child with shard 1 (two parents in two slots) shrinks the job to 2 slots.
+    producer.produce(100)
+    system.merge_shards("clicks", "shardId-000000000003", "shardId-000000000001")
+    producer.produce(100)
+    changes = repartition.detect(home, [config.name])
+    assert [(c.before, c.after, c.error) for c in changes] == [(3, 2, None)]
+    outcome = scaling.run_all(home, changes[0].request(), sequence="seq", catch_up=catch_up, say=lambda m: None)
+    assert outcome["status"] == "verified", outcome
+    assert list(ControlPlane(home).job_models.active(config.name).partitions().values()) == [2]
+    _check(home, config, producer.total, "1:1 after the merge")
     events = ControlPlane(home).events.history(config.name)
-    assert [(e.from_version, e.to_version) for e in events] == [(1, 2), (2, 3)]
+    assert [(e.from_version, e.to_version) for e in events] == [(1, 2), (2, 3), (3, 4)]
     for event in events:  # each scaling window verifies on its own, from the old model's start checkpoints
         verdict = verify_job(home, config.name, sequence="seq", event=event.event_id)
         assert verdict.ok and verdict.records_expected > 0, verdict.summary()
