@@ -126,6 +126,12 @@ def run_kinesis_demo(
                 request = scaling.ScalingRequest(config.name, factor, step)
             elif action in ("split", "merge"):
                 _reshard(system, action, say)
+                if action == "split":
+                    # Before the watch switches: the model's 2 slots read 3 shards, one slot holds two (1:n).
+                    time.sleep(step_seconds)
+                    before = ControlPlane(home).job_models.active(config.name).version
+                    say("  before the switch (the 1:n composite positions):")
+                    _show_slots(home, config.name, before, say)
                 changes = repartition.detect(home, [config.name])
                 if not changes or changes[0].error:
                     raise PipelinesError(f"{step}: the repartition watch would not absorb it: {changes}")
