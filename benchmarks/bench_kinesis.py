@@ -13,7 +13,7 @@ checkpoint from the read), without Spark, so the figures are the system's:
 
     python -m benchmarks.bench_kinesis [--records 20000] [--batch 2000] [--reshards 3]
 
-Ends with one JSON line of the figures.
+Ends with one JSON line, ``{"bench": "kinesis", "figures": {...}}``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main() -> None:
             f"split -> first child record read: median {statistics.median(waits):.2f} s, "
             f"max {max(waits):.2f} s over {len(waits)} splits (4,000 records behind the split, at Kinesis limits)"
         )
-    print(json.dumps(figures))
+    print(json.dumps({"bench": "kinesis", "figures": figures}))
 
 
 if __name__ == "__main__":
