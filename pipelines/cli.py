@@ -208,9 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[8]")
     p.add_argument(
         "--input",
-        choices=("deltalog", "kafka"),
+        choices=("deltalog", "kafka", "kinesis"),
         default="deltalog",
-        help="the embedded log, or a local Kafka-protocol broker (librdkafka's mock cluster) started by the demo",
+        help="the embedded log; kafka: a local Kafka-protocol broker (librdkafka's mock cluster) started by the "
+        "demo; kinesis: kinesis-mock started on loopback",
     )
     p.set_defaults(func=cmd_demo)
     p = groups.add_parser(
@@ -300,7 +301,13 @@ def cmd_demo(args: argparse.Namespace, home: Home, output: Output) -> None:
 
     if args.home is None:  # the demo wipes its home: never the default one by accident
         home = Home(home.root / "demo")
-    if demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master, args.input) != 0:
+    if args.input == "kinesis":
+        from pipelines.demo.kinesis import main as kinesis_demo
+
+        passed = kinesis_demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master) == 0
+    else:
+        passed = demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master, args.input) == 0
+    if not passed:
         raise PipelinesError("the demo's verification failed; see the table above")
 
 

@@ -38,4 +38,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# kinesis-mock, the Kinesis emulator the Kinesis tests and `demo.sh --input kinesis` start (Node 18+, npm).
+emulator=tools/kinesis-mock
+emulator_want=$(sha256sum "$emulator/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$emulator/node_modules/.lock.sha" 2>/dev/null)" != "$emulator_want" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    log "npm not found: installing Debian's nodejs and npm (the Kinesis emulator runs on Node)"
+    apt_install nodejs npm
+  fi
+  log "installing kinesis-mock (npm ci in $emulator)"
+  (cd "$emulator" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$emulator_want" > "$emulator/node_modules/.lock.sha"
+fi
 log "ready: $(.venv/bin/python --version), pyspark $(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"

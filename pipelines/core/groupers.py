@@ -207,12 +207,15 @@ def plan_job_model(
     containers: int = 1,
     previous: JobModel | None = None,
     config: Mapping[str, str] | None = None,
+    slotted: frozenset[SystemStream] = frozenset(),
 ) -> JobModel:
     """Make job model ``version`` for the given input partition counts.
 
     With ``previous`` the change of input is checked first: a stream may not
     lose partitions, and (for the fixed-task-num grouper) may only grow to a
-    multiple of its previous count.
+    multiple of its previous count. ``slotted`` streams are exempt: their
+    partitions are slots whose shards the input system lays out on any count
+    from the checkpoints (Kinesis after a reshard), so nothing unread is lost.
     """
     x = validate_factor(factor)
     impl = grouper_by_name(grouper)
@@ -226,7 +229,7 @@ def plan_job_model(
     mapping: dict[SystemStreamPartition, str] = {}
     if previous is not None:
         check_partition_change(
-            previous.partitions(),
+            {s: n for s, n in previous.partitions().items() if s not in slotted},
             inputs,
             fixed_task_num=impl.name in (GroupByPartitionFixedTaskNum.name, GroupBySystemStreamPartition.name),
         )

@@ -21,7 +21,7 @@ from pipelines.control.locks import ScalingLock
 from pipelines.core.groupers import check_partition_change
 from pipelines.errors import PartitionChangeError, PipelinesError
 from pipelines.jobs.config import job_config
-from pipelines.operations.scaling import ScalingRequest, expansion_request
+from pipelines.operations.scaling import ScalingRequest, expansion_request, reshard_request
 from pipelines.systems.registry import JobSystems
 
 
@@ -34,8 +34,11 @@ class InputChange:
     error: str | None = None  # why it cannot be absorbed; None: absorb it
     busy: str | None = None  # another scaling operation holds the job's lock: look again next time
     grouper: str = "GroupByPartition"  # the active model's
+    relayout: bool = False  # the system places its shards on any slot count itself (Kinesis after a reshard)
 
     def request(self) -> ScalingRequest:
+        if self.relayout:
+            return reshard_request(self.job, self.stream, self.before, self.after)
         return expansion_request(self.job, self.stream, self.before, self.after, self.grouper)
 
     def to_dict(self) -> dict[str, object]:
@@ -56,6 +59,9 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
         config = job_config(model)
         with JobSystems(home, config.systems) as systems:
             now = {s: systems.of(s.system).describe(s.stream).partition_count for s in config.inputs}
+            # A Kinesis stream's partitions are slots: any new count is one slot per open shard, laid out by the
+            # system from the checkpoints (``relayout``), so the job's grouper and key-task stability do not apply.
+            slotted = {s for s in config.inputs if hasattr(systems.of(s.system), "relayout")}
         for stream in config.inputs:
             before = planned.get(stream)
             after = now[stream]
@@ -63,12 +69,12 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
                 continue
             error = None
             try:
-                check_partition_change({stream: before}, {stream: after}, fixed_task_num=True)
+                if stream not in slotted:
+                    check_partition_change({stream: before}, {stream: after}, fixed_task_num=True)
             except PartitionChangeError as e:
                 error = str(e)
             state = lock.state(job)
             busy = state.describe() if state is not None and state.held else None
-            changes.append(
-                InputChange(job, f"{stream.system}/{stream.stream}", before, after, error, busy, model.grouper)
-            )
+            name = f"{stream.system}/{stream.stream}"
+            changes.append(InputChange(job, name, before, after, error, busy, model.grouper, stream in slotted))
     return changes

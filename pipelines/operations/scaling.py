@@ -616,6 +616,11 @@ def expansion_request(job: str, stream: str, before: int, after: int, grouper: s
     )
 
 
+def reshard_request(job: str, stream: str, before: int, after: int) -> ScalingRequest:
+    """What the repartition watch asks for after a Kinesis reshard: same factor and grouper, one slot per shard."""
+    return ScalingRequest(job, None, f"input {stream} resharded from {before} to {after} open shards", EXPANSION, None)
+
+
 # ---------------------------------------------------------------------------------------------------- helpers
 
 

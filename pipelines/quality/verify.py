@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pandas as pd
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.core.ssp import SystemStreamPartition
+from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.deltaio import read_delta
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import job_config
@@ -68,6 +69,10 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         parts = []
         for stream in config.inputs:
             system = systems.of(stream.system)
+            records_read = getattr(system, "records_read", None)
+            if records_read is not None:
+                parts += _records_read(records_read, stream, starts, committed, rows, dead)
+                continue
             for p, part in system.describe(stream.stream).partitions.items():
                 ssp = SystemStreamPartition(stream.system, stream.stream, p)
                 start = part.earliest
@@ -88,6 +93,37 @@ def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str 
     letters, once, in per-key order, and routed to its bucket's virtual task."""
     w = load_window(home, job, event)
     return verify_rows(w.expected, w.rows, w.dead, w.factors.__getitem__, sequence)
+
+
+def _records_read(
+    records_read: Callable[..., list[tuple[int | None, str]]],
+    stream: SystemStream,
+    starts: Mapping[SystemStreamPartition, str],
+    committed: Mapping[SystemStreamPartition, str],
+    rows: pd.DataFrame,
+    dead: pd.DataFrame,
+) -> list[tuple[str, int, list[str]]]:
+    """Input records of a system whose partitions are not ranges of positions (Kinesis slots over shards).
+
+    The system lists what its readers read between the checkpoints; each
+    record is expected under the partition the sink holds it under, or, when
+    the sink does not have it (it is reported lost), the partition the
+    checkpoints say should have read it (-1 when they no longer say).
+    """
+
+    def of_stream(positions: Mapping[SystemStreamPartition, str]) -> dict[int, str]:
+        return {s.partition: o for s, o in positions.items() if s.system_stream == stream}
+
+    seen = pd.concat([rows[["stream", "partition", "offset"]], dead[["stream", "partition", "offset"]]])
+    seen = seen[seen["stream"] == stream.stream]
+    slot_of = dict(zip(seen["offset"].astype(str), seen["partition"].astype(int), strict=True))
+    by_partition: dict[int, list[str]] = {}
+    for partition, offset in records_read(stream.stream, of_stream(starts), of_stream(committed)):
+        # A shard moves between slots when the job switches models after a reshard, so the slot that read a
+        # record is the one the sink holds it under; the checkpoints' slot only names where a lost one was due.
+        p = slot_of.get(offset, -1 if partition is None else partition)
+        by_partition.setdefault(p, []).append(offset)
+    return [(stream.stream, p, offsets) for p, offsets in sorted(by_partition.items())]
 
 
 def _table(home: Home, name: str) -> pd.DataFrame:

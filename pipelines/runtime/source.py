@@ -240,7 +240,9 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for stream in {s for s, _ in admit}:
                 mine = {p: n for (s, p), n in admit.items() if s == stream}
                 system = self._system(stream.system)
-                floors = {p: views[(stream, p)].floor for p in mine}
+                # Every partition's floor, not only the admitted ones': a Kinesis slot's plan (which child
+                # shards it takes over) must see what every other slot of the stream holds.
+                floors = {p: views[(s, p)].floor for s, p in views if s == stream}
                 limits = {p: views[(stream, p)].readable for p in mine}
                 for p, end in system.advance(stream.stream, floors, mine, limits).items():  # type: ignore[arg-type]
                     result[(stream, p)] = end

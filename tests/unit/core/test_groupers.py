@@ -214,3 +214,15 @@ def test_each_grouper_absorbs_an_expansion_in_its_sep5_form() -> None:
     assert expansion_grouper("GroupByPartition") == "GroupByPartitionFixedTaskNum"
     for kept in ("GroupByPartitionFixedTaskNum", SSP_GROUPER, "AllSspToSingleTask"):
         assert expansion_grouper(kept) == kept
+
+
+def test_slotted_streams_may_change_their_count_either_way_others_may_not_shrink() -> None:
+    """Kinesis slots are laid out by the system from the checkpoints; an embedded log partition holds records."""
+    kinesis, log = SystemStream("kinesis", "clicks"), SystemStream("deltalog", "events")
+    v1 = plan_job_model("j", 1, {kinesis: 3, log: 2}, factor=2)
+    v2 = plan_job_model("j", 2, {kinesis: 2, log: 2}, factor=2, previous=v1, slotted=frozenset({kinesis}))
+    assert v2.partitions() == {kinesis: 2, log: 2}
+    with pytest.raises(PartitionChangeError, match="shrank"):
+        plan_job_model("j", 2, {kinesis: 2, log: 2}, factor=2, previous=v1)
+    with pytest.raises(PartitionChangeError, match="shrank"):
+        plan_job_model("j", 2, {kinesis: 3, log: 1}, factor=2, previous=v1, slotted=frozenset({kinesis}))

@@ -1,0 +1,174 @@
+"""Kinesis positions: the three kinds of opaque string the Kinesis system hands out, and their order.
+
+Only the Kinesis system's modules read these (``pipelines.systems.base``: no
+one else parses a position). Pure, no boto3, so the formats are unit-tested.
+
+Slot position (a checkpoint; "where this slot's next read starts")
+    Canonical JSON, keys sorted, no spaces::
+
+        {"n":12,"shards":{"shardId-000000000000":"SHARD_END",
+                          "shardId-000000000003":"49680484163048851134747077674646538523245683883926093874",
+                          "shardId-000000000004":"TRIM_HORIZON"}}
+
+    ``shards`` is the slot's state for ``pipelines.core.shards``: per shard
+    the last sequence number read (the next read starts *after* it),
+    ``TRIM_HORIZON`` (taken over, nothing read yet) or ``SHARD_END`` (read to
+    its end, kept until its children are in checkpoints). One shard is 1:1,
+    several are the 1:n composite. ``n`` counts the slot's progress (records
+    read plus shard transitions) so that the positions one slot goes through
+    are totally ordered (``position_key``), which a map of sequence numbers
+    alone is not: a shard leaving the slot would look like going back.
+    Decoding and re-encoding gives the same string (restored exactly).
+
+Record position (a record's own ``offset``; identifies it)
+    ``<shard id>:<sequence number>``, e.g.
+    ``shardId-000000000003:49680484163048851134747077674646538523245683883926093874``.
+    Its key is (shard ordinal, sequence number as an integer): within a shard
+    the sequence order, and across a reshard parent before child, because
+    Kinesis numbers shards in creation order (shardId-<n>, n increasing) and a
+    child is always created after its parents. The mapper's caller checks
+    that a child's ordinal exceeds its parents' (``check_lineage_order``), so
+    a stream where that does not hold fails loudly instead of misordering.
+
+Time target (``end_positions``; "everything that arrived before this moment")
+    ``{"arrived_before_ms":1732346400123}``. Kinesis cannot name the end
+    sequence number of an open shard, so a catch-up target is a time: a slot
+    has reached it when none of its shards has an unread record that arrived
+    before it (``KinesisSystem.reached``).
+
+Sequence numbers are compared as integers (up to 128 digits), never as
+strings; ``TRIM_HORIZON`` sorts before every sequence number of its shard and
+``SHARD_END`` after all of them (KCL's ``ExtendedSequenceNumber`` order).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.core.shards import SHARD_END, TRIM_HORIZON
+from pipelines.errors import StreamError
+
+SYSTEM = "kinesis"
+_SEQUENCE = re.compile(r"^\d{1,128}$")
+_SHARD = re.compile(r"^shardId-(\d{1,20})$")
+
+
+@dataclass(frozen=True)
+class SlotPosition:
+    shards: Mapping[str, str] = field(default_factory=dict)
+    n: int = 0
+
+    def encode(self) -> str:
+        return json.dumps({"n": self.n, "shards": dict(sorted(self.shards.items()))}, separators=(",", ":"))
+
+    def unfinished(self) -> list[str]:
+        return sorted((s for s, v in self.shards.items() if v != SHARD_END), key=shard_ordinal)
+
+
+@dataclass(frozen=True)
+class RecordPosition:
+    shard: str
+    sequence: str
+
+    def encode(self) -> str:
+        return f"{self.shard}:{self.sequence}"
+
+
+@dataclass(frozen=True)
+class TimeTarget:
+    arrived_before_ms: int
+
+    def encode(self) -> str:
+        return json.dumps({"arrived_before_ms": self.arrived_before_ms}, separators=(",", ":"))
+
+
+def shard_ordinal(shard_id: str) -> int:
+    """The creation number in ``shardId-<n>``; Kinesis numbers a stream's shards in creation order."""
+    m = _SHARD.match(shard_id) if isinstance(shard_id, str) else None
+    if m is None:
+        raise StreamError(f"{shard_id!r} is not a Kinesis shard id (shardId-<number>)")
+    return int(m[1])
+
+
+def check_sequence(value: str) -> str:
+    if not isinstance(value, str) or not _SEQUENCE.match(value):
+        raise StreamError(f"{value!r} is not a Kinesis sequence number (decimal digits)")
+    return value
+
+
+def check_state(shard: str, state: str) -> str:
+    shard_ordinal(shard)
+    if state in (TRIM_HORIZON, SHARD_END):
+        return state
+    return check_sequence(state)
+
+
+def state_key(state: str) -> tuple[int, int]:
+    """A shard state's place in its shard's order: TRIM_HORIZON < sequence numbers (as integers) < SHARD_END."""
+    if state == TRIM_HORIZON:
+        return (0, 0)
+    if state == SHARD_END:
+        return (2, 0)
+    return (1, int(check_sequence(state)))
+
+
+def decode(position: str) -> SlotPosition | RecordPosition | TimeTarget:
+    if not isinstance(position, str) or not position:
+        raise StreamError(f"not a {SYSTEM} position: {position!r}")
+    if position[0] != "{":
+        shard, sep, sequence = position.partition(":")
+        if not sep:
+            raise StreamError(f"not a {SYSTEM} position: {position!r:.200}")
+        shard_ordinal(shard)
+        return RecordPosition(shard, check_sequence(sequence))
+    try:
+        value: Any = json.loads(position)
+    except ValueError:
+        raise StreamError(f"not a {SYSTEM} position: {position!r:.200}") from None
+    if isinstance(value, dict) and set(value) == {"arrived_before_ms"}:
+        ms = value["arrived_before_ms"]
+        if isinstance(ms, int) and not isinstance(ms, bool):
+            return TimeTarget(ms)
+    if isinstance(value, dict) and set(value) == {"n", "shards"}:
+        n, shards = value["n"], value["shards"]
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0 and isinstance(shards, dict):
+            return SlotPosition({str(s): check_state(str(s), v) for s, v in shards.items()}, n)
+    raise StreamError(f"not a {SYSTEM} position: {position!r:.200}")
+
+
+def decode_slot(position: str) -> SlotPosition:
+    value = decode(position)
+    if not isinstance(value, SlotPosition):
+        raise StreamError(f"expected a {SYSTEM} slot position (a checkpoint), got {position!r:.200}")
+    return value
+
+
+def decode_record(position: str) -> RecordPosition:
+    value = decode(position)
+    if not isinstance(value, RecordPosition):
+        raise StreamError(f"expected a {SYSTEM} record position (shard:sequence), got {position!r:.200}")
+    return value
+
+
+def position_key(position: str) -> tuple[int, ...]:
+    """Record positions by (shard ordinal, sequence); a slot's positions by progress; targets by time.
+
+    The three kinds are not comparable with each other (whether a checkpoint
+    has read a record is ``unread``'s question); the leading tag only keeps
+    sorting a mixed list from raising.
+    """
+    value = decode(position)
+    if isinstance(value, RecordPosition):
+        return (0, shard_ordinal(value.shard), int(value.sequence))
+    if isinstance(value, SlotPosition):
+        return (1, value.n)
+    return (2, value.arrived_before_ms)
+
+
+def unread_in_shard(sequence: str, state: str) -> bool:
+    """Whether a reader whose shard state is ``state`` has yet to read the record ``sequence`` of that shard."""
+    return state_key(state) < (1, int(check_sequence(sequence)))

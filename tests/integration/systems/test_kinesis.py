@@ -1,0 +1,310 @@
+"""The Kinesis system against kinesis-mock (a real Kinesis emulator, started once for this module).
+
+The reads below drive the system the way the runtime does: ``advance`` with
+every slot's checkpoint in view, one ``read`` per slot with the ``Bounded``
+end it answered, the next checkpoint from the read, and a replay of the same
+read with the pinned end (what a replayed micro-batch does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pickle
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.stub import Stubber
+
+from pipelines.core.shards import SHARD_END
+from pipelines.errors import ConfigError, StreamError
+from pipelines.systems.base import Bounded, InputSystem, Position
+from pipelines.systems.kinesis import KinesisSystem, position_key, validate_settings
+from pipelines.systems.kinesis_emulator import KinesisEmulator
+from pipelines.systems.kinesis_positions import decode_slot
+from pipelines.systems.registry import open_system
+from tests.integration.systems.contract import check_input_system_contract
+
+pytestmark = pytest.mark.integration
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    with KinesisEmulator() as url:
+        yield url
+
+
+@pytest.fixture
+def kinesis(endpoint: str) -> Iterator[KinesisSystem]:
+    # Faster than Kinesis' 5 GetRecords calls/s per shard, so the tests stay short; the limiter is the same code.
+    system = KinesisSystem({"endpoint_url": endpoint, "region": "us-east-1", "get_records_per_second": 100.0})
+    yield system
+    system.close()
+
+
+def _stream(system: KinesisSystem, shards: int) -> str:
+    name = f"s{next(_names)}"
+    system.create(name, shards)
+    return name
+
+
+def _keyed(start: int, n: int, keys: int = 11) -> list[tuple[bytes, bytes, None]]:
+    return [(f"key-{i % keys}".encode(), f"{i}".encode(), None) for i in range(start, start + n)]
+
+
+Read = list[tuple[int, str, bytes, bytes]]
+
+
+def _round(system: InputSystem, stream: str, positions: dict[int, Position], per_slot: int) -> Read:
+    """One micro-batch over every slot: plan, read, replay with the pinned end (same records), advance."""
+    ends = system.advance(stream, positions, dict.fromkeys(positions, per_slot), {})
+    got = []
+    for slot in sorted(positions):
+        end = ends[slot]
+        assert isinstance(end, Bounded)
+        first = system.read(stream, slot, positions[slot], end)
+        again = system.read(stream, slot, positions[slot], first.next_position)  # the replay of a pinned batch
+        assert again.records.column("offset").to_pylist() == first.records.column("offset").to_pylist()
+        assert again.next_position == first.next_position
+        assert first.records.num_rows <= per_slot
+        positions[slot] = first.next_position
+        t = first.records
+        columns = [t.column(c).to_pylist() for c in ("offset", "key", "value")]
+        got += zip([slot] * t.num_rows, *columns, strict=True)
+    return got
+
+
+def _check_once_and_in_key_order(read: list[tuple[int, str, bytes, bytes]], produced: int) -> None:
+    values = [int(v) for _, _, _, v in read]
+    assert sorted(values) == list(range(produced)), "every record read exactly once"
+    by_key: dict[bytes, list[int]] = defaultdict(list)
+    for _, _, key, value in read:
+        by_key[key].append(int(value))
+    for key, seen in by_key.items():
+        assert seen == sorted(seen), f"key {key!r} read out of order: {seen}"
+    # The record positions order each key's records as the input did (the per-key order check relies on it).
+    order = sorted(read, key=lambda r: position_key(r[1]))
+    for key in by_key:
+        assert [int(v) for _, _, k, v in order if k == key] == by_key[key]
+
+
+def test_the_kinesis_system_keeps_the_input_system_contract(kinesis: KinesisSystem) -> None:
+    stream = _stream(kinesis, 2)
+    assert isinstance(kinesis, InputSystem)
+    check_input_system_contract(kinesis, stream)
+
+
+def test_split_and_merge_while_producing_read_every_record_once_in_per_key_order(
+    kinesis: KinesisSystem, endpoint: str
+) -> None:
+    stream = _stream(kinesis, 2)
+    positions = {p: m.earliest for p, m in kinesis.describe(stream).partitions.items()}
+    assert len(positions) == 2
+    produced, read = 0, []
+    for step in range(14):
+        kinesis.produce(stream, _keyed(produced, 40))
+        produced += 40
+        if step == 2:  # split shard 0 while its slot is mid-way through it
+            children = kinesis.split_shard(stream, "shardId-000000000000")
+            assert children == ["shardId-000000000002", "shardId-000000000003"]
+        if step == 5:  # merge the split's upper child with shard 1: two parents in different slots
+            assert kinesis.merge_shards(stream, "shardId-000000000003", "shardId-000000000001") == (
+                "shardId-000000000004"
+            )
+        if step == 7:  # a restart: a new client with nothing cached but the checkpoints
+            kinesis = KinesisSystem(pickle.loads(pickle.dumps(kinesis)).settings)
+        read += _round(kinesis, stream, positions, per_slot=25)
+    for _ in range(30):
+        batch = _round(kinesis, stream, positions, per_slot=50)
+        read += batch
+        if not batch and not any(s == SHARD_END for p in positions.values() for s in decode_slot(p).shards.values()):
+            break
+    _check_once_and_in_key_order(read, produced)
+    # Both slots read: three shards were open at once on two slots, so one slot held two shards (1:n).
+    assert {slot for slot, _, _, _ in read} == {0, 1}
+    shards_by_slot = defaultdict(set)
+    for slot, offset, _, _ in read:
+        shards_by_slot[slot].add(offset.split(":")[0])
+    assert max(len(s) for s in shards_by_slot.values()) >= 2
+    # Children were read only after their parents' last record: per slot, shard ordinals never go back.
+    lineage = kinesis.lineage(stream, positions)
+    assert lineage["shardId-000000000004"]["parents"] == ["shardId-000000000003", "shardId-000000000001"]
+    assert all(v["state"] in ("reading", "retired", "finished") for v in lineage.values())
+
+
+def test_relayout_after_a_split_switches_to_one_slot_per_open_shard_without_loss_or_duplicates(
+    kinesis: KinesisSystem,
+) -> None:
+    stream = _stream(kinesis, 2)
+    positions = {p: m.earliest for p, m in kinesis.describe(stream).partitions.items()}
+    produced, read = 0, []
+    for step in range(6):
+        kinesis.produce(stream, _keyed(produced, 30))
+        produced += 30
+        if step == 1:
+            kinesis.split_shard(stream, "shardId-000000000001")
+        read += _round(kinesis, stream, positions, per_slot=20)
+    assert any(len(decode_slot(p).unfinished()) > 1 for p in positions.values()), "the split left a 1:n slot"
+    count = kinesis.describe(stream).partition_count
+    assert count == 3
+    switched = kinesis.relayout(stream, positions, count)  # the 1:1 model's start checkpoints
+    assert sorted(switched) == [0, 1, 2]
+    assert all(len(decode_slot(p).unfinished()) <= 1 for p in switched.values())
+    assert decode_slot(switched[0]).encode() == switched[0]  # restored exactly
+    kinesis.produce(stream, _keyed(produced, 60))
+    produced += 60
+    for _ in range(20):
+        batch = _round(kinesis, stream, switched, per_slot=40)
+        read += batch
+        if not batch:
+            break
+    _check_once_and_in_key_order(read, produced)
+
+
+def test_an_expired_iterator_is_acquired_again_from_the_checkpoint(kinesis: KinesisSystem) -> None:
+    """kinesis-mock's iterators live 5 minutes like Kinesis'; the first GetRecords is answered as expired instead."""
+    stream = _stream(kinesis, 1)
+    kinesis.produce(stream, _keyed(0, 20))
+    start = kinesis.describe(stream).partitions[0].earliest
+    expired = []
+
+    def expire_once(**_: Any) -> Any:
+        if expired:
+            return None  # every later call goes to the emulator
+        expired.append(1)
+        error = {"Error": {"Code": "ExpiredIteratorException", "Message": "Iterator expired"}}
+        return (AWSResponse("", 400, {}, None), {**error, "ResponseMetadata": {"HTTPStatusCode": 400}})
+
+    events = kinesis.client.meta.events
+    events.register_first("before-call.kinesis.GetRecords", expire_once, unique_id="expire-once")
+    try:
+        got = kinesis.read(stream, 0, start, Bounded(start, 20))
+    finally:
+        events.unregister("before-call.kinesis.GetRecords", unique_id="expire-once")
+    assert expired and got.stats["iterator_renewals"] == 1
+    assert [int(v) for v in got.records.column("value").to_pylist()] == list(range(20))
+
+
+def test_throttling_backs_off_is_counted_and_gives_up_with_the_reason() -> None:
+    """kinesis-mock never throttles, so botocore's Stubber answers ProvisionedThroughputExceededException here."""
+    system = KinesisSystem(
+        # an endpoint nothing listens on: every call below is answered by the Stubber
+        {"endpoint_url": "http://127.0.0.1:9", "region": "us-east-1", "backoff_base_s": 0.01, "max_attempts": 3}
+    )
+    start = '{"n":0,"shards":{"shardId-000000000000":"TRIM_HORIZON"}}'
+    throttled = {"service_error_code": "ProvisionedThroughputExceededException", "http_status_code": 400}
+    record = {
+        "SequenceNumber": "49590338271490256608559692538361571095921575989136588898",
+        "PartitionKey": "k",
+        "Data": b"v",
+        "ApproximateArrivalTimestamp": datetime(2026, 11, 23, tzinfo=UTC),
+    }
+    with Stubber(system.client) as stub:
+        stub.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
+        stub.add_client_error("get_records", **throttled)
+        stub.add_client_error("get_records", **throttled)
+        stub.add_response("get_records", {"Records": [record], "NextShardIterator": "it-2", "MillisBehindLatest": 0})
+        got = system.read("s", 0, start, Bounded(start, 1))
+        stub.assert_no_pending_responses()
+    assert got.records.column("value").to_pylist() == [b"v"]
+    assert got.stats["throttled"] == 2
+    assert decode_slot(got.next_position).shards == {"shardId-000000000000": record["SequenceNumber"]}
+
+    with Stubber(system.client) as stub:
+        stub.add_response("get_shard_iterator", {"ShardIterator": "it-3"})
+        for _ in range(3):
+            stub.add_client_error("get_records", **throttled)
+        with pytest.raises(StreamError, match="throttled 3 times"):
+            system.read("s", 0, start, Bounded(start, 1))
+
+
+def test_errors_name_the_stream_and_what_to_do(kinesis: KinesisSystem) -> None:
+    with pytest.raises(StreamError, match="'missing' does not exist"):
+        kinesis.describe("missing")
+    stream = _stream(kinesis, 1)
+    with pytest.raises(StreamError, match="already exists"):
+        kinesis.create(stream, 1)
+    with pytest.raises(StreamError, match="reshard"):
+        kinesis.expand(stream, 2)
+    with pytest.raises(StreamError, match="partition key"):
+        kinesis.produce(stream, [(None, b"v", None)])
+    with pytest.raises(ConfigError, match="credentials never go in the job YAML"):
+        validate_settings({"aws_secret_access_key": "x"})
+    with pytest.raises(ConfigError, match="did you mean 'region'"):
+        validate_settings({"regoin": "eu-west-1"})
+    with pytest.raises(StreamError, match="not a kinesis position"):
+        position_key("12")
+
+
+def test_the_registry_opens_it_with_the_job_settings(endpoint: str, tmp_path: Any) -> None:
+    from pipelines.control.home import Home
+
+    system = open_system("kinesis", Home(tmp_path), {"endpoint_url": endpoint, "region": "us-east-1"})
+    assert isinstance(system, KinesisSystem) and system.settings.endpoint_url == endpoint
+
+
+def test_records_trimmed_before_they_were_read_stop_the_read_with_the_shard_and_range() -> None:
+    """kinesis-mock keeps records at least 24 h, so the Stubber answers as Kinesis does once they are trimmed."""
+    system = KinesisSystem({"endpoint_url": "http://127.0.0.1:9", "region": "us-east-1"})
+    last_read, oldest = "1000", "2000"
+    start = json.dumps({"n": 5, "shards": {"shardId-000000000000": last_read}}, separators=(",", ":"))
+    arrival = datetime(2026, 11, 23, tzinfo=UTC)
+    with Stubber(system.client) as stub:
+        stub.add_client_error(
+            "get_shard_iterator",
+            service_error_code="ResourceNotFoundException",
+            service_message="Unable to find record with provided SequenceNumber",
+        )
+        stub.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
+        stub.add_response(
+            "get_records",
+            {
+                "Records": [
+                    {
+                        "SequenceNumber": oldest,
+                        "PartitionKey": "k",
+                        "Data": b"v",
+                        "ApproximateArrivalTimestamp": arrival,
+                    }
+                ],
+                "NextShardIterator": "it-2",
+                "MillisBehindLatest": 0,
+            },
+        )
+        stub.add_response(
+            "describe_stream_summary",
+            {
+                "StreamDescriptionSummary": {
+                    "StreamName": "s",
+                    "StreamARN": "arn:aws:kinesis:us-east-1:000000000000:stream/s",
+                    "StreamStatus": "ACTIVE",
+                    "RetentionPeriodHours": 24,
+                    "StreamCreationTimestamp": arrival,
+                    "EnhancedMonitoring": [],
+                    "OpenShardCount": 1,
+                }
+            },
+        )
+        stub.add_response(
+            "list_shards",
+            {
+                "Shards": [
+                    {
+                        "ShardId": "shardId-000000000000",
+                        "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "1"},
+                        "SequenceNumberRange": {"StartingSequenceNumber": "1"},
+                    }
+                ]
+            },
+        )
+        with pytest.raises(StreamError) as error:
+            system.read("s", 0, start, Bounded(start, 10))
+    message = str(error.value)
+    assert "shardId-000000000000" in message and f"after sequence number {last_read}" in message
+    assert f"up to sequence number {oldest}" in message and "24 h" in message and "on_trimmed: skip" in message
