@@ -127,6 +127,7 @@ from pipelines.systems.base import (
     Record,
     StreamMetadata,
 )
+from pipelines.systems.offsets import parse_offset
 
 SYSTEM = "deltalog"
 APP_ID = "deltalog-writer"
@@ -642,14 +643,7 @@ def position_key(position: Position) -> int:
 
 
 def _offset(position: Position) -> int:
-    """A position of this system as the offset it is; anything else is somebody else's position."""
-    try:
-        value = int(position)
-    except (TypeError, ValueError):
-        raise StreamError(f"{SYSTEM} positions are decimal offsets, got {position!r}") from None
-    if value < 0:
-        raise StreamError(f"{SYSTEM} positions are offsets >= 0, got {position!r}")
-    return value
+    return parse_offset(SYSTEM, position)
 
 
 def _validate_count(partitions: object) -> int:

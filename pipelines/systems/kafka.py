@@ -114,6 +114,7 @@ from pipelines.systems.base import (
     StreamMetadata,
 )
 from pipelines.systems.kafka_expansions import DEFAULT_GRACE_MS, ExpansionLog
+from pipelines.systems.offsets import parse_offset
 
 SYSTEM = "kafka"
 
@@ -784,14 +785,7 @@ def _looks_secret(name: str) -> bool:
 
 
 def _offset(position: Position) -> int:
-    """A position of this system as the offset it is; anything else is somebody else's position."""
-    try:
-        value = int(position)
-    except (TypeError, ValueError):
-        raise StreamError(f"{SYSTEM} positions are decimal offsets, got {position!r}") from None
-    if value < 0:
-        raise StreamError(f"{SYSTEM} positions are offsets >= 0, got {position!r}")
-    return value
+    return parse_offset(SYSTEM, position)
 
 
 def _validate_count(partitions: object) -> int:
