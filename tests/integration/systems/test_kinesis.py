@@ -308,3 +308,24 @@ def test_records_trimmed_before_they_were_read_stop_the_read_with_the_shard_and_
     message = str(error.value)
     assert "shardId-000000000000" in message and f"after sequence number {last_read}" in message
     assert f"up to sequence number {oldest}" in message and "24 h" in message and "on_trimmed: skip" in message
+
+
+def test_the_emulator_listens_on_loopback_only() -> None:
+    """kinesis-mock hard-codes 0.0.0.0; bind-host.js must turn every listener into a loopback one."""
+    import psutil
+
+    emulator = KinesisEmulator()
+    emulator.start()
+    try:
+        assert emulator.process is not None
+        procs = [psutil.Process(emulator.process.pid), *psutil.Process(emulator.process.pid).children(recursive=True)]
+        listening = {
+            (c.laddr.ip, c.laddr.port)
+            for p in procs
+            for c in p.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert listening, "the emulator listens"
+        assert {ip for ip, _ in listening} <= {"127.0.0.1", "::1"}, listening
+    finally:
+        emulator.stop()
