@@ -127,7 +127,7 @@ from pipelines.systems.base import (
     Record,
     StreamMetadata,
 )
-from pipelines.systems.offsets import parse_offset
+from pipelines.systems.offsets import OffsetOrder, parse_offset
 
 SYSTEM = "deltalog"
 APP_ID = "deltalog-writer"
@@ -199,7 +199,7 @@ class _Snapshot:
         return self.partition_files(partition).end
 
 
-class DeltaLog:
+class DeltaLog(OffsetOrder):
     """The embedded log as an ``InputSystem``: admin, producer and consumer of the streams under one root.
 
     Positions are decimal offset strings ("next offset to read"); this module
@@ -325,16 +325,6 @@ class DeltaLog:
 
     def end_positions(self, stream: str) -> dict[int, Position]:
         return {p: str(end) for p, end in self.end_offsets(stream).items()}
-
-    def position_key(self, position: Position) -> int:
-        return _offset(position)
-
-    def reached(self, stream: str, partition: int, position: Position, target: Position) -> bool:
-        return _offset(position) >= _offset(target)
-
-    def unread(self, stream: str, partition: int, records: Sequence[Position], position: Position) -> list[bool]:
-        at = _offset(position)
-        return [_offset(r) >= at for r in records]
 
     def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
         """The embedded log has no tools of its own to show progress in: the checkpoints table is all there is."""

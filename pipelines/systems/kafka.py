@@ -114,7 +114,7 @@ from pipelines.systems.base import (
     StreamMetadata,
 )
 from pipelines.systems.kafka_expansions import DEFAULT_GRACE_MS, ExpansionLog
-from pipelines.systems.offsets import parse_offset
+from pipelines.systems.offsets import OffsetOrder, parse_offset
 
 SYSTEM = "kafka"
 
@@ -228,7 +228,7 @@ def position_key(position: Position) -> int:
     return _offset(position)
 
 
-class KafkaSystem:
+class KafkaSystem(OffsetOrder):
     """Kafka as an ``InputSystem``; clients are made on first use and are per process (it pickles to settings)."""
 
     system: str = SYSTEM
@@ -375,16 +375,6 @@ class KafkaSystem:
             return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
         except KafkaException as error:
             raise self._error(f"listing offsets of topic {stream!r}", error) from None
-
-    def position_key(self, position: Position) -> int:
-        return _offset(position)
-
-    def reached(self, stream: str, partition: int, position: Position, target: Position) -> bool:
-        return _offset(position) >= _offset(target)
-
-    def unread(self, stream: str, partition: int, records: Sequence[Position], position: Position) -> list[bool]:
-        at = _offset(position)
-        return [_offset(r) >= at for r in records]
 
     def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
         """The offset difference: an upper bound (gaps hold no records), and what Kafka's lag tools report."""
