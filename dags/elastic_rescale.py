@@ -76,6 +76,7 @@ def elastic_rescale() -> None:
             return False
         if not summary["changes"]:
             print(f"job {summary['job']} already runs this model (factor {summary['from_factor']}): nothing to do")
+            scaling.settle_abandoned(PipelinesHook().home(), summary["job"])  # a killed operation's lock and event
             return False
         return True
 

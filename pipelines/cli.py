@@ -345,6 +345,8 @@ def cmd_rescale(args: argparse.Namespace, home: Home, output: Output) -> None:
     factor, reason = _resolve_factor(home, args.job, args.factor, args.reason, output)
     request = scaling.ScalingRequest(validate_name("job", args.job), factor, reason, grouper=args.grouper)  # type: ignore[arg-type]
     summary = scaling.plan(home, request)
+    if not args.dry_run and not summary["changes"]:
+        scaling.settle_abandoned(home, request.job, say=output.note)
     if args.dry_run or not summary["changes"]:
         output.emit(
             {"applied": False, "plan": summary},

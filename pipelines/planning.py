@@ -28,6 +28,7 @@ from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.faults import crash_point
 from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
 from pipelines.systems.registry import JobSystems
 
@@ -182,6 +183,7 @@ def save(home: Home, plan: VersionPlan, reason: str, *, owner: str | None = None
     try:
         control = ControlPlane(home)
         control.job_models.save(plan.model, reason=reason)
+        crash_point("mid_migration")
         control.checkpoints.write(job, plan.model.version, plan.start, batch_id=INITIAL_BATCH)
         if activate:
             control.job_models.activate(job, plan.model.version, reason=reason)

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-_MARK_BY_FOLDER = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+_MARK_BY_FOLDER = {
+    "unit": pytest.mark.unit,
+    "integration": pytest.mark.integration,
+    "e2e": pytest.mark.e2e,
+    "faults": pytest.mark.faults,
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

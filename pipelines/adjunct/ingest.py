@@ -69,6 +69,7 @@ from pipelines.core.adjunct import (
     serving_generation,
 )
 from pipelines.errors import PipelinesError, StoreError
+from pipelines.faults import crash_point
 from pipelines.systems.base import Bounded, InputSystem, Position
 
 log = logging.getLogger(__name__)
@@ -301,6 +302,7 @@ class AdjunctStores:
             state = state.next(seq=s.state.seq + 1, changes=0)
         state = state.next(written_at=utc_now().isoformat())
         s.durable.append_segment(state, changes, expect_previous=s.state.seq)
+        crash_point("store_switch")
         s.state = state
         s.last_write = time.monotonic()
         s.changes_since_snapshot += state.changes

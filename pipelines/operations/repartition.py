@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.locks import ScalingLock
+from pipelines.control.locks import ScalingLock, dead_process_owner
 from pipelines.core.groupers import check_partition_change
 from pipelines.errors import PartitionChangeError, PipelinesError
 from pipelines.jobs.config import job_config
@@ -74,7 +74,9 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
             except PartitionChangeError as e:
                 error = str(e)
             state = lock.state(job)
-            busy = state.describe() if state is not None and state.held else None
+            # A holder known dead (same host, pid gone) does not make the job busy: absorbing takes its lock over.
+            held = state is not None and state.held and not dead_process_owner(state.owner)
+            busy = state.describe() if held else None
             name = f"{stream.system}/{stream.stream}"
             changes.append(InputChange(job, name, before, after, error, busy, model.grouper, stream in slotted))
     return changes

@@ -28,7 +28,6 @@ scaling window can be verified; it is left stopped, as it was.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -37,27 +36,23 @@ from typing import Any
 
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
-from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock, process_owner
+from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock, dead_process_owner, process_owner
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.groupers import expansion_grouper, grouper_by_name
 from pipelines.core.hashing import validate_factor
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import ConfigError, PipelinesError
+from pipelines.faults import crash_point
 from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.systems.registry import JobSystems
 
-FAULT_ENV = "PIPELINES_FAULT"  # test hook: "after_migrate" fails the operation between migration and activation
 LIVE_AFTER_S = 35.0  # a driver whose last heartbeat is older than this is not live (it beats every 10 s)
 RESCALE = "rescale"
 EXPANSION = "partition expansion"
 Say = Callable[[str], None]
 Target = dict[str, dict[str, str]]
 """End positions per input (``"system/stream"``) and partition (``"0"``): what a new model must reach."""
-
-
-class InjectedFault(RuntimeError):
-    """Raised where ``PIPELINES_FAULT`` asks for a crash, to prove recovery."""
 
 
 class Mode(StrEnum):
@@ -234,6 +229,32 @@ def _settle(control: ControlPlane, event: ScalingEvent, owner: str, say: Say) ->
     say(f"earlier scaling event {event.event_id} ({event.status}) {status}: {note}")
 
 
+def settle_abandoned(home: Home, job: str, say: Say = _print) -> list[str]:
+    """Close what a killed operation left behind when nothing else will: its lock and its unfinished events.
+
+    The next operation settles them itself, but a request that finds nothing
+    to change (the killed one had already activated its model) starts no
+    operation, and would leave the job looking mid-scale, its lock held for a
+    lease. Only a holder known dead (a CLI process of this host that is gone)
+    is settled here; a live one, or an Airflow run whose teardown settles it,
+    is left alone. Returns the ids of the events settled.
+    """
+    lock = ScalingLock(home)
+    state = lock.state(job)
+    if state is None or not state.held or not dead_process_owner(state.owner):
+        return []
+    owner = process_owner("cli")
+    lock.acquire(job, owner, f"settle what {state.owner} left of {job}")
+    try:
+        control = ControlPlane(home)
+        abandoned = [e for e in control.events.history(job) if e.finished_at is None]
+        for event in abandoned:
+            _settle(control, event, owner, say)
+        return [e.event_id for e in abandoned]
+    finally:
+        lock.release(job, owner)
+
+
 # ---------------------------------------------------------------------------------------------------- steps
 
 
@@ -285,8 +306,7 @@ def migrate(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, An
         f"saved v{version.model.version}: factor {version.model.elasticity_factor}, {version.model.task_count} "
         f"virtual tasks, {len(version.start.offsets)} start checkpoints migrated from v{op.from_version}"
     )
-    if os.environ.get(FAULT_ENV) == "after_migrate":
-        raise InjectedFault(f"{FAULT_ENV}=after_migrate: crashing between migration and activation")
+    crash_point("after_migrate")
     return {"to_version": version.model.version}
 
 
@@ -324,6 +344,7 @@ def restart(
 ) -> dict[str, Any]:
     """Get N+1 running: wait for a live driver's in-place switch, or run N+1 once with available-now."""
     _renew(home, op)
+    crash_point("during_switch")
     control = ControlPlane(home)
     version = _event(control, op).to_version
     if Mode(mode) is Mode.IN_PLACE:

@@ -19,7 +19,6 @@ running the query, so nothing here may rely on state between calls.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,10 +36,9 @@ from pipelines.control.metrics import metric
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import PipelinesError
+from pipelines.faults import crash_point
 from pipelines.runtime import fetch, schemas
 from pipelines.runtime.markers import TaskMarker
-
-FAULT_ENV = "PIPELINES_FAULT"  # test hook: "after_sink_commit" crashes the commit between sink and checkpoints
 
 
 @dataclass
@@ -105,6 +103,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
                 data_rows = [i for i, k in enumerate(kinds) if k == schemas.DATA]
                 dead_rows = [i for i, k in enumerate(kinds) if k == schemas.DEAD]
                 if data_rows:
+                    crash_point("mid_batch")
                     data_writer.write(batch.select(user_names).take(pa.array(data_rows, pa.int64())))
                 if dead_rows:
                     rows = batch.take(pa.array(dead_rows, pa.int64()))
@@ -132,8 +131,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         dead_new = commit_files(self.dead_path, dead_files, app_id, batchId) if dead_files else False
         data_new = commit_files(self.sink_path, [f for m in present for f in m.data], app_id, batchId)
         commit_s = time.perf_counter() - t0
-        if os.environ.get(FAULT_ENV) == "after_sink_commit":
-            os._exit(137)  # simulate a crash between the sink commit and the checkpoint append
+        crash_point("after_sink_commit")
         control = _control(home)
         markers = [TaskMarker.loads(text) for m in present for text in m.markers]
         checkpoints = CheckpointMap(

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
+from pipelines.control.locks import ScalingLock, process_owner
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
@@ -36,3 +41,23 @@ def test_a_per_ssp_job_over_two_streams_keeps_its_tasks_when_one_stream_expands(
     assert plan["virtual_tasks"] == 8, "SEP-5: an expansion does not change the task count"
     assert plan["partitions"] == {"deltalog.events": 4, "deltalog.orders": 2}
     assert ControlPlane(home).job_models.latest_version("per_ssp") == 1, "a plan writes nothing"
+
+
+def test_an_expansion_whose_absorption_was_killed_is_absorbable_not_busy(home: Home) -> None:
+    """A killed ``watch --apply`` leaves its lock; the next look must take over, not skip the job forever."""
+    produce(home, "events", 40, keys=5, partitions=2)
+    raw = JobConfig.load(DEMO).to_dict()
+    raw.update(name="grows", sink={"table": "grows_out"}, dead_letter={"table": "grows_dead"})
+    create_job(home, JobConfig.from_dict(raw))
+    DeltaLog(home.streams).expand("events", 4)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = f"cli:{socket.gethostname()}:{int(gone.stdout)}:deadbeef"
+    ScalingLock(home).acquire("grows", dead, "partition expansion of grows")
+    alive = process_owner("cli")  # this process: alive
+
+    [change] = repartition.detect(home, ["grows"])
+    assert (change.busy, change.error) == (None, None), "a dead holder does not make the job busy"
+
+    ScalingLock(home).acquire("grows", alive, "taken over by the test")
+    [change] = repartition.detect(home, ["grows"])
+    assert change.busy is not None and alive in change.busy, "a live holder does"

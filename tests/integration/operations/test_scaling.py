@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -10,11 +13,12 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.control.locks import ScalingInProgressError, ScalingLock
+from pipelines.control.locks import ScalingInProgressError, ScalingLock, process_owner
 from pipelines.demo import producer
 from pipelines.errors import ConfigError, UnknownJobError
+from pipelines.faults import FAULT_ENV, InjectedFault
 from pipelines.operations import scaling
-from pipelines.operations.scaling import InjectedFault, ScalingRequest
+from pipelines.operations.scaling import ScalingRequest
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import run_job
 from pipelines.runtime.requests import stop_request
@@ -88,10 +92,10 @@ def _crash_after_migration(
 ) -> scaling.ScalingOperation:
     op = scaling.begin(home, ScalingRequest(job_name, 4, "crashes"), owner, ttl_s=ttl, say=QUIET)
     scaling.stop(home, op, QUIET)
-    monkeypatch.setenv(scaling.FAULT_ENV, "after_migrate")
+    monkeypatch.setenv(FAULT_ENV, "after_migrate")
     with pytest.raises(InjectedFault):
         scaling.migrate(home, op, QUIET)
-    monkeypatch.delenv(scaling.FAULT_ENV)
+    monkeypatch.delenv(FAULT_ENV)
     return op  # no finish: the process "died", its lock and its event are left as they were
 
 
@@ -230,3 +234,33 @@ def test_a_request_refused_after_the_lock_was_taken_lets_the_lock_go(home: Home)
     assert ControlPlane(home).events.history(config.name) == []
     op = scaling.begin(home, ScalingRequest(config.name, 2, "fine"), "run-2", say=QUIET)  # nobody is blocked
     assert op.to_factor == 2
+
+
+def test_what_a_killed_cli_left_is_settled_by_a_request_that_finds_nothing_to_change(home: Home) -> None:
+    """Killed after activating: the repeated request has nothing to do, and still frees the job."""
+    produce(home, "events", 40, keys=5)
+    name = job(home, "killed_cli", 1).name
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = f"cli:{socket.gethostname()}:{int(gone.stdout)}:deadbeef"
+    op = scaling.begin(home, ScalingRequest(name, 2, "killed later"), dead, say=QUIET)
+    scaling.migrate(home, op, say=QUIET)
+    scaling.activate(home, op, say=QUIET)  # ... and the process dies here
+
+    assert not scaling.plan(home, ScalingRequest(name, 2, "again"))["changes"], "v2 is in force: nothing to change"
+    settled = scaling.settle_abandoned(home, name, say=QUIET)
+    assert settled == [op.event_id]
+    [event] = ControlPlane(home).events.history(name)
+    assert event.status == "recovered" and event.finished_at is not None
+    state = ScalingLock(home).state(name)
+    assert state is not None and not state.held
+    assert scaling.settle_abandoned(home, name, say=QUIET) == [], "nothing is left to settle"
+
+
+def test_a_live_holder_is_never_settled(home: Home) -> None:
+    produce(home, "events", 40, keys=5)
+    name = job(home, "busy_cli", 1).name
+    live = process_owner("cli")  # this test's own process
+    scaling.begin(home, ScalingRequest(name, 2, "still running"), live, say=QUIET)
+    assert scaling.settle_abandoned(home, name, say=QUIET) == []
+    state = ScalingLock(home).state(name)
+    assert state is not None and state.held and state.owner == live
