@@ -122,10 +122,7 @@ def describe_changes(plan: Mapping[str, Any], tasks_before: int, added: int, ret
     lines = []
     if plan["from_factor"] != plan["to_factor"]:
         lines.append(f"elasticity factor {plan['from_factor']} → {plan['to_factor']}")
-    lines.append(
-        f"virtual tasks {tasks_before} → {plan['virtual_tasks']} ({added} new, {retired} retired; "
-        "each key keeps its bucket's order)"
-    )
+    lines.append(f"virtual tasks {tasks_before} → {plan['virtual_tasks']} ({added} new, {retired} retired)")
     lines.append(
         f"model v{plan['from_version']} → v{plan['to_version']}: saved, its {plan['checkpoints']} start checkpoints "
         f"migrated from v{plan['from_version']}'s latest, then activated; the job restarts at a batch boundary"
@@ -152,8 +149,18 @@ ul.sample { margin: 4px 0 6px 16px; padding: 0; } ul.changes li { margin: 3px 0;
 """
 
 
-def rescale_form(job: Mapping[str, Any], *, action: str = "rescale/preview") -> str:
-    """The card's form: the current factor, a number field with the allowed range, a reason, "Preview"."""
+def rescale_form(
+    job: Mapping[str, Any],
+    *,
+    action: str = "rescale/preview",
+    title: str = "Rescale",
+    factor: object = None,
+    reason: str = DEFAULT_REASON,
+) -> str:
+    """The card's form: the current factor, a number field with the allowed range, a reason, "Preview".
+
+    ``factor`` pre-fills the field (default: the current factor); ``reason`` the reason.
+    """
     from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor
 
     model = job.get("model")
@@ -162,13 +169,14 @@ def rescale_form(job: Mapping[str, Any], *, action: str = "rescale/preview") -> 
     limit = _max_factor_or_none(max_factor)
     bound = f" max='{limit}'" if limit is not None else ""
     name = job["job"]
+    value = model["factor"] if factor in (None, "") else factor
     return (
-        f"<h3>Rescale</h3><form class='rescale' method='get' action='{_e(action)}' data-job='{_e(name)}'>"
+        f"<h3>{_e(title)}</h3><form class='rescale' method='get' action='{_e(action)}' data-job='{_e(name)}'>"
         f"<input type='hidden' name='job' value='{_e(name)}'>"
         f"<span>current factor <b class='current-factor'>{_e(model['factor'])}</b></span>"
         f"<label>new factor <input type='number' name='factor' min='1'{bound} step='1' required "
-        f"value='{_e(model['factor'])}'></label>"
-        f"<label>reason <input type='text' name='reason' maxlength='500' required value='{_e(DEFAULT_REASON)}'></label>"
+        f"value='{_e(value)}'></label>"
+        f"<label>reason <input type='text' name='reason' maxlength='500' required value='{_e(reason)}'></label>"
         "<button type='submit' class='preview'>Preview</button>"
         f"<span class='muted'>1 to {_e(limit if limit is not None else '?')} ({MAX_FACTOR_ENV}); "
         "nothing changes until you trigger the run from the preview</span></form>"
@@ -241,11 +249,12 @@ def render_preview(
                 f"<button type='submit' class='trigger'>Trigger {RESCALE_DAG}: {_e(conf['job'])} to factor "
                 f"{_e(conf['factor'])}</button> <span class='muted'>conf {_e(json.dumps(conf))}</span></form>"
             )
-    job_status = {"job": job, "model": {"factor": factor}} if job else {}
-    if job_status:
-        parts.append(rescale_form(job_status, action="preview").replace("<h3>Rescale</h3>", "<h3>Another factor</h3>"))
-        # keep the operator's reason when previewing another factor
-        parts[-1] = parts[-1].replace(f"value='{_e(DEFAULT_REASON)}'", f"value='{_e(reason or DEFAULT_REASON)}'")
+    if result is not None:  # another factor, the operator's reason kept
+        current = {"job": job, "model": {"factor": result["current"]["factor"]}}
+        kept = reason or DEFAULT_REASON
+        parts.append(rescale_form(current, action="preview", title="Another factor", factor=factor, reason=kept))
+    elif job:
+        parts.append(f"<p><a href='../#job-{_e(job)}'>← back to {_e(job)}</a></p>")
     parts.append("</section></body></html>")
     return "".join(parts)
 

@@ -126,6 +126,8 @@ def test_the_preview_page_offers_the_trigger_with_the_checked_conf(job_home: Hom
     html = forms.render_preview(JOB, "4", forms.DEFAULT_REASON, result, None, {"paused": True})
     assert "<form class='confirm' method='post' action='../rescale' target='_top'>" in html
     assert "name='factor' value='4'" in html and "elastic_rescale is paused" in html
+    another = html.split("<h3>Another factor</h3>", 1)[1]  # the form to try another: current 1, field at 4
+    assert "<b class='current-factor'>1</b>" in another and "step='1' required value='4'" in another
     refused = forms.render_preview(JOB, "0", forms.DEFAULT_REASON, None, "elasticity factor must be >= 1, got 0", {})
     assert "class='refusal'>elasticity factor must be &gt;= 1, got 0<" in refused and "class='confirm'" not in refused
 

@@ -67,8 +67,7 @@ def test_every_check_is_recorded_with_its_page_its_run_and_a_bounded_sample(vali
 
 def test_the_page_links_checks_to_data_docs_and_verdicts_to_their_run(validated: dict[str, Any]) -> None:
     home = validated["home"]
-    data = ui.collect(JOB, home=home)
-    (job,) = data["jobs"] if data["jobs"] else [ui.job_status(ControlPlane(home), home, JOB)]
+    job = ui.job_status(ControlPlane(home), home, JOB)  # no model in this home: only the verdicts matter here
     windows = {w["window"]: w for w in job["dq"]}
     dag, cli = windows["run:v1"], windows["run:seeded-loss"]
     assert dag["run_url"] == "../dags/quality_report/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00"
