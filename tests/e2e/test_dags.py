@@ -164,7 +164,11 @@ def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
     assert event.details["dq"] == "pass" and event.details["records_replayed"] == 0
     assert event.details["mode"] == "cold" and event.details["caught_up_s"] >= 0
     dq = control.dq_results.read(config.name)
-    assert set(dq[dq["window"] == f"event:{event.event_id}"]["check"]) >= {"no_loss", "no_duplicates", "key_order"}
+    window = dq[dq["window"] == f"event:{event.event_id}"]
+    assert set(window["check"]) >= {"no_loss", "no_duplicates", "key_order"}
+    # the verify task recorded its DAG run and each check's Data Docs page with the verdict
+    assert set(zip(window["dag_id"], window["run_id"], strict=True)) == {("elastic_rescale", run.run_id)}
+    assert all((home.root / "quality" / "docs" / page).is_file() for page in window["docs_page"])
 
 
 def test_repartition_watch_absorbs_an_expansion_with_keys_kept_on_their_tasks(dagbag: Any, home: Home) -> None:
