@@ -5,6 +5,8 @@ as a FastAPI app mounted in Airflow's api-server under ``/elastic-pipelines``:
 
 * ``GET /elastic-pipelines/``          the page (server-rendered HTML, no build step)
 * ``GET /elastic-pipelines/api/jobs``  the same data as JSON (``?job=NAME`` narrows it to one job)
+* ``GET /elastic-pipelines/docs/...``  the home's Data Docs site (``datadocs``)
+* ``GET /elastic-pipelines/rescale/preview``, ``POST /elastic-pipelines/rescale``  the rescale form (``forms``)
 
 Per job it shows the active model (version, elasticity factor, grouper, virtual
 tasks, partitions per input and whether the input has grown since), the latest
