@@ -204,6 +204,8 @@ def test_verdicts_link_to_data_docs_and_runs_and_the_rescale_form_triggers_a_run
 
 
 def test_bad_rescale_input_is_refused_with_the_reason(running_airflow: AirflowClient, verdicts: dict[str, Any]) -> None:
+    plan = running_airflow.json("GET", "/elastic-pipelines/api/rescale/preview", params={"job": JOB, "factor": 2})
+    assert (plan["plan"]["to_factor"], plan["plan"]["virtual_tasks"], plan["dag"]["paused"]) == (2, 4, True)
     post = running_airflow.http.post
     cases = [
         ({"job": JOB, "factor": "0"}, "elasticity factor must be >= 1"),
