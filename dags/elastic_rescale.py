@@ -4,6 +4,11 @@ validate → plan (a dry run stops here and shows the plan) → scale: take the 
 boundary → migrate checkpoints → activate the new model → restart → wait until caught up → data-quality
 checks over the scaling window → record the event (downtime, records replayed, verdict) and release the lock.
 The steps are `pipelines.operations.scaling`; `python -m pipelines rescale` runs the same ones.
+
+Trigger with `{"job": "enrichment", "factor": 4}`, or `{"job": "enrichment", "auto": true}` to let the autosizer
+choose. The factor is a number field in the trigger form (1 to `PIPELINES_MAX_FACTOR`, default 1024); "auto" is
+its own switch so that the factor can stay a number. The "Elastic pipelines" page (Browse menu) previews the plan
+of a factor and triggers this DAG with it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.scaling import scaling_path
 
 from pipelines.core.groupers import GROUPERS
+from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor
+from pipelines.errors import ConfigError
 from pipelines.operations import scaling
 
 
@@ -26,37 +33,64 @@ from pipelines.operations import scaling
     tags=["elastic-pipelines", "scaling"],
     params={
         "job": Param("enrichment", type="string", minLength=1, description="the job to rescale"),
+        # ["null", "integer"] with bounds is what Airflow's trigger form renders as a number field; a second
+        # non-null type (the "auto" string it used to accept) would make it a free-text area
         "factor": Param(
             2,
-            type=["integer", "string"],
-            description='target elasticity factor (a whole number >= 1), or "auto" to ask the autosizer',
+            type=["null", "integer"],
+            minimum=1,
+            maximum=max_factor(),
+            description=(
+                f"target elasticity factor: key buckets per input partition, 1 to {max_factor()} "
+                f"({MAX_FACTOR_ENV}); ignored when auto is on"
+            ),
+        ),
+        "auto": Param(
+            False,
+            type="boolean",
+            description="let the autosizer choose the factor from the job's metrics (its reasons are recorded)",
         ),
         "reason": Param("manual rescale", type="string", minLength=1, description="recorded with the new model"),
         "dry_run": Param(False, type="boolean", description="plan and show the new model, change nothing"),
-        "grouper": Param(None, type=["null", "string"], enum=[None, *sorted(GROUPERS)], description="keep if empty"),
-        "lock_wait_s": Param(0, type="integer", minimum=0, description="wait this long for another scaling step"),
-        "catch_up_timeout_s": Param(600, type="integer", minimum=1),
-        "restart_timeout_s": Param(300, type="integer", minimum=1),
-        "sequence_column": Param(None, type=["null", "string"], description="per-key sequence in the sink"),
-        "spark_master": Param(None, type=["null", "string"], description="master of a catch-up run"),
+        "grouper": Param(
+            None,
+            type=["null", "string"],
+            enum=[None, *sorted(GROUPERS)],
+            description="how partitions and key buckets become virtual tasks; empty keeps the job's grouper",
+        ),
+        "lock_wait_s": Param(
+            0, type="integer", minimum=0, description="seconds to wait for another scaling step's lock, then fail"
+        ),
+        "catch_up_timeout_s": Param(
+            600, type="integer", minimum=1, description="seconds the new model may take to catch up with the input"
+        ),
+        "restart_timeout_s": Param(
+            300, type="integer", minimum=1, description="seconds the job may take to restart on the new model"
+        ),
+        "sequence_column": Param(
+            None, type=["null", "string"], description="per-key sequence column in the sink, for the order check"
+        ),
+        "spark_master": Param(
+            None, type=["null", "string"], description="Spark master of a catch-up run (empty: the job's default)"
+        ),
     },
     doc_md=__doc__,
 )
 def elastic_rescale() -> None:
     @task
     def validate(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The request, with "auto" resolved by the autosizer; a bad factor, reason or an unknown job fails here."""
+        """The request, with auto resolved by the autosizer; a bad factor, reason or an unknown job fails here."""
         assert params is not None
-        factor = params["factor"]
+        factor = params.get("factor")
         reason = params["reason"]
-        if isinstance(factor, str) and factor.strip().lower() == "auto":
+        if params.get("auto"):
             from pipelines.operations.autosize import evaluate
 
             decision = evaluate(PipelinesHook().home(), params["job"])
             print(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
             factor, reason = decision.factor, f"{reason} (auto: {'; '.join(decision.reasons)})"
-        elif isinstance(factor, str):
-            factor = factor.strip()
+        elif factor is None:
+            raise ConfigError(f"give a factor (1 to {max_factor()}) or turn auto on")
         request = scaling.ScalingRequest(params["job"], factor, reason, grouper=params.get("grouper") or None)
         scaling.validate(PipelinesHook().home(), request)  # the factor, the job; the plan task checks the rest
         return request.to_dict()

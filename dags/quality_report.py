@@ -13,6 +13,7 @@ from airflow.sdk import AssetOrTimeSchedule, dag, task
 from airflow.timetables.trigger import CronTriggerTimetable
 from pipelines_airflow.assets import JOB_MODELS, QUALITY
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.scaling import dag_run
 
 from pipelines.control import ControlPlane
 from pipelines.errors import PipelinesError
@@ -33,11 +34,12 @@ def quality_report() -> None:
         from pipelines.quality.report import run_quality
 
         home = PipelinesHook().home()
+        produced_by = dag_run()  # recorded with every verdict: the UI links each one to this run
         verdicts: dict[str, Any] = {}
         docs = None
         for job in ControlPlane(home).job_models.jobs():
             try:
-                report = run_quality(home, job, sequence=default_sequence(home, job))
+                report = run_quality(home, job, sequence=default_sequence(home, job), dag_run=produced_by)
             except PipelinesError as e:  # e.g. a job that never ran: nothing to validate yet
                 print(f"{job}: not validated: {e}")
                 verdicts[job] = f"skipped: {e}"

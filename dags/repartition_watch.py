@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import dag, task
+from airflow.sdk import Param, dag, task
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.scaling import scaling_path
 
@@ -26,7 +26,17 @@ from pipelines.operations import repartition
     catchup=False,
     max_active_runs=1,
     tags=["elastic-pipelines", "scaling"],
-    params={"catch_up_timeout_s": 600, "restart_timeout_s": 300, "lock_wait_s": 0},
+    params={
+        "catch_up_timeout_s": Param(
+            600, type="integer", minimum=1, description="seconds a new model may take to catch up with the input"
+        ),
+        "restart_timeout_s": Param(
+            300, type="integer", minimum=1, description="seconds a job may take to restart on its new model"
+        ),
+        "lock_wait_s": Param(
+            0, type="integer", minimum=0, description="seconds to wait for another scaling step's lock (0: next minute)"
+        ),
+    },
     doc_md=__doc__,
 )
 def repartition_watch() -> None:

@@ -3,7 +3,9 @@
 * ``fastapi_apps``: the page's FastAPI app (``pipelines_airflow.ui``), mounted by the
   api-server under ``/elastic-pipelines`` (HTML at ``/elastic-pipelines/``, JSON at
   ``/elastic-pipelines/api/jobs``). Every route requires a logged-in Airflow user with
-  DAG read access (``requires_access_dag("GET")`` from Airflow's own API security).
+  DAG read access (``requires_access_dag("GET")`` from Airflow's own API security). The same app
+  serves the home's Data Docs (``/elastic-pipelines/docs/``) and the rescale form, whose trigger also
+  needs the permission to trigger ``elastic_rescale``.
 * ``external_views``: a "Elastic pipelines" entry in the UI's Browse menu that shows the
   page inside Airflow (at ``/plugin/elastic-pipelines``); the iframe is same-origin, so
   the UI's ``_token`` cookie authenticates it.

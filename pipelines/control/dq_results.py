@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,6 +27,11 @@ DQ_RESULTS = TableSpec(
             column("checked", pa.int64()),  # rows or records the check looked at
             column("examples", pa.string(), nullable=True),  # first offenders, named by key and offset
             column("run_at", TIMESTAMP),
+            # added later (nullable, so older tables are upgraded in place): where to look further
+            column("sample", pa.string(), nullable=True),  # JSON: the first offenders' key, stream, partition, offset
+            column("docs_page", pa.string(), nullable=True),  # the Data Docs page, relative to the site's root
+            column("dag_id", pa.string(), nullable=True),  # the Airflow DAG run that validated (none: the CLI)
+            column("run_id", pa.string(), nullable=True),
         ]
     ),
     "Data-quality verdicts: one row per check per validated window (a run or a scaling event)",
@@ -33,14 +39,27 @@ DQ_RESULTS = TableSpec(
 )
 
 
+@dataclass(frozen=True)
+class DagRunRef:
+    """The Airflow DAG run that produced a verdict, so the UI can link to it; a CLI validation has none."""
+
+    dag_id: str
+    run_id: str
+
+    def columns(self) -> dict[str, str]:
+        return {"dag_id": self.dag_id, "run_id": self.run_id}
+
+
 class DqResults:
     def __init__(self, home: Home) -> None:
         self.table = ControlTable(DQ_RESULTS, home)
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """One commit for one validation's verdicts: job, window, check, success, observed, checked, examples?."""
+        """One commit for one validation's verdicts: job, window, check, success, observed, checked, and the
+        optional examples, sample, docs_page, dag_id and run_id."""
         now = utc_now()
-        prepared = [{"examples": None, "run_at": now, **row} for row in rows]
+        optional = {"examples": None, "sample": None, "docs_page": None, "dag_id": None, "run_id": None}
+        prepared = [{**optional, "run_at": now, **row} for row in rows]
         for row in prepared:
             validate_name("job", row["job"])
         if prepared:

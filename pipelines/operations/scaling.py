@@ -36,6 +36,7 @@ from typing import Any
 
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
+from pipelines.control.dq_results import DagRunRef
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock, dead_process_owner, process_owner
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.groupers import expansion_grouper, grouper_by_name
@@ -401,13 +402,24 @@ def wait_caught_up(home: Home, op: ScalingOperation, *, timeout_s: float = 600.0
         time.sleep(1.0)
 
 
-def verify(home: Home, op: ScalingOperation, *, sequence: str | None = None, say: Say = _print) -> dict[str, Any]:
-    """Data-quality checks over the scaling window (GX suites, dq_results, Data Docs); fails on a FAIL."""
+def verify(
+    home: Home,
+    op: ScalingOperation,
+    *,
+    sequence: str | None = None,
+    dag_run: DagRunRef | None = None,
+    say: Say = _print,
+) -> dict[str, Any]:
+    """Data-quality checks over the scaling window (GX suites, dq_results, Data Docs); fails on a FAIL.
+
+    ``dag_run``: the Airflow run verifying, recorded with the verdicts so the UI links to it.
+    """
     from pipelines.quality.report import run_quality
 
     _renew(home, op)
     control = ControlPlane(home)
-    report = run_quality(home, op.job, op.event_id, sequence=sequence or default_sequence(home, op.job))
+    sequence = sequence or default_sequence(home, op.job)
+    report = run_quality(home, op.job, op.event_id, sequence=sequence, dag_run=dag_run)
     say(report.summary())
     verdict = "pass" if report.success else "fail"
     v = report.verdict

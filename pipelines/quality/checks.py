@@ -35,6 +35,8 @@ class Verdict:
     misrouted: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
     keyless: int = 0  # rows without a key: no per-key order to keep, so not judged for order (said, not hidden)
+    samples: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+    """The same first offenders as ``examples``, as fields (key, stream, partition, offset, ...) a UI can show."""
 
     @property
     def ok(self) -> bool:
@@ -190,6 +192,26 @@ def _head(frame: pd.DataFrame, columns: list[str]) -> list[tuple]:
     return list(frame[columns].head(EXAMPLES).itertuples(index=False, name=None))
 
 
+def _sample(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, object]]:
+    """The first ``EXAMPLES`` offenders as plain JSON-able fields (``key_text`` named ``key``)."""
+    present = [c for c in columns if c in frame.columns]
+    rows = []
+    for values in _head(frame, present):
+        row = {("key" if c == "key_text" else c): _plain(v) for c, v in zip(present, values, strict=True)}
+        rows.append(row)
+    return rows
+
+
+def _plain(value: object) -> object:
+    if value is None or value is pd.NA:
+        return None
+    if hasattr(value, "item") and callable(value.item):  # numpy and pandas scalars
+        value = value.item()
+    if isinstance(value, float) and value != value:  # NaN: a missing value
+        return None
+    return value if isinstance(value, int | float | str | bool) else _text(value)
+
+
 def _text(key: object) -> str:
     if isinstance(key, bytes | bytearray):
         return key.decode("utf-8", "backslashreplace")
@@ -285,6 +307,13 @@ class Annotated:
             ],
         }
         verdict.examples = {name: items for name, items in found.items() if items}
+        samples = {
+            "lost": _sample(lost, ["stream", "partition", "offset"]),
+            "duplicated": _sample(dups, ["key_text", "stream", "partition", "offset"]),
+            "out of order": _sample(order, ["key_text", "stream", "partition", "offset", "after"]),
+            "misrouted": _sample(wrong, ["key_text", "stream", "partition", "offset", "virtual_task", "key_bucket"]),
+        }
+        verdict.samples = {name: items for name, items in samples.items() if items}
         verdict.keyless = int(self.rows["keyless"].sum()) if "keyless" in self.rows else 0
         return verdict
 

@@ -8,7 +8,9 @@ The one entry point for the CLI (``python -m pipelines verify``) and the Airflow
 3. a file-backed GX context under ``<home>/quality/gx`` validates the flagged frames with the suites of
    ``expectations`` (one validation definition per frame, all in one checkpoint run named after the window);
 4. every check's outcome is appended to the ``dq_results`` control table, with the first offenders named
-   by key and offset, and the Data Docs site in ``<home>/quality/docs`` gets one page per validation.
+   by key and offset (``examples`` as text, ``sample`` as JSON fields), the Data Docs page that shows it
+   (``docs_page``) and, when an Airflow task validated, its DAG run (``dag_id``, ``run_id``); the Data
+   Docs site in ``<home>/quality/docs`` gets one page per validation.
 
 Everything is local files: no network, no GX Cloud. Two validations of the same home at the same moment
 may race on the GX context's files (the Delta table is safe: appends only); run them one after another.
@@ -16,6 +18,7 @@ may race on the GX context's files (the Delta table is safe: appends only); run 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipelines.control.dq_results import DagRunRef
 from pipelines.control.home import Home
 from pipelines.quality.checks import Annotated, Verdict, annotate
 from pipelines.quality.verify import Window, load_window
@@ -71,18 +75,30 @@ def run_quality(
     sequence: str | None = None,
     record: bool = True,
     docs: bool = True,
+    dag_run: DagRunRef | None = None,
 ) -> QualityReport:
-    """Validate a job's whole run (``event=None``) or the window of one scaling event (id or its prefix)."""
+    """Validate a job's whole run (``event=None``) or the window of one scaling event (id or its prefix).
+
+    ``dag_run``: the Airflow DAG run validating, recorded with the verdicts (None: the CLI or a test).
+    """
     window = load_window(home, job, event)
-    return validate_window(home, window, sequence=sequence, record=record, docs=docs)
+    return validate_window(home, window, sequence=sequence, record=record, docs=docs, dag_run=dag_run)
 
 
 def validate_window(
-    home: Home, window: Window, *, sequence: str | None = None, record: bool = True, docs: bool = True
+    home: Home,
+    window: Window,
+    *,
+    sequence: str | None = None,
+    record: bool = True,
+    docs: bool = True,
+    dag_run: DagRunRef | None = None,
 ) -> QualityReport:
     annotated = annotate(window.expected, window.rows, window.dead, window.factors.__getitem__, sequence)
     verdict = annotated.verdict()
     results = validate_annotated(quality_dir(home), window.job, window.window_id, annotated, verdict, docs=docs)
+    if dag_run is not None:
+        results = [{**r, **dag_run.columns()} for r in results]
     report = QualityReport(window.job, window.window_id, verdict, results)
     if docs:
         report.docs_index = quality_dir(home) / "docs" / "index.html"
@@ -138,12 +154,14 @@ def validate_annotated(
             )
         )
         run = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=gx.RunIdentifier(run_name=window_id))
-        for validation in run.run_results.values():
+        for identifier, validation in run.run_results.items():
+            page = _docs_page(context, identifier, root / "docs") if docs else None
             for r in validation.results:
                 check = CHECKS.get(r.expectation_config.type, r.expectation_config.type)
                 observed = int(r.result.get("unexpected_count") or 0)
                 checked = int(r.result.get("element_count") or len(frame))
                 examples = verdict.examples.get(_VERDICT_CHECK.get(check, ""), [])
+                sample = verdict.samples.get(_VERDICT_CHECK.get(check, ""), [])
                 if check == "dead_letters":
                     observed = checked = len(frame)  # counted and reported; null errors fail the expectation
                     examples = [f"{len(frame)} dead letters"] if len(frame) else []
@@ -160,6 +178,8 @@ def validate_annotated(
                         "observed": observed,
                         "checked": checked,
                         "examples": "; ".join(examples) if examples else None,
+                        "sample": json.dumps(sample) if sample and not r.success else None,
+                        "docs_page": page,
                     }
                 )
     return results
@@ -188,6 +208,22 @@ def _context(root: Path, docs: bool) -> Any:
             },
         )
     return context
+
+
+def _docs_page(context: Any, identifier: Any, site: Path) -> str | None:
+    """The page of one validation result, relative to the site's root (GX decides the layout; we only ask it)."""
+    from urllib.parse import unquote, urlparse
+
+    try:
+        urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DOCS_SITE)
+    except Exception:  # a page we cannot locate is a missing link, never a failed validation
+        return None
+    site = site.resolve()
+    for url in urls:
+        path = Path(unquote(urlparse(url.get("site_url") or "").path)).resolve()
+        if path.is_relative_to(site):
+            return path.relative_to(site).as_posix()
+    return None
 
 
 def _batch_definition(asset: Any) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow.sdk import get_current_context, task, task_group
 
+from pipelines.control.dq_results import DagRunRef
 from pipelines.operations import scaling
 from pipelines_airflow.assets import JOB_MODELS, QUALITY, SCALING_EVENTS
 from pipelines_airflow.hooks import PipelinesHook
@@ -85,9 +86,15 @@ def wait_caught_up(op: dict[str, Any]) -> float:
     return scaling.wait_caught_up(_home(), _op(op), timeout_s=timeout)["caught_up_s"]
 
 
+def dag_run() -> DagRunRef:
+    """This task's DAG run, recorded with the verdicts it produces so the UI can link a verdict to its run."""
+    context = get_current_context()
+    return DagRunRef(context["ti"].dag_id, context["run_id"])
+
+
 @task(outlets=[QUALITY])
 def verify_quality(op: dict[str, Any]) -> str:
-    return scaling.verify(_home(), _op(op), sequence=_param("sequence_column"))["dq"]
+    return scaling.verify(_home(), _op(op), sequence=_param("sequence_column"), dag_run=dag_run())["dq"]
 
 
 @task(outlets=[SCALING_EVENTS])

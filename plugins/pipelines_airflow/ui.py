@@ -5,6 +5,8 @@ as a FastAPI app mounted in Airflow's api-server under ``/elastic-pipelines``:
 
 * ``GET /elastic-pipelines/``          the page (server-rendered HTML, no build step)
 * ``GET /elastic-pipelines/api/jobs``  the same data as JSON (``?job=NAME`` narrows it to one job)
+* ``GET /elastic-pipelines/docs/...``  the home's Data Docs site (``datadocs``)
+* ``GET /elastic-pipelines/rescale/preview``, ``POST /elastic-pipelines/rescale``  the rescale form (``forms``)
 
 Per job it shows the active model (version, elasticity factor, grouper, virtual
 tasks, partitions per input and whether the input has grown since), the latest
@@ -38,6 +40,8 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from pipelines_airflow import datadocs, forms
 
 URL_PREFIX = "/elastic-pipelines"
 TITLE = "Elastic pipelines"
@@ -163,6 +167,7 @@ def _dq(control: Any, job: str) -> list[dict[str, Any]]:
                 "window": window,
                 "run_at": max(r["run_at"] for r in by_check.values()),
                 "ok": all(bool(r["success"]) for r in by_check.values()),
+                **datadocs.window_fields(by_check.values()),  # the DAG run that produced it
                 "checks": [
                     {
                         "check": name,
@@ -170,6 +175,7 @@ def _dq(control: Any, job: str) -> list[dict[str, Any]]:
                         "observed": r["observed"],
                         "checked": r["checked"],
                         "examples": r.get("examples"),
+                        **datadocs.check_fields(r),  # its Data Docs page, its first offenders
                     }
                     for name, r in by_check.items()
                 ],
@@ -271,7 +277,8 @@ def _now() -> str:
 
 # --- page -------------------------------------------------------------------------------------------------------------
 
-CSS = """
+CSS = (
+    """
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0; padding: 16px 24px;
        color: #1f2933; background: #f7f9fb; font-size: 14px; }
 h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 0; } h3 { font-size: 14px; margin: 16px 0 6px; }
@@ -292,6 +299,8 @@ th { color: #52606d; font-weight: 600; background: #f5f7fa; }
 .muted { color: #9aa5b1; } .err { color: #8a1c1c; font-family: monospace; font-size: 12px; white-space: pre-wrap; }
 details summary { cursor: pointer; color: #52606d; } .mono { font-family: monospace; font-size: 12px; }
 """
+    + forms.CSS
+)
 
 
 def render_page(data: Mapping[str, Any]) -> str:
@@ -355,6 +364,7 @@ def _job_card(job: Mapping[str, Any]) -> str:
             f"{_e(_short_time(model.get('activated_at')))} ({_e(model.get('activation_reason'))})</summary>"
             f"<div class='mono'>{_e(', '.join(model['tasks']))}</div></details>"
         )
+    parts.append(forms.rescale_form(job))
     parts.append(_events_table(job.get("scaling_events")))
     parts.append(_dq_table(job.get("dq")))
     if job.get("autosize_decisions") is not None:
@@ -418,13 +428,11 @@ def _dq_table(windows: list[dict[str, Any]] | None) -> str:
         return head + "<p class='muted'>No validation yet.</p>"
     rows = []
     for w in windows:
-        checks = " ".join(
-            f"<span class='pill {'ok' if c['success'] else 'bad'}' title='{_e(c.get('examples') or '')}'>"
-            f"{_e(c['check'])} {_e(c['observed'])}/{_e(c['checked'])}</span>"
-            for c in w["checks"]
-        )
-        rows.append([_e(w["window"]), _e(_short_time(w["run_at"])), _verdict("PASS" if w["ok"] else "FAIL"), checks])
-    return head + _table(["window", "run at", "verdict", "checks (offending/checked)"], rows, "dq")
+        checks = " ".join(datadocs.check_cell(c) for c in w["checks"])  # links to Data Docs, first offenders
+        verdict = _verdict("PASS" if w["ok"] else "FAIL")
+        rows.append([_e(w["window"]), _e(_short_time(w["run_at"])), verdict, checks, datadocs.origin_cell(w)])
+    cols = ["window", "run at", "verdict", "checks (offending/checked) · Data Docs", "produced by"]
+    return head + _table(cols, rows, "dq")
 
 
 def _stores_table(stores: list[dict[str, Any]]) -> str:
@@ -579,6 +587,9 @@ def create_app() -> Any:
     @app.get("/index.html", include_in_schema=False)
     def index() -> RedirectResponse:
         return RedirectResponse("./")
+
+    datadocs.add_routes(app)  # the home's Data Docs site, behind the same login
+    forms.add_routes(app)  # the rescale preview and trigger
 
     return app
 

@@ -99,13 +99,41 @@ def test_a_dry_run_shows_the_plan_and_changes_nothing(dagbag: Any, home: Home) -
 
 
 def test_a_bad_factor_or_unknown_job_fails_validation_and_changes_nothing(dagbag: Any, home: Home) -> None:
+    from airflow.exceptions import ParamValidationError
+
     _demo_job(home)
     dag = dagbag.get_dag("elastic_rescale")
-    for conf in ({"job": "enrichment", "factor": 0}, {"job": "enrichment", "factor": "lots"}, {"job": "nope"}):
+    for conf in ({"job": "enrichment", "factor": None}, {"job": "nope"}):
         run = dag.test(run_conf=conf)
         assert str(run.state) == "failed", conf
         assert _task_states(run)["validate"] == "failed", conf
+    for conf in ({"job": "enrichment", "factor": 0}, {"job": "enrichment", "factor": "lots"}):
+        with pytest.raises(ParamValidationError):  # the factor Param (an integer >= 1) refuses it before any task
+            dag.test(run_conf=conf)
     assert ControlPlane(home).job_models.latest_version("enrichment") == 1
+
+
+def test_every_param_is_described_and_the_factor_is_a_bounded_integer(dagbag: Any) -> None:
+    from pipelines.core.hashing import max_factor
+
+    for dag_id in sorted(dagbag.dag_ids):
+        params = dagbag.get_dag(dag_id).params
+        undescribed = [name for name in params if not (params.get_param(name).description or "").strip()]
+        assert not undescribed, f"{dag_id}: {undescribed}"
+    factor = dagbag.get_dag("elastic_rescale").params.get_param("factor").schema
+    # the shape Airflow's trigger form renders as a number field (a second non-null type makes it a text area)
+    assert factor == {"type": ["null", "integer"], "minimum": 1, "maximum": max_factor()}
+
+
+def test_auto_asks_the_autosizer_for_the_factor(dagbag: Any, home: Home) -> None:
+    from pipelines.operations.autosize import evaluate
+
+    _demo_job(home)
+    expected = evaluate(home, "enrichment").factor  # no metrics yet: the autosizer's answer for a fresh job
+    run = dagbag.get_dag("elastic_rescale").test(run_conf={"job": "enrichment", "auto": True, "dry_run": True})
+    assert str(run.state) == "success", _task_states(run)
+    summary = next(ti for ti in run.get_task_instances() if ti.task_id == "plan").xcom_pull(task_ids="plan")
+    assert summary["to_factor"] == expected and "(auto: " in summary["reason"]
 
 
 def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
@@ -136,7 +164,11 @@ def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
     assert event.details["dq"] == "pass" and event.details["records_replayed"] == 0
     assert event.details["mode"] == "cold" and event.details["caught_up_s"] >= 0
     dq = control.dq_results.read(config.name)
-    assert set(dq[dq["window"] == f"event:{event.event_id}"]["check"]) >= {"no_loss", "no_duplicates", "key_order"}
+    window = dq[dq["window"] == f"event:{event.event_id}"]
+    assert set(window["check"]) >= {"no_loss", "no_duplicates", "key_order"}
+    # the verify task recorded its DAG run and each check's Data Docs page with the verdict
+    assert set(zip(window["dag_id"], window["run_id"], strict=True)) == {("elastic_rescale", run.run_id)}
+    assert all((home.root / "quality" / "docs" / page).is_file() for page in window["docs_page"])
 
 
 def test_repartition_watch_absorbs_an_expansion_with_keys_kept_on_their_tasks(dagbag: Any, home: Home) -> None:

@@ -1,0 +1,100 @@
+"""A verdict knows its Data Docs page, the DAG run that produced it and its first offenders; the page links them.
+
+No Spark and no Airflow: a synthetic window with two lost records is validated by the real GX layer into a
+real home (Delta ``dq_results``, Data Docs on disk), once as a DAG task would (with its run) and once as the
+CLI does (without); then the plugin's data and HTML are built from that home.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pipelines_airflow import datadocs, ui
+
+from pipelines.control import ControlPlane
+from pipelines.control.dq_results import DagRunRef
+from pipelines.control.home import Home
+from pipelines.quality.report import quality_dir, validate_window
+from pipelines.quality.synthetic import synthetic_window
+from pipelines.quality.verify import Window
+
+JOB = "linked"
+RUN = DagRunRef("quality_report", "manual__2026-01-01T00:00:00+00:00")
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    home = Home(tmp_path_factory.mktemp("links") / "home")
+    expected, rows, dead = synthetic_window(200, partitions=2, factor=4, keys=10, batch=50, seed=5)
+    lost = rows.iloc[[17, 18]]
+    failing = Window(JOB, "run:seeded-loss", expected, rows.drop(index=lost.index), dead, {1: 4})
+    cli = validate_window(home, failing, sequence="seq")  # as `pipelines verify` does: no DAG run
+    clean = Window(JOB, "run:v1", expected, rows, dead, {1: 4})
+    dag = validate_window(home, clean, sequence="seq", dag_run=RUN)  # as the quality_report DAG does
+    return {"home": home, "lost": lost, "cli": cli, "dag": dag}
+
+
+def test_every_check_is_recorded_with_its_page_its_run_and_a_bounded_sample(validated: dict[str, Any]) -> None:
+    home = validated["home"]
+    rows = ControlPlane(home).dq_results.read(JOB)
+    site = quality_dir(home) / "docs"
+    assert len(rows) == 10
+    for row in rows.to_dict("records"):
+        page = site / row["docs_page"]
+        assert page.is_file(), row["docs_page"]
+        assert row["window"] in page.read_text()  # the page of this validation's run
+        if row["window"] == "run:v1":
+            assert (row["dag_id"], row["run_id"]) == (RUN.dag_id, RUN.run_id)
+        else:
+            assert row["dag_id"] is None and row["run_id"] is None
+    no_loss = rows[(rows["window"] == "run:seeded-loss") & (rows["check"] == "no_loss")].iloc[0]
+    assert not no_loss["success"] and no_loss["observed"] == 2
+    sample = json.loads(no_loss["sample"])
+    lost = validated["lost"]
+    assert sample == [
+        {"stream": "events", "partition": int(p), "offset": str(o)}
+        for p, o in sorted(zip(lost["partition"], lost["offset"], strict=True), key=lambda po: (po[0], int(po[1])))
+    ]
+    assert "input_records" in no_loss["docs_page"]  # the no-loss check judges the input records
+    page = (site / no_loss["docs_page"]).read_text()  # GX's page names the suite, the run and the count
+    assert f"{JOB}.input_records" in page and "run:seeded-loss" in page and "2 unexpected values found" in page
+    passed = rows[rows["success"]]
+    assert passed["sample"].isna().all()
+
+
+def test_the_page_links_checks_to_data_docs_and_verdicts_to_their_run(validated: dict[str, Any]) -> None:
+    home = validated["home"]
+    job = ui.job_status(ControlPlane(home), home, JOB)  # no model in this home: only the verdicts matter here
+    windows = {w["window"]: w for w in job["dq"]}
+    dag, cli = windows["run:v1"], windows["run:seeded-loss"]
+    assert dag["run_url"] == "../dags/quality_report/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00"
+    assert cli["run_url"] is None and not cli["ok"]
+    no_loss = next(c for c in cli["checks"] if c["check"] == "no_loss")
+    assert len(no_loss["sample"]) == 2 and no_loss["docs_page"].startswith("validations/")
+    html = ui._dq_table(job["dq"])
+    assert f"href='{datadocs.docs_url(no_loss['docs_page'])}'" in html.replace("&#x27;", "'")
+    assert "CLI (no DAG run)" in html and "href='../dags/quality_report/runs/" in html
+    for p, o in zip(validated["lost"]["partition"], validated["lost"]["offset"], strict=True):
+        assert f"events/{p}@{o}" in html
+
+
+def test_only_files_inside_the_site_are_served(validated: dict[str, Any], tmp_path: Path) -> None:
+    site = quality_dir(validated["home"]) / "docs"
+    assert datadocs.resolve_page(site, "") == (site / "index.html").resolve()
+    page = ControlPlane(validated["home"]).dq_results.read(JOB)["docs_page"].iloc[0]
+    assert datadocs.resolve_page(site, page) == (site / page).resolve()
+    (tmp_path / "secret.txt").write_text("not a Data Docs page")
+    for outside in ("../gx/great_expectations.yml", "../../control", "/etc/passwd", "static/../../gx", "nope.html"):
+        assert datadocs.resolve_page(site, outside) is None, outside
+
+
+def test_rows_written_before_the_new_columns_read_as_no_link() -> None:
+    old = {"check": "no_loss", "success": False, "observed": 1, "checked": 9, "examples": "events/0@3"}
+    assert datadocs.check_fields(old) == {"docs_page": None, "sample": []}
+    assert datadocs.window_fields([old]) == {"dag_id": None, "run_id": None, "run_url": None}
+    assert datadocs.parse_sample("not json") == [] and datadocs.parse_sample(json.dumps({"a": 1})) == []
+    cell = datadocs.check_cell({**old, **datadocs.check_fields(old)})
+    assert "href" not in cell and "no_loss 1/9" in cell
