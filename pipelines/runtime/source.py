@@ -34,6 +34,7 @@ in the partition's order, and ends with a marker row (``runtime.markers``).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,7 @@ from pipelines.errors import StreamError
 from pipelines.runtime import fetch, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
+from pipelines.runtime.outage import InputOutage
 from pipelines.runtime.requests import drain_request
 from pipelines.systems.base import InputSystem
 
@@ -120,6 +122,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._settings: dict[str, dict[str, Any]] | None = None
         self._target: dict[SystemStreamPartition, Position] | None = None
         self._batches = 0
+        self._outage = InputOutage()
 
     # ------------------------------------------------------------ driver side
 
@@ -169,8 +172,12 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             planned = self._plan(positions, budget)
         except StreamError as e:  # an input that does not answer (a broker down): wait for it, never fail
-            print(f"[{self.job}] v{self.version}: input unavailable, no new batch until it answers: {e}", flush=True)
+            self._input_failed(e)
             return start
+        lasted = self._outage.answered()
+        if lasted is not None:
+            print(f"[{self.job}] v{self.version}: input answers again after {lasted:.1f}s", flush=True)
+            self._report("input_recovered_s", lasted)
         ends: dict[SystemStreamPartition, Offset] = {}
         for ssp, end in planned.items():
             if isinstance(end, Bounded):
@@ -187,6 +194,29 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ends[ssp] = pending
         self._batches += 1
         return self._with_stores(start, encode(BatchOffsets(self.version, ends)))
+
+    def _input_failed(self, error: StreamError) -> None:
+        """Wait before Spark asks again (bounded back-off), and report the outage now and then, not per try."""
+        wait, report = self._outage.failed()
+        if report:
+            down = self._outage.down_for()
+            print(
+                f"[{self.job}] v{self.version}: input unavailable for {down:.1f}s ({self._outage.failures} tries), "
+                f"no new batch until it answers; next try in {wait:.1f}s: {error}",
+                flush=True,
+            )
+            self._report("input_unavailable_s", down)
+        time.sleep(wait)
+
+    def _report(self, metric: str, value: float) -> None:
+        """A job-wide metric row from the driver (the sink reports per batch, and there is no batch now)."""
+        from pipelines.control import ControlPlane
+
+        try:
+            row = {"job": self.job, "model_version": self.version, "batch_id": -1, "metric": metric, "value": value}
+            ControlPlane(self.home).metrics.append([row])
+        except Exception as e:  # a report must never take the job down
+            print(f"[{self.job}] could not record {metric}: {e}", flush=True)
 
     def _with_stores(self, start: dict, end: dict) -> dict:
         """Adjunct stores: ingest them and name the versions this batch sees in its end offset (Spark logs it).

@@ -183,4 +183,9 @@ def test_a_kafka_job_waits_out_a_broker_outage_and_resumes_with_nothing_lost(spa
         assert not rows.duplicated(["stream", "partition", "offset"]).any()
         assert order_violations(rows) == []
         assert events.kafka.committed(config.name, events.topic) == events.kafka.end_positions(events.topic)
+        reports = control.metrics.read(config.name, metrics=["input_unavailable_s", "input_recovered_s"])
+        down = reports[reports["metric"] == "input_unavailable_s"]
+        back = reports[reports["metric"] == "input_recovered_s"]
+        assert len(down) == 1, "the outage is reported once (then every 30 s), not once per try"
+        assert len(back) == 1 and 2.0 <= back["value"].iloc[0] <= 60.0, f"its length is recorded: {back}"
         events.kafka.close()

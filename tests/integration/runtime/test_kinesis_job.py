@@ -8,6 +8,10 @@ verification of the whole run.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +23,7 @@ from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import run_job
+from pipelines.runtime.requests import stop_request
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis_positions import decode_slot
@@ -140,3 +145,67 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_a_merge_switchi
     for event in events:  # each scaling window verifies on its own, from the old model's start checkpoints
         verdict = verify_job(home, config.name, sequence="seq", event=event.event_id)
         assert verdict.ok and verdict.records_expected > 0, verdict.summary()
+
+
+def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_with_nothing_lost(
+    spark, home: Home
+) -> None:
+    """The emulator is frozen (SIGSTOP: connections hang, as behind a dead network) for a while, then thawed."""
+    emulator = KinesisEmulator()  # its own: this test freezes it
+    url = emulator.start()
+    try:
+        settings = {
+            "endpoint_url": url,
+            "region": "us-east-1",
+            "connect_timeout_s": 1.0,
+            "request_timeout_s": 2.0,
+            "max_attempts": 2,
+            "backoff_cap_s": 0.5,
+        }
+        producer = Producer(KinesisSystem(settings), "frozen", 2, keys=16)
+        raw = JobConfig.load(DEMO).to_dict()
+        raw.update(
+            name="kin_outage",
+            inputs=[{"system": "kinesis", "stream": "frozen"}],
+            systems={"kinesis": settings},
+            process_options={"latency_ms": 0},
+            sink={"table": "kin_outage_out"},
+            dead_letter={"table": "kin_outage_dead"},
+            batch={"max_records": 100, "trigger_interval": "0 seconds"},
+        )
+        config = JobConfig.from_dict(raw)
+        create_job(home, config)
+        producer.produce(150)
+        driver = threading.Thread(
+            target=lambda: run_job(spark, home, config.name, available_now=False, progress=lambda m: None)
+        )
+        driver.start()
+        deadline = time.monotonic() + 240
+        try:
+            while _rows(home, config) < producer.total and time.monotonic() < deadline:
+                time.sleep(0.3)
+            assert emulator.process is not None
+            os.killpg(emulator.process.pid, signal.SIGSTOP)
+            time.sleep(8.0)  # several plans find the input silent
+            os.killpg(emulator.process.pid, signal.SIGCONT)
+            producer.produce(150)
+            while _rows(home, config) < producer.total and time.monotonic() < deadline:
+                time.sleep(0.3)
+        finally:
+            if emulator.process is not None:
+                os.killpg(emulator.process.pid, signal.SIGCONT)
+            stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
+            stop_request(home, config.name).touch()
+            driver.join(timeout=120)
+        assert not driver.is_alive(), "the driver survived the outage and stopped when asked"
+        _check(home, config, 300, "an outage of the emulator")
+        reports = ControlPlane(home).metrics.read(config.name, metrics=["input_unavailable_s", "input_recovered_s"])
+        assert (reports["metric"] == "input_unavailable_s").sum() >= 1, "the outage is reported"
+        assert (reports["metric"] == "input_recovered_s").sum() >= 1, "and its end"
+    finally:
+        emulator.stop()
+
+
+def _rows(home: Home, config: JobConfig) -> int:
+    table = home.sinks / config.sink_table
+    return len(sink(home, config)) if (table / "_delta_log").exists() else 0
