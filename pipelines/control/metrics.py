@@ -10,6 +10,7 @@ time, so downtime is measured the same way for every kind of switch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -73,8 +74,13 @@ class Metrics:
         model_version: int | None = None,
         metrics: Iterable[str] | None = None,
         since_batch: int | None = None,
+        since: datetime | None = None,
     ) -> pd.DataFrame:
-        """A job's metric rows, oldest first, narrowed by version, metric names and first batch."""
+        """A job's metric rows, oldest first, narrowed by version, metric names, first batch and first time.
+
+        ``since`` prunes files by their ``at`` statistics: a view of the last
+        minutes opens only the files written in them.
+        """
         where: list[tuple[str, str, Any]] = []
         if model_version is not None:
             where.append(("model_version", "=", model_version))
@@ -82,5 +88,7 @@ class Metrics:
             where.append(("metric", "in", sorted(set(metrics))))
         if since_batch is not None:
             where.append(("batch_id", ">=", since_batch))
+        if since is not None:
+            where.append(("at", ">=", since))
         table = self.table.read(job, where)
         return table.sort_by([("at", "ascending"), ("batch_id", "ascending")]).to_pandas()
