@@ -92,3 +92,29 @@ class Metrics:
             where.append(("at", ">=", since))
         table = self.table.read(job, where)
         return table.sort_by([("at", "ascending"), ("batch_id", "ascending")]).to_pandas()
+
+    def recent_start(self, job: str, since: datetime, max_files: int) -> datetime:
+        """``since``, or later if more than ``max_files`` of the job's files hold rows from ``since`` on.
+
+        Every committed batch adds a file, so a busy job's hour is thousands
+        of files; a view that reads "the last hour" reads from here instead:
+        the newest ``max_files`` files' rows (files are chosen by their
+        ``at`` statistics, from the log, without opening them).
+        """
+        dt = self.table.load()
+        if dt is None:
+            return since
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if "max.at" not in actions.column_names:
+            return since
+        ends = sorted(
+            (
+                end
+                for owner, end in zip(
+                    actions.column("partition.job").to_pylist(), actions.column("max.at").to_pylist(), strict=True
+                )
+                if owner == job and end is not None and end >= since
+            ),
+            reverse=True,
+        )
+        return since if len(ends) <= max_files else max(since, ends[max_files - 1])

@@ -20,6 +20,9 @@ from pipelines.observe.series import METRICS_READ, batches, charts, markers
 from pipelines.observe.tasks import task_table
 
 DEFAULT_MINUTES = 60.0
+MAX_FILES = 300
+"""At most this many metric files are read (a file per commit: about 150 micro-batches with the driver's
+duration rows); a busy job's window starts later than ``minutes`` ago (``window.capped``)."""
 
 
 def observe(
@@ -50,6 +53,10 @@ def observe(
     }
     rows: list[dict[str, Any]] = []
     try:
+        start = control.metrics.recent_start(job, datetime.fromtimestamp(since, UTC), MAX_FILES).timestamp()
+        if start > since:
+            result["window"].update(since=_iso(start), capped=f"the newest {MAX_FILES} metric files only")
+            since = start
         frame = control.metrics.read(job, metrics=METRICS_READ, since=datetime.fromtimestamp(since, UTC))
         rows = frame.to_dict("records")
     except Exception as e:
