@@ -24,8 +24,9 @@ or fails for it.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,28 +47,39 @@ def inspect_inputs(
     checkpoints: Mapping[SystemStreamPartition, Position],
     timeout_s: float = TIMEOUT_S,
 ) -> tuple[list[dict[str, Any]], dict[SystemStreamPartition, str]]:
-    """One view per input (in ``inputs`` order) and the held-back partitions (whole SSPs) with the reason."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(inputs)), thread_name_prefix="observe")
-    try:
-        futures = {stream: pool.submit(_inspect_one, home, job, stream, settings, checkpoints) for stream in inputs}
-        views: list[dict[str, Any]] = []
-        held: dict[SystemStreamPartition, str] = {}
-        concurrent.futures.wait(futures.values(), timeout=timeout_s)
-        for stream, future in futures.items():
-            base = {"input": str(stream), "system": stream.system, "stream": stream.stream}
-            if not future.done():
-                views.append({**base, "reachable": False, "error": f"no answer within {timeout_s:g} s"})
-                continue
-            try:
-                view, stream_held = future.result()
-            except Exception as e:  # an input that cannot be asked is information, not a failed page
-                views.append({**base, "reachable": False, "error": f"{type(e).__name__}: {e}"})
-                continue
+    """One view per input (in ``inputs`` order) and the held-back partitions (whole SSPs) with the reason.
+
+    Each input is asked in a daemon thread: one that hangs past ``timeout_s``
+    is reported and left behind, and cannot keep a CLI process from exiting.
+    """
+    answers: dict[SystemStream, tuple[bool, Any]] = {}
+
+    def ask(stream: SystemStream) -> None:
+        try:
+            answers[stream] = (True, _inspect_one(home, job, stream, settings, checkpoints))
+        except Exception as e:  # an input that cannot be asked is information, not a failed page
+            answers[stream] = (False, f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=ask, args=(s,), name=f"observe-{s}", daemon=True) for s in inputs]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    views: list[dict[str, Any]] = []
+    held: dict[SystemStreamPartition, str] = {}
+    for stream in inputs:
+        base = {"input": str(stream), "system": stream.system, "stream": stream.stream}
+        answer = answers.get(stream)
+        if answer is None:
+            views.append({**base, "reachable": False, "error": f"no answer within {timeout_s:g} s"})
+        elif not answer[0]:
+            views.append({**base, "reachable": False, "error": answer[1]})
+        else:
+            view, stream_held = answer[1]
             views.append({**base, "reachable": True, **view})
             held.update(stream_held)
-        return views, held
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # a hung client keeps its thread, not the page
+    return views, held
 
 
 def _inspect_one(

@@ -122,7 +122,14 @@ def test_the_page_plots_the_rescale_and_lists_the_virtual_tasks(
             "() => { const t = performance.getEntriesByType('navigation')[0];"
             " return {response: t.responseEnd - t.requestStart, load: t.loadEventEnd - t.startTime}; }"
         )
-        print(f"\n[ui] page with {observed_job['rows']:,} metric rows: {loaded:.2f} s to load in the browser; {timing}")
+        started = time.monotonic()
+        page.reload()  # the first request also built the plugin's app; this one is what an operator waits for
+        view.wait_for()
+        warm = time.monotonic() - started
+        print(
+            f"\n[ui] page with {observed_job['rows']:,} metric rows: first load {loaded:.2f} s "
+            f"(navigation timing {timing}), reload {warm:.2f} s"
+        )
 
         plots = view.locator("svg.obs-plot")
         assert plots.count() == 4
