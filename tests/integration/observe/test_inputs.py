@@ -55,7 +55,7 @@ def test_an_unreachable_broker_is_shown_as_such_within_the_time_limit(tmp_path: 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings = {"kafka": {"bootstrap_servers": f"127.0.0.1:{port}", "timeout_ms": 20_000}}
+    settings = {"kafka": {"bootstrap_servers": f"127.0.0.1:{port}", "timeout_ms": 4000}}
     checkpoints = {SystemStreamPartition("kafka", "orders", 0): "0"}
     started = time.monotonic()
     (view,), held = inspect_inputs(

@@ -110,3 +110,18 @@ def test_watch_refreshes_until_ctrl_c_and_exits_cleanly(home: Home) -> None:
     assert proc.returncode == 0, err
     assert "stopped watching watched" in err and "Traceback" not in err
     assert "3 micro-batches" in seen
+
+
+def test_a_png_export_is_the_report_rendered_by_chromium(home: Home, tmp_path: Path) -> None:
+    """The test tooling's Chromium and playwright (scripts/setup.sh) rasterise the same self-contained HTML."""
+    produce(home, "events", 10, 2)
+    config = job(home, "pictured", 2)
+    control = ControlPlane(home)
+    model = control.job_models.active(config.name)
+    control.metrics.append(run_rows(model, batches=5, start=time.time() - 60, every_s=10.0, records_per_batch=80))
+    picture = tmp_path / "status.png"
+    cli(home, "status", config.name, "--export", str(picture))
+    data = picture.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width >= 1000 and height >= 600  # the four plots and the tables, not an empty page
