@@ -16,6 +16,7 @@ find it.
 from __future__ import annotations
 
 import html
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ MAX_POINTS = 600
 COLORS = ("#2563eb", "#d97706", "#059669", "#7c3aed")
 MARKER_COLORS = {"rescale": "#dc2626", "expansion": "#0891b2", "reshard": "#9333ea"}
 LABEL_ROWS = 3
+GAP = 5.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,21 @@ def thin(points: Sequence[tuple[float, float]], limit: int = MAX_POINTS) -> list
     return result
 
 
+def segments(points: Sequence[tuple[float, float]], gap: float = GAP) -> list[list[tuple[float, float]]]:
+    """Runs of points without a pause: a line is broken where the time to the next point exceeds ``gap`` times
+    the median step, so a stopped job (or a cold rescale's pause) shows as a gap, not as a ramp."""
+    if len(points) < 3:
+        return [list(points)] if points else []
+    steps = sorted(b[0] - a[0] for a, b in itertools.pairwise(points))
+    limit = gap * steps[len(steps) // 2]
+    result = [[points[0]]]
+    for previous, point in itertools.pairwise(points):
+        if limit > 0 and point[0] - previous[0] > limit:
+            result.append([])
+        result[-1].append(point)
+    return result
+
+
 def _clock(t: float, span: float) -> str:
     moment = datetime.fromtimestamp(t, UTC)
     return moment.strftime("%m-%d %H:%M" if span > 86_400 else "%H:%M:%S")
@@ -156,10 +173,11 @@ def plot(chart: Chart, markers: Sequence[Marker], axis: TimeAxis, *, width: int 
     for i, s in enumerate(chart.series):
         color = COLORS[i % len(COLORS)]
         points = thin(s.points)
-        coords = " ".join(f"{axis.x(t):.1f},{y(v):.1f}" for t, v in points)
         out.append(f"<g class='series' data-series='{e(s.name)}' data-points='{len(s.points)}'>")
-        if len(points) > 1:
-            out.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.6' points='{coords}'/>")
+        for segment in segments(points):
+            if len(segment) > 1:
+                coords = " ".join(f"{axis.x(t):.1f},{y(v):.1f}" for t, v in segment)
+                out.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.6' points='{coords}'/>")
         if len(points) <= 60:
             out += [f"<circle cx='{axis.x(t):.1f}' cy='{y(v):.1f}' r='2.2' fill='{color}'/>" for t, v in points]
         out.append("</g>")

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipelines.observe.series import Chart, Marker, Series
-from pipelines.observe.svg import WIDTH, nice_max, plot, thin, time_axis
+from pipelines.observe.svg import WIDTH, nice_max, plot, segments, thin, time_axis
 
 
 def mark(at: float, until: float | None = None, kind: str = "rescale", event_id: str = "e") -> Marker:
@@ -77,3 +77,12 @@ def test_thinning_keeps_at_most_the_limit_and_the_time_order(values: list[float]
 def test_the_plot_has_the_requested_size() -> None:
     svg = plot(chart(((1.0, 1.0),)), [], time_axis([chart(((1.0, 1.0),))], []))
     assert f"width='{WIDTH}'" in svg
+
+
+def test_a_pause_breaks_the_line_instead_of_drawing_a_ramp() -> None:
+    points = tuple((float(t), 1.0) for t in (0, 1, 2, 3, 60, 61, 62))
+    c = chart(points)
+    svg = plot(c, [], time_axis([c], []))
+    assert svg.count("<polyline") == 2 and "data-points='7'" in svg
+    assert [len(s) for s in segments(points)] == [4, 3]
+    assert segments(points[:2]) == [list(points[:2])] and segments(()) == []
