@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", default=False, help="machine-readable output on stdout")
     groups = parser.add_subparsers(
-        dest="group", required=True, metavar="{stream,model,job,run,stop,rescale,watch,autosize,verify,demo}"
+        dest="group", required=True, metavar="{stream,model,job,status,run,stop,rescale,watch,autosize,verify,demo}"
     )
 
     system = argparse.ArgumentParser(add_help=False)
@@ -178,6 +178,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", help="the job's name (must match the config's 'name')")
     p.add_argument("--config", required=True, help="job YAML, e.g. include/jobs/enrichment.yaml")
     p.set_defaults(func=cmd_job_create)
+
+    p = groups.add_parser(
+        "status",
+        help="a job's throughput, lag, batch durations and scaling steps over time, its virtual tasks and inputs",
+        parents=[common],
+    )
+    p.add_argument("job")
+    p.add_argument(
+        "--watch", nargs="?", type=_seconds, const=5.0, metavar="SECONDS", help="refresh every SECONDS (5) until Ctrl-C"
+    )
+    p.add_argument("--minutes", type=_seconds, default=60.0, help="how far back the figures go (default 60)")
+    p.add_argument("--export", metavar="FILE", help="also write the plots and tables to FILE.html (or FILE.png)")
+    p.set_defaults(func=cmd_status)
 
     store = groups.add_parser("store", help="a job's adjunct data stores", parents=[common])
     stc = store.add_subparsers(dest="command", required=True)
@@ -267,6 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="required: the holder's operation will not finish its steps")
     p.set_defaults(func=cmd_lock_release)
     return parser
+
+
+def cmd_status(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.observe.status import status
+
+    job = validate_name("job", args.job)
+    status(home, job, output, minutes=args.minutes, watch=args.watch, export=args.export)
 
 
 def cmd_job_create(args: argparse.Namespace, home: Home, output: Output) -> None:

@@ -10,6 +10,7 @@ time, so downtime is measured the same way for every kind of switch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -73,8 +74,13 @@ class Metrics:
         model_version: int | None = None,
         metrics: Iterable[str] | None = None,
         since_batch: int | None = None,
+        since: datetime | None = None,
     ) -> pd.DataFrame:
-        """A job's metric rows, oldest first, narrowed by version, metric names and first batch."""
+        """A job's metric rows, oldest first, narrowed by version, metric names, first batch and first time.
+
+        ``since`` prunes files by their ``at`` statistics: a view of the last
+        minutes opens only the files written in them.
+        """
         where: list[tuple[str, str, Any]] = []
         if model_version is not None:
             where.append(("model_version", "=", model_version))
@@ -82,5 +88,33 @@ class Metrics:
             where.append(("metric", "in", sorted(set(metrics))))
         if since_batch is not None:
             where.append(("batch_id", ">=", since_batch))
+        if since is not None:
+            where.append(("at", ">=", since))
         table = self.table.read(job, where)
         return table.sort_by([("at", "ascending"), ("batch_id", "ascending")]).to_pandas()
+
+    def recent_start(self, job: str, since: datetime, max_files: int) -> datetime:
+        """``since``, or later if more than ``max_files`` of the job's files hold rows from ``since`` on.
+
+        Every committed batch adds a file, so a busy job's hour is thousands
+        of files; a view that reads "the last hour" reads from here instead:
+        the newest ``max_files`` files' rows (files are chosen by their
+        ``at`` statistics, from the log, without opening them).
+        """
+        dt = self.table.load()
+        if dt is None:
+            return since
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if "max.at" not in actions.column_names:
+            return since
+        ends = sorted(
+            (
+                end
+                for owner, end in zip(
+                    actions.column("partition.job").to_pylist(), actions.column("max.at").to_pylist(), strict=True
+                )
+                if owner == job and end is not None and end >= since
+            ),
+            reverse=True,
+        )
+        return since if len(ends) <= max_files else max(since, ends[max_files - 1])

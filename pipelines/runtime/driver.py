@@ -169,12 +169,14 @@ def _supervise(
 ) -> bool:
     """Watch a query; True when it stopped because another model version became active."""
     last_batch = -1
+    durations = BatchDurations(control, model)
     last_heartbeat = 0.0
     last_model_check = 0.0
     resumed = False
     while True:
         if not query.isActive:
             _lifecycle(control, model, "query_stopped")
+            durations.record(query)  # the last batches'
             exc = query.exception()
             if exc is not None:
                 raise RuntimeError(f"query of job {job} v{model.version} failed: {exc}")
@@ -183,6 +185,7 @@ def _supervise(
             _lifecycle(control, model, "first_progress")  # the first batch with data is running
             resumed = True
         last_batch = _report(query, job, last_batch, progress)
+        durations.record(query)
         now = time.monotonic()
         if now - last_heartbeat >= HEARTBEAT_S:
             control.metrics.append(
@@ -200,6 +203,7 @@ def _supervise(
         if stop_file.exists() or (deadline is not None and now > deadline):
             _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
             _lifecycle(control, model, "query_stopped")
+            durations.record(query)
             progress(f"[{job}] stopped at a batch boundary after {now - started:.1f}s")
             return False
         if now - last_model_check >= POLL_S:  # a Delta read: at most every POLL_S, however fast the loop runs
@@ -227,6 +231,51 @@ def _stop_at_batch_boundary(query: Any, drain: Path, timeout: float = 60.0) -> N
         query.stop()
     finally:
         drain.unlink(missing_ok=True)
+
+
+class BatchDurations:
+    """Records each batch's duration as a ``batch_duration_s`` metric row, from Spark's progress reports.
+
+    The duration is Spark's ``durationMs.triggerExecution`` (planning, reading,
+    processing and the sink's commit), which only the driver knows: the sink
+    commits inside the trigger. Only batches that ran (``addBatch`` among
+    their durations) count, each once; idle triggers report no ``addBatch``.
+    Not recorded after an in-place switch's stop: that would lengthen the
+    switch's downtime, and the batch falls back to the time since the
+    previous one in ``pipelines.observe.series``.
+    """
+
+    def __init__(self, control: ControlPlane, model: JobModel) -> None:
+        self.control = control
+        self.model = model
+        self.recorded = -1
+        self.seen: Any = None
+
+    def record(self, query: Any) -> None:
+        latest = query.lastProgress
+        stamp = latest.get("timestamp") if latest else None
+        if stamp is None or stamp == self.seen:
+            return  # no new progress report: nothing to ask Spark for
+        self.seen = stamp
+        rows = []
+        for p in query.recentProgress or []:
+            durations = p.get("durationMs") or {}
+            batch = int(p.get("batchId", -1))
+            if batch > self.recorded and "addBatch" in durations and "triggerExecution" in durations:
+                rows.append(
+                    {
+                        "job": self.model.job_name,
+                        "model_version": self.model.version,
+                        "batch_id": batch,
+                        "metric": "batch_duration_s",
+                        "value": durations["triggerExecution"] / 1000.0,
+                    }
+                )
+        if not rows:
+            return
+        with contextlib.suppress(Exception):  # a metric must never take the job down
+            self.control.metrics.append(rows)
+        self.recorded = max(r["batch_id"] for r in rows)
 
 
 def _report(query: Any, job: str, last_batch: int, progress: Callable[[str], None]) -> int:

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pipelines_airflow import datadocs, forms
+from pipelines_airflow import datadocs, forms, observe
 
 URL_PREFIX = "/elastic-pipelines"
 TITLE = "Elastic pipelines"
@@ -81,6 +81,7 @@ def job_status(control: Any, home: Any, job: str) -> dict[str, Any]:
         ("autosize_decisions", lambda: _decisions(home, job)),
         ("lock", lambda: _lock(home, job)),
         ("stores", lambda: _stores(home, job)),
+        ("observe", lambda: observe.section(control, home, job)),  # plots, virtual tasks, inputs
     ]
     for name, read in sections:
         try:
@@ -364,6 +365,7 @@ def _job_card(job: Mapping[str, Any]) -> str:
             f"{_e(_short_time(model.get('activated_at')))} ({_e(model.get('activation_reason'))})</summary>"
             f"<div class='mono'>{_e(', '.join(model['tasks']))}</div></details>"
         )
+    parts.append(observe.html(job.get("observe")))
     parts.append(forms.rescale_form(job))
     parts.append(_events_table(job.get("scaling_events")))
     parts.append(_dq_table(job.get("dq")))

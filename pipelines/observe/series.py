@@ -1,0 +1,355 @@
+"""A job's micro-batches over time, from the ``metrics`` table's rows, and its scaling steps as markers.
+
+Pure: plain rows in (mappings with the table's columns: ``model_version``,
+``batch_id``, ``task``, ``metric``, ``value``, ``at``), points and series out;
+no Spark, Delta or pandas, so it is tested fast and the page, the JSON API and
+the CLI compute the same figures.
+
+What a point is. One committed micro-batch of one model version (batch ids
+restart with every version: each has its own Spark checkpoint), at the time
+its metrics were committed. A batch Spark replays after a crash commits its
+metrics again under the same id: the latest row of each (version, batch,
+task, metric) counts, so a replay never counts records twice.
+
+How the figures are defined (each one place, here):
+
+* **records/s in and out**: the batch's records (summed over its virtual
+  tasks) over its duration (``batch_duration_s``, Spark's
+  ``durationMs.triggerExecution``, written by the driver), as Spark's own
+  ``processedRowsPerSecond``; without a duration row (a driver older than
+  that row, or a batch whose driver died before reporting it), over the time
+  since the version's previous batch.
+* **lag**: records behind the inputs' ends after the batch, summed over the
+  ``lag_records`` rows (one per partition the system can count); where no
+  partition could be counted (Kinesis: ``records_between`` answers None) the
+  lag is time: the largest ``input.millis_behind_latest`` a task saw; with
+  neither it is unknown (None), never 0.
+* **records fetched vs needed**: ``records_fetched`` (read from the input
+  system) against ``records_in`` (records of the tasks' key buckets); above
+  1 means a partition was read more than once.
+* **micro-batch duration**: ``batch_duration_s``.
+
+Markers: every scaling event (rescale, partition expansion, Kinesis reshard)
+at its start, spanning to its end, labelled with its factor step or new
+partition counts and its downtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from typing import Any
+
+DURATION = "batch_duration_s"
+"""Per batch (job-wide row): Spark's ``durationMs.triggerExecution`` in seconds, written by the job's driver."""
+TIME_BEHIND = "input.millis_behind_latest"
+"""Per task: the input system's own time behind the stream's tip (Kinesis), in milliseconds."""
+LAG = "lag_records"
+LIFECYCLE = frozenset({"query_started", "first_progress", "query_stopped", "heartbeat"})
+TASK_COUNTS = ("records_in", "records_out", "records_fetched", "bytes_fetched", "dead_letters")
+TASK_TIMES = ("read_s", "key_hash_s", "wait_s", "process_s")
+METRICS_READ = (
+    *TASK_COUNTS,
+    *TASK_TIMES,
+    LAG,
+    TIME_BEHIND,
+    DURATION,
+    "batch_replayed",
+    "task_count",
+    "input_unavailable",
+)
+"""The metric names the operator's view reads (``Metrics.read(metrics=...)``): nothing else is loaded."""
+
+RESCALE = "rescale"
+EXPANSION = "partition expansion"
+
+
+def epoch(value: Any) -> float:
+    """Seconds since the epoch of a datetime, a pandas Timestamp, or a number already in seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime) or hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    raise TypeError(f"not a time: {value!r}")
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """One committed micro-batch of one model version."""
+
+    version: int
+    batch: int
+    at: float  # when its metrics were committed (epoch seconds)
+    records_in: int
+    records_out: int
+    records_fetched: int
+    bytes_fetched: int
+    dead_letters: int
+    tasks: int | None  # virtual tasks of the model that ran it
+    duration_s: float | None  # Spark's triggerExecution; None when the driver did not report it
+    elapsed_s: float | None  # duration_s, else the time since the version's previous batch
+    lag_records: int | None  # None: no partition could be counted
+    lag_s: float | None  # time behind, where the input reports it
+    replayed: bool
+    unavailable: tuple[str, ...]  # inputs that did not answer after this batch
+
+    @property
+    def rate_in(self) -> float | None:
+        return _rate(self.records_in, self.elapsed_s)
+
+    @property
+    def rate_out(self) -> float | None:
+        return _rate(self.records_out, self.elapsed_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "unavailable": list(self.unavailable),
+            "rate_in": self.rate_in,
+            "rate_out": self.rate_out,
+        }
+
+
+def _rate(records: int, seconds: float | None) -> float | None:
+    return records / seconds if seconds else None
+
+
+def latest_values(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[int, int, str | None, str], tuple[float, float]]:
+    """The latest ``(at, value)`` of every (version, batch, task, metric): a replayed batch's rows replace its first."""
+    latest: dict[tuple[int, int, str | None, str], tuple[float, float]] = {}
+    for row in rows:
+        name = row["metric"]
+        if name in LIFECYCLE:
+            continue
+        task = row.get("task")
+        key = (int(row["model_version"]), int(row["batch_id"]), task if isinstance(task, str) else None, name)
+        at = epoch(row["at"])
+        seen = latest.get(key)
+        if seen is None or at >= seen[0]:
+            latest[key] = (at, float(row["value"]))
+    return latest
+
+
+def batches(rows: Iterable[Mapping[str, Any]]) -> list[BatchPoint]:
+    """Every committed micro-batch in ``rows``, oldest first (by commit time, then version and batch)."""
+    grouped: dict[tuple[int, int], dict[tuple[str | None, str], tuple[float, float]]] = {}
+    for (version, batch, task, name), seen in latest_values(rows).items():
+        grouped.setdefault((version, batch), {})[(task, name)] = seen
+    drafts = []
+    for (version, batch), values in grouped.items():
+        committed = [at for (_, name), (at, _) in values.items() if name != DURATION]
+        if not committed:
+            continue  # only the driver's duration: a batch the sink never committed
+        drafts.append((max(committed), version, batch, values))
+    drafts.sort(key=lambda d: (d[0], d[1], d[2]))
+    points: list[BatchPoint] = []
+    previous: dict[int, float] = {}
+    for at, version, batch, values in drafts:
+
+        def total(name: str, values: Mapping[tuple[str | None, str], tuple[float, float]] = values) -> float:
+            return sum(v for (_, n), (_, v) in values.items() if n == name)
+
+        def job_wide(name: str, values: Mapping[tuple[str | None, str], tuple[float, float]] = values) -> float | None:
+            seen = values.get((None, name))
+            return None if seen is None else seen[1]
+
+        lags = [v for (_, n), (_, v) in values.items() if n == LAG]
+        behind = [v for (_, n), (_, v) in values.items() if n == TIME_BEHIND]
+        duration = job_wide(DURATION)
+        elapsed = duration if duration else (at - previous[version] if version in previous else None)
+        tasks = job_wide("task_count")
+        points.append(
+            BatchPoint(
+                version=version,
+                batch=batch,
+                at=at,
+                records_in=int(total("records_in")),
+                records_out=int(total("records_out")),
+                records_fetched=int(total("records_fetched")),
+                bytes_fetched=int(total("bytes_fetched")),
+                dead_letters=int(total("dead_letters")),
+                tasks=int(tasks) if tasks else None,
+                duration_s=duration,
+                elapsed_s=elapsed if elapsed and elapsed > 0 else None,
+                lag_records=int(sum(lags)) if lags else None,
+                lag_s=max(behind) / 1000.0 if behind else None,
+                replayed=bool(job_wide("batch_replayed")),
+                unavailable=tuple(sorted(str(t) for (t, n) in values if n == "input_unavailable")),
+            )
+        )
+        previous[version] = at
+    return points
+
+
+# ---------------------------------------------------------------------------------------------------- series
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a plot: ``(epoch seconds, value)`` points, oldest first."""
+
+    name: str
+    points: tuple[tuple[float, float], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "points": [list(p) for p in self.points]}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Series:
+        return cls(str(raw["name"]), tuple((float(t), float(v)) for t, v in raw["points"]))
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One plot: its series share a unit; ``note`` says why it has none (e.g. lag the system cannot count)."""
+
+    key: str
+    title: str
+    unit: str
+    series: tuple[Series, ...]
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "title": self.title,
+            "unit": self.unit,
+            "series": [s.to_dict() for s in self.series],
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Chart:
+        series = tuple(Series.from_dict(s) for s in raw["series"])
+        return cls(str(raw["key"]), str(raw["title"]), str(raw["unit"]), series, raw.get("note"))
+
+
+def _series(name: str, points: Iterable[BatchPoint], value: Any) -> Series:
+    return Series(name, tuple((p.at, float(v)) for p in points if (v := value(p)) is not None))
+
+
+def charts(points: list[BatchPoint]) -> list[Chart]:
+    """The four plots of the operator's view, over the same batches."""
+    lag = []
+    if any(p.lag_records is not None for p in points):
+        lag.append(_series("records behind", points, lambda p: p.lag_records))
+    time_lag = (
+        [_series("seconds behind", points, lambda p: p.lag_s)] if any(p.lag_s is not None for p in points) else []
+    )
+    lag_note = None
+    if not lag and not time_lag:
+        lag_note = (
+            "unknown: no input could count the records behind (records_between answered None) "
+            "and none reported a time behind"
+            if points
+            else None
+        )
+    result = [
+        Chart(
+            "throughput",
+            "Throughput",
+            "records/s",
+            (
+                _series("in", points, lambda p: p.rate_in),
+                _series("out", points, lambda p: p.rate_out),
+            ),
+        ),
+        Chart("lag", "Lag", "records", tuple(lag), lag_note),
+    ]
+    if time_lag:
+        result.append(Chart("time_lag", "Time behind", "s", tuple(time_lag)))
+    result += [
+        Chart(
+            "fetch",
+            "Records fetched vs needed",
+            "records/batch",
+            (
+                _series("fetched", points, lambda p: p.records_fetched),
+                _series("needed", points, lambda p: p.records_in),
+            ),
+        ),
+        Chart(
+            "duration",
+            "Micro-batch duration",
+            "s",
+            (_series("duration", points, lambda p: p.duration_s),),
+            None
+            if any(p.duration_s is not None for p in points) or not points
+            else f"no {DURATION} rows: the driver that ran these batches did not report durations",
+        ),
+    ]
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- markers
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A scaling step on the time axis: from its start to its end (None while it runs)."""
+
+    at: float
+    until: float | None
+    kind: str  # "rescale", "expansion" or "reshard"
+    label: str
+    event_id: str
+    status: str
+    from_factor: int | None
+    to_factor: int | None
+    partitions: Mapping[str, int]
+    downtime_s: float | None
+    mode: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "partitions": dict(self.partitions)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Marker:
+        return cls(**{f.name: raw.get(f.name) for f in fields(cls)})
+
+
+def marker(event: Mapping[str, Any]) -> Marker:
+    """One scaling event (``ScalingEvent`` fields, ``details`` a mapping) as a marker."""
+    details = dict(event.get("details") or {})
+    partitions = {str(k): int(v) for k, v in (details.get("partitions") or {}).items()}
+    if event["kind"] == RESCALE:
+        kind = "rescale"
+        step = f"×{_dash(event.get('from_factor'))}→×{_dash(event.get('to_factor'))}"
+    else:  # a partition change: Kinesis inputs are resharded, the others expanded
+        kind = "reshard" if any(k.startswith("kinesis.") for k in partitions) else "expansion"
+        step = "→ " + ", ".join(f"{n} partitions" for _, n in sorted(partitions.items())) if partitions else ""
+    downtime = details.get("downtime_s")
+    label = f"{kind} {step}".strip()
+    if downtime is not None:
+        label += f" · down {float(downtime):.1f} s"
+    elif details.get("mode") == "cold":
+        label += " · cold (no driver ran)"
+    if str(event.get("status")) in ("failed", "dq failed", "rolled back"):
+        label += f" · {event['status']}"
+    finished = event.get("finished_at")
+    return Marker(
+        at=epoch(event["started_at"]),
+        until=epoch(finished) if finished is not None else None,
+        kind=kind,
+        label=label,
+        event_id=str(event["event_id"]),
+        status=str(event.get("status")),
+        from_factor=event.get("from_factor"),
+        to_factor=event.get("to_factor"),
+        partitions=partitions,
+        downtime_s=float(downtime) if downtime is not None else None,
+        mode=details.get("mode"),
+    )
+
+
+def markers(events: Iterable[Mapping[str, Any]], since: float | None = None) -> list[Marker]:
+    """The events that overlap ``[since, ...)``, oldest first."""
+    result = [marker(e) for e in events]
+    if since is not None:
+        result = [m for m in result if m.at >= since or m.until is None or m.until >= since]
+    return sorted(result, key=lambda m: (m.at, m.event_id))
+
+
+def _dash(value: Any) -> str:
+    return "?" if value is None else str(value)

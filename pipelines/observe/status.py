@@ -1,0 +1,127 @@
+"""``pipelines status JOB``: the operator's view in a terminal, once or refreshing, and as a report file.
+
+* one shot: the text view (``render.text``), or with ``--json`` the same data
+  as the Airflow page's API (``observe`` of a job);
+* ``--watch [SECONDS]``: redraws every SECONDS (default 5) until Ctrl-C, which
+  ends it with exit code 0; the control-plane handles are kept between
+  refreshes, so each refresh replays only the tables' new commits. With
+  ``--json`` it prints one JSON document per line per refresh (NDJSON);
+* ``--export FILE.html``: a self-contained report (inline SVG and CSS, nothing
+  fetched); ``FILE.png``: that report rendered by a headless Chromium through
+  the ``playwright`` package when both are installed (the test tooling puts
+  them there), refused with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from pipelines.control import ControlPlane
+from pipelines.control.home import Home
+from pipelines.errors import ConfigError
+from pipelines.observe.collect import DEFAULT_MINUTES, observe
+from pipelines.observe.render import export_page, text
+
+DEFAULT_WATCH_S = 5.0
+CLEAR = "\x1b[H\x1b[2J"
+CHROMIUM_ENV = "PIPELINES_CHROMIUM"
+"""A Chromium (or Chrome) binary for PNG exports; default: ``chromium`` or ``chromium-browser`` on PATH."""
+
+
+class Output(Protocol):
+    as_json: bool
+    out: TextIO
+    err: TextIO
+
+    def emit(self, data: Any, human: Any) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+def status(
+    home: Home,
+    job: str,
+    output: Output,
+    *,
+    minutes: float = DEFAULT_MINUTES,
+    watch: float | None = None,
+    export: str | None = None,
+    iterations: int | None = None,
+) -> None:
+    """Show (or watch, or export) one job's observation; an unknown job raises ``UnknownJobError`` first."""
+    if watch is not None and export is not None:
+        raise ConfigError("--watch and --export do not go together: export once, or watch the terminal")
+    if watch is not None and watch <= 0:
+        raise ConfigError(f"--watch needs a refresh period > 0 seconds, got {watch:g}")
+    control = ControlPlane(home)
+    data = observe(home, job, control=control, minutes=minutes)
+    if export is not None:
+        path = write_export(data, export)
+        output.note(f"wrote {path}")
+    if watch is None:
+        output.emit(data, lambda: text(data))
+        return
+    _watch(home, job, output, control, data, minutes, watch, iterations)
+
+
+def _watch(
+    home: Home,
+    job: str,
+    output: Output,
+    control: ControlPlane,
+    data: dict[str, Any],
+    minutes: float,
+    period: float,
+    iterations: int | None,
+) -> None:
+    tty = output.out.isatty() if hasattr(output.out, "isatty") else False
+    shown = 0
+    try:
+        while True:
+            if output.as_json:
+                output.out.write(json.dumps(data, default=str) + "\n")
+            else:
+                head = f"pipelines status {job} · every {period:g} s · Ctrl-C to stop\n\n"
+                output.out.write((CLEAR if tty else "\n") + head + text(data) + "\n")
+            output.out.flush()
+            shown += 1
+            if iterations is not None and shown >= iterations:
+                return
+            time.sleep(period)
+            data = observe(home, job, control=control, minutes=minutes)
+    except KeyboardInterrupt:
+        output.note(f"stopped watching {job}")
+
+
+def write_export(data: dict[str, Any], target: str) -> Path:
+    """The report as ``.html`` (self-contained) or ``.png`` (rendered by a headless Chromium)."""
+    path = Path(target)
+    suffix = path.suffix.lower()
+    if suffix not in (".html", ".htm", ".png"):
+        raise ConfigError(f"--export writes .html or .png files, got {target!r}")
+    page = export_page(data)
+    if suffix != ".png":
+        path.write_text(page, encoding="utf-8")
+        return path
+    browser = os.environ.get(CHROMIUM_ENV) or shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if sync_playwright is None or browser is None:
+        missing = "the playwright package" if sync_playwright is None else f"a Chromium (set {CHROMIUM_ENV})"
+        raise ConfigError(f"a PNG export needs {missing}; export to .html instead (it has the same plots)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=browser, args=["--headless", "--no-sandbox"])
+        try:
+            tab = chromium.new_page(viewport={"width": 1240, "height": 900})
+            tab.set_content(page)
+            tab.screenshot(path=str(path), full_page=True)
+        finally:
+            chromium.close()
+    return path

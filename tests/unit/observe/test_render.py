@@ -1,0 +1,74 @@
+"""The HTML fragment, the export page and the terminal view, drawn from the same JSON-able observation."""
+
+from __future__ import annotations
+
+import json
+
+from pipelines.core.groupers import plan_job_model
+from pipelines.core.ssp import SystemStream
+from pipelines.observe.render import export_page, html_section, sparkline, text
+from pipelines.observe.series import batches, charts, marker
+from pipelines.observe.synthetic import run_rows
+from pipelines.observe.tasks import task_table
+
+
+def observation() -> dict:
+    model = plan_job_model("j", 2, {SystemStream("deltalog", "events"): 2}, factor=2)
+    rows = run_rows(
+        model, batches=5, start=1000.0, every_s=2.0, records_per_batch=500, lag=40, hot_task="Partition 0-1-2"
+    )
+    points = batches(rows)
+    event = {
+        "event_id": "abc123",
+        "kind": "rescale",
+        "status": "verified",
+        "started_at": 999.0,
+        "finished_at": 1001.0,
+        "from_factor": 1,
+        "to_factor": 2,
+        "details": {"downtime_s": 1.5},
+    }
+    obs = {
+        "job": "j",
+        "model_version": 2,
+        "factor": 2,
+        "window": {"minutes": 60, "since": "a", "until": "b"},
+        "batches": len(points),
+        "latest": points[-1].to_dict(),
+        "charts": [c.to_dict() for c in charts(points)],
+        "markers": [marker(event).to_dict()],
+        "tasks": [t.to_dict() for t in task_table(model, {}, rows, points)],
+        "inputs": [
+            {"input": "kafka.orders", "system": "kafka", "stream": "orders", "reachable": False, "error": "timeout"}
+        ],
+        "errors": {},
+    }
+    return json.loads(json.dumps(obs))  # what the API serves and the page renders
+
+
+def test_the_html_section_has_every_plot_its_markers_and_the_task_rows() -> None:
+    html = html_section(observation())
+    assert html.count("<svg class='obs-plot'") == 4  # throughput, lag, fetch, duration
+    assert html.count("class='marker' data-kind='rescale' data-event='abc123'") == 4
+    assert html.count("<tr data-task=") == 4
+    assert "class=skewed" in html and "skew " in html
+    assert "unreachable" in html and "timeout" in html
+    assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_the_export_is_self_contained() -> None:
+    page = export_page(observation())
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    assert "<script" not in page and "<link" not in page and "src=" not in page
+
+
+def test_the_terminal_view_names_the_steps_and_the_slowest_task() -> None:
+    view = text(observation())
+    assert "rescale ×1→×2 · down 1.5 s" in view
+    tasks = view.split("virtual tasks")[1].splitlines()
+    assert tasks[2].startswith("!") and "Partition 0-1-2" in tasks[2]
+    assert "input kafka.orders: UNREACHABLE: timeout" in view
+
+
+def test_sparkline_scales_to_its_maximum() -> None:
+    assert sparkline([0, 1, 2, 4]) == "▁▃▅█" and sparkline([]) == ""
