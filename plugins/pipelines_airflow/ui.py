@@ -304,13 +304,22 @@ details summary { cursor: pointer; color: #52606d; } .mono { font-family: monosp
 )
 
 
+# Reload every REFRESH_S, but never under an operator who is typing a factor into a job's rescale form
+# (a meta refresh would wipe the field): a focused or edited form field holds the reload back.
+_REFRESH_SCRIPT = (
+    "<script>document.addEventListener('input',function(e){e.target.dataset.edited='1';});"
+    "setInterval(function(){var a=document.activeElement;"
+    "if(a&&/^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName))return;"
+    "if(document.querySelector('[data-edited]'))return;location.reload();},%d);</script>"
+)
+
+
 def render_page(data: Mapping[str, Any]) -> str:
     jobs = data.get("jobs") or []
     body = "".join(_job_card(j) for j in jobs) if jobs else '<p class="muted">No job has a model in this home yet.</p>'
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<meta http-equiv='refresh' content='{REFRESH_S}'>"
-        f"<title>{TITLE}</title><style>{CSS}</style></head><body>"
+        f"<title>{TITLE}</title><style>{CSS}</style>{_REFRESH_SCRIPT % (REFRESH_S * 1000)}</head><body>"
         f"<h1>{TITLE}</h1>"
         f"<div class='sub'>{len(jobs)} job(s) in <code>{_e(data.get('home'))}</code> · "
         f"read at {_e(_short_time(data.get('generated_at')))} UTC · "
