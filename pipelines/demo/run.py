@@ -229,7 +229,10 @@ def run_demo(
     master: str = "local[8]",
     say: Any = print,
     input: str = "deltalog",
+    steps: list[tuple[str, int | None, int | None]] | None = None,
+    on_step: Any = None,
 ) -> tuple[list[StepResult], Any]:
+    """The demo's story (``steps``: the default STEPS) on a live job; ``on_step(result)`` after each step."""
     from pipelines.runtime.session import build_session
 
     raw = JobConfig.load(JOB_CONFIG).to_dict()
@@ -240,6 +243,7 @@ def run_demo(
     raw["stores"] = {CUSTOMERS: {"input": CUSTOMERS, "partitioning": "broadcast", "bootstrap": True}}
     raw["output_schema"] += ", customer STRING"
     broker = None
+    custom_steps = steps
     steps = STEPS
     system: InputSystem
     if input == "kafka":
@@ -255,6 +259,7 @@ def run_demo(
     else:
         system = DeltaLog(home.streams)
         system.create(STREAM, 2)
+    steps = custom_steps or steps
     config = JobConfig.from_dict(raw, origin=JOB_CONFIG)
     customers = CustomerChanges(home, keys)
     customers.first_names()
@@ -284,7 +289,7 @@ def run_demo(
                 say(f"  input {STREAM} expanded to {expand_to} partitions")
                 changes = repartition.detect(home, [config.name])
                 request = changes[0].request()  # what repartition_watch would absorb
-            elif factor is not None and factor != 1:  # None without an expansion: the broker outage step
+            elif factor is not None and results:  # the first step starts the job; None: the broker outage step
                 request = scaling.ScalingRequest(config.name, factor, step)
             else:
                 request = None
@@ -306,6 +311,8 @@ def run_demo(
                 result.counts = event.details.get("dq_counts")
                 result.passed = event.details.get("dq") == "pass"
             results.append(result)
+            if on_step is not None:
+                on_step(result)
         say("\n== drain: stop producing, let the job catch up, stop it at a batch boundary")
         producer.halt.set()
         producer.join(30)

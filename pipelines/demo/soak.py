@@ -1,0 +1,141 @@
+"""The soak: the demo's live job for a long while, rescaled every few minutes, with its memory watched.
+
+    python -m pipelines.demo.soak --minutes 30 [--every 120] [--seed 7]    (scripts/soak.sh)
+
+Continuous production at the demo's rate; every ``--every`` seconds a rescale
+to a random factor up or down (1, 2, 4, 8: never the current one); one input
+expansion 2 -> 4 half way. Each step is verified over its scaling window, the
+whole run at the end (lost, duplicated, order, routing), like the demo. A
+sampler records the resident memory of this process and its children (the
+Spark JVM and its Python workers) every 15 s; the report prints it per step,
+so growth over the run shows. Linux only (it reads ``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+from pipelines.control.home import resolve_home
+from pipelines.demo.run import HEADERS, StepResult, _table, run_demo
+
+FACTORS = (1, 2, 4, 8)
+SAMPLE_S = 15.0
+
+
+def plan_steps(minutes: float, every_s: float, rng: random.Random) -> list[tuple[str, int | None, int | None]]:
+    """Start at 1, then a random other factor every ``every_s`` seconds, and one expansion half way."""
+    count = max(2, int(minutes * 60 // every_s))
+    steps: list[tuple[str, int | None, int | None]] = [("start at factor 1", 1, None)]
+    current = 1
+    for i in range(1, count):
+        if i == count // 2:
+            steps.append(("expand input 2 -> 4", None, 4))
+            continue
+        factor = rng.choice([f for f in FACTORS if f != current])
+        steps.append((f"{'up' if factor > current else 'down'} to {factor}", factor, None))
+        current = factor
+    return steps
+
+
+class MemorySampler(threading.Thread):
+    """Resident memory (MiB) of this process and every descendant, every SAMPLE_S seconds."""
+
+    def __init__(self) -> None:
+        super().__init__(name="soak-memory", daemon=True)
+        self.samples: list[tuple[float, float]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.samples.append((time.time(), tree_rss_mib(os.getpid())))
+            self.halt.wait(SAMPLE_S)
+
+    def at(self, when: float) -> float | None:
+        before = [rss for t, rss in self.samples if t <= when]
+        return before[-1] if before else None
+
+
+def tree_rss_mib(root: int) -> float:
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/statm") as f:
+                rss[int(entry)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / (1 << 20)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--every", type=float, default=120.0, help="seconds between scaling steps")
+    parser.add_argument("--rate", type=int, default=1500)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--home", default=None, help="default: <PIPELINES_HOME>/soak (wiped first)")
+    args = parser.parse_args(argv)
+    if args.minutes <= 0 or args.every < 30:
+        parser.error("--minutes must be > 0 and --every at least 30 s (a rescale itself takes a while)")
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    steps = plan_steps(args.minutes, args.every, random.Random(seed))
+    home = resolve_home(args.home)
+    if not args.home:
+        home = type(home)(home.root / "soak")
+    print(f"soak: {args.minutes:g} min, a step every {args.every:g} s ({len(steps)} steps), seed {seed}, {home.root}")
+    sampler = MemorySampler()
+    sampler.start()
+    memory: list[float | None] = []
+    started = time.monotonic()
+
+    def on_step(result: StepResult) -> None:
+        memory.append(sampler.at(time.time()))
+        print(
+            f"[soak {(time.monotonic() - started) / 60:.1f} min] {result.step}: factor {result.factor}, "
+            f"downtime {result.downtime_s}, verified {result.passed}, memory {memory[-1] or 0:.0f} MiB",
+            flush=True,
+        )
+
+    step_seconds = max(0.0, args.every - 20.0)  # a rescale takes ~20 s itself
+    results, _final = run_demo(home, rate=args.rate, step_seconds=step_seconds, steps=steps, on_step=on_step)
+    sampler.halt.set()
+    rows = [[*r.row(), f"{m:.0f}" if m is not None else "-"] for r, m in zip(results, [*memory, None], strict=True)]
+    print("\n" + _table([*HEADERS, "memory MiB"], rows))
+    downtimes = [r.downtime_s for r in results if r.downtime_s is not None]
+    samples = [rss for _, rss in sampler.samples]
+    half = len(samples) // 2
+    figures = {
+        "minutes": round((time.monotonic() - started) / 60, 1),
+        "steps": len(results) - 1,
+        "lost": results[-1].counts.get("lost"),
+        "duplicated": results[-1].counts.get("duplicates"),
+        "order_violations": results[-1].counts.get("out_of_order"),
+        "worst_downtime_s": round(max(downtimes), 2) if downtimes else None,
+        "memory_first_half_max_mib": round(max(samples[:half]), 0) if half else None,
+        "memory_second_half_max_mib": round(max(samples[half:]), 0) if samples else None,
+        "all_verified": all(r.passed for r in results),
+    }
+    print(f"\nmemory of the driver (this process + Spark JVM + Python workers), MiB, every {SAMPLE_S:.0f} s:")
+    print(" ".join(f"{rss:.0f}" for rss in samples))
+    print(json.dumps({"bench": "soak", "figures": figures}))
+    return 0 if figures["all_verified"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
