@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -69,7 +70,7 @@ def _table(outcomes: dict[str, list[Outcome]]) -> dict[str, object]:
     for point, runs in outcomes.items():
         recoveries = sorted(o.recovery_s for o in runs if o.recovery_s >= 0)
         half = sum(1 for o in runs if o.lock_left or o.unfinished_events or not o.model_in_force)
-        median = recoveries[len(recoveries) // 2] if recoveries else float("nan")
+        median = statistics.median(recoveries) if recoveries else float("nan")
         worst = recoveries[-1] if recoveries else float("nan")
         row = {
             "runs": len(runs),
