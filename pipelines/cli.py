@@ -332,9 +332,13 @@ def cmd_verify(args: argparse.Namespace, home: Home, output: Output) -> None:
 def _resolve_factor(home: Home, job: str, factor: str, reason: str, output: Output) -> tuple[object, str]:
     if factor.strip().lower() != "auto":
         return factor, reason
+    from pipelines.control.locks import ScalingInProgressError
+    from pipelines.core.autosize import SKIP
     from pipelines.operations.autosize import evaluate
 
     decision = evaluate(home, validate_name("job", job))
+    if decision.action == SKIP:
+        raise ScalingInProgressError(f"the autosizer {'; '.join(decision.reasons)}; try again when it is done")
     output.note(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
     return decision.factor, f"{reason} (auto: {'; '.join(decision.reasons)})"
 
