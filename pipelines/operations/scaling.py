@@ -456,6 +456,11 @@ def run_all(
 ) -> dict[str, Any]:
     """Every step in order, in this process: the CLI's ``pipelines rescale`` and the demo."""
     owner = owner or process_owner("cli")
+    if catch_up is None:  # a catch-up run may be needed: a dead Spark master is refused before the lock is taken
+        from pipelines.runtime.launcher import default_master
+        from pipelines.runtime.lifetime import check_master
+
+        check_master(master or default_master())
     op = begin(home, request, owner, lock_wait_s=lock_wait_s, say=say)
     try:
         mode = stop(home, op, say)["mode"]
