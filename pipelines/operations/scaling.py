@@ -332,11 +332,18 @@ def restart(
             if _metric_times(control, op.job, version, ("query_started",)):
                 say(f"the driver switched to v{version} in its Spark application")
                 return {"restarted": "in-place"}
+            beat = last_heartbeat(control, op.job)
+            if beat is None or not beat["live"]:
+                # The driver that looked live has died (a kill -9 leaves a fresh heartbeat and no stop behind):
+                # nothing will switch, so v{version} gets its catch-up run instead of a wait for nobody.
+                say(f"the driver of {op.job} stopped beating before it switched: v{version} gets a catch-up run")
+                break
             time.sleep(0.5)
-        raise PipelinesError(
-            f"the driver of {op.job} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
-            "will be used by the next run (pipelines run), check the driver's log under <home>/run/"
-        )
+        else:
+            raise PipelinesError(
+                f"the driver of {op.job} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
+                "will be used by the next run (pipelines run), check the driver's log under <home>/run/"
+            )
     if catch_up is not None:
         say(f"running v{version} of {op.job} once with available-now")
         catch_up(home, op.job)

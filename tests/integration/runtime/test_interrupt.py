@@ -104,6 +104,7 @@ def test_ctrl_c_stops_a_foreground_run_at_a_batch_boundary_and_a_detached_run_ou
     config = job(home, "interrupted", 1)
     run = Cli(home, "run", config.name, "--master", MASTER)
     run.wait_for(rf"\[{config.name}\] batch 0: ")
+    tree = psutil.Process(run.proc.pid).children(recursive=True)
     assert run.ctrl_c() == 130
     out = run.text()
     assert "Traceback" not in out, out
@@ -112,7 +113,7 @@ def test_ctrl_c_stops_a_foreground_run_at_a_batch_boundary_and_a_detached_run_ou
     )
     assert re.search(rf"\[{config.name}\] stopped at a batch boundary after [\d.]+s\n", out), out
     assert out.rstrip().endswith("interrupted"), out
-    assert gone_within(home, 5) == [], "the driver ended with its CLI"
+    assert psutil.wait_procs(tree, timeout=5)[1] == [], "the driver and its workers ended with the CLI"
     lifecycle = ControlPlane(home).metrics.read(config.name, metrics=["query_started", "query_stopped"])
     assert sorted(lifecycle["metric"]) == ["query_started", "query_stopped"], "the query stopped, and said so"
     assert not launcher.stop_request(home, config.name).exists(), "no stop request is left for the next run"
@@ -157,11 +158,13 @@ def test_ctrl_c_and_kill_9_of_a_rescale_leave_no_lock_no_driver_and_the_next_res
     # kill -9 of the CLI during the catch-up: its spark-submit JVM and Python driver die with it
     second = Cli(home, "rescale", config.name, "--factor", "4", "--master", MASTER)
     second.wait_for(catch_up)
-    children = [p for p in processes_of(home) if p.pid != second.proc.pid]
-    assert children, "the catch-up driver runs"
+    tree = psutil.Process(second.proc.pid).children(recursive=True)  # JVM, Python driver, Spark's Python workers
+    assert any("driver.py" in " ".join(p.cmdline()) for p in tree), "the catch-up driver runs"
     second.proc.kill()
     second.proc.wait()
-    assert gone_within(home, 5) == [], "no child finishes the catch-up on its own"
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    assert alive == [], "no child finishes the catch-up on its own"
+    assert gone_within(home, 1) == []
 
     # the next rescale takes over the dead holder's lock and completes
     produce(home, "events", 30, keys=6)
