@@ -133,7 +133,9 @@ def damaged(
     where = Path(path)
     kinds = {"control": "control table", "streams": "stream", "sinks": "sink table"}
     kind = kinds.get(where.parent.name, "Delta table")
-    if commit is not None and commit.split(".")[0].isdigit():
+    if commit is not None and commit.split(".")[0].isdigit() and int(commit.split(".")[0]) == 0:
+        fix = f"restore {where} from a backup ({commit} is its first commit: there is no earlier version to go back to)"
+    elif commit is not None and commit.split(".")[0].isdigit():
         version = int(commit.split(".")[0])
         fix = (
             f"restore {where} from a backup; or, if {commit} is the table's latest commit, move it out of "

@@ -139,6 +139,40 @@ def test_a_damaged_commit_is_named_with_the_version_to_go_back_to(
     assert _tree(home) == before
 
 
+def test_a_damaged_sink_log_fails_verify_with_the_sink_named(home: Path) -> None:
+    table = home / "sinks" / "enriched"
+    commit = _latest_commit(table)
+    assert commit.name == "00000000000000000000.json", "job create made the sink: its only commit"
+    commit.write_text("garbage\n")
+    expected = (
+        f"sink table 'enriched' at {table} cannot be read: its commit _delta_log/{commit.name} is truncated or "
+        "garbled (Kernel error: Json error: Encountered unexpected 'g' whilst parsing value); nothing was changed. "
+        f"To fix: restore {table} from a backup ({commit.name} is its first commit: there is no earlier version to "
+        "go back to)"
+    )
+    assert refused(home, "verify", "enrichment") == expected
+
+
+def test_a_damaged_data_file_of_a_stream_is_named_when_its_records_are_read(home: Path) -> None:
+    from pipelines.errors import DamagedTableError
+    from pipelines.systems.deltalog import DeltaLog
+
+    table = home / "streams" / "events"
+    damaged = _data_file(table)
+    damaged.write_bytes(b"PAR1" + b"\0" * 64)
+    partition = int(damaged.parent.name.removeprefix("partition="))
+    log = DeltaLog(home / "streams")
+    end = int(log.describe("events").partitions[partition].end)
+    expected = (
+        f"stream 'events' at {table} cannot be read: data file {damaged.relative_to(table)} is damaged ("
+        "Parquet magic bytes not found in footer. Either the file is corrupted or this is not a parquet file.); "
+        "nothing was changed. To fix: " + RESTORE_DATA.format(table=table)
+    )
+    with pytest.raises(DamagedTableError) as caught:
+        log.read_range("events", partition, 0, end)
+    assert str(caught.value) == expected
+
+
 def test_the_advice_works_moving_the_damaged_latest_commit_aside_restores_the_version_before(home: Path) -> None:
     table = home / "control" / "job_models"
     commit = _latest_commit(table)  # job create's activation of v1
