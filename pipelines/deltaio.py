@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,9 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from pipelines.errors import DamagedTableError
+
+_COMMIT = re.compile(r"\d{20}\.json")  # a commit of the Delta log (not a writer's temporary file)
 
 Condition = tuple[str, str, Any]  # (column, "=" | "!=" | "<" | "<=" | ">" | ">=" | "in", value)
 
@@ -97,7 +100,7 @@ def check_commits(path: str | os.PathLike[str]) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     for entry in entries:
-        if entry.name.endswith(".json") and entry.is_file() and entry.stat().st_size == 0:
+        if _COMMIT.fullmatch(entry.name) and entry.is_file() and entry.stat().st_size == 0:
             raise damaged(path, f"its commit _delta_log/{entry.name} is empty (truncated)", commit=entry.name)
 
 
@@ -113,6 +116,10 @@ def readable(path: str | os.PathLike[str]) -> Iterator[None]:
         yield
     except (CommitFailedError, PermissionError, DamagedTableError):
         raise
+    except TableNotFoundError:
+        if (Path(path) / "_delta_log").is_dir():
+            raise damaged(path, "its Delta log holds no commit") from None
+        raise damaged(path, "it does not exist (no _delta_log)", missing=True) from None
     except DeltaError as error:
         commit = _damaged_commit(path)
         where = f"its commit _delta_log/{commit} is truncated or garbled" if commit else "its Delta log is unreadable"
@@ -127,13 +134,20 @@ def readable(path: str | os.PathLike[str]) -> Iterator[None]:
 
 
 def damaged(
-    path: str | os.PathLike[str], problem: str, *, commit: str | None = None, data_file: str | None = None
+    path: str | os.PathLike[str],
+    problem: str,
+    *,
+    commit: str | None = None,
+    data_file: str | None = None,
+    missing: bool = False,
 ) -> DamagedTableError:
     """The message every damaged table gets: which table, what is wrong with it, what to do; nothing was changed."""
     where = Path(path)
     kinds = {"control": "control table", "streams": "stream", "sinks": "sink table"}
     kind = kinds.get(where.parent.name, "Delta table")
-    if commit is not None and commit.split(".")[0].isdigit() and int(commit.split(".")[0]) == 0:
+    if missing:
+        fix = f"restore {where} from a backup (a job's sink tables are made by job create)"
+    elif commit is not None and commit.split(".")[0].isdigit() and int(commit.split(".")[0]) == 0:
         fix = f"restore {where} from a backup ({commit} is its first commit: there is no earlier version to go back to)"
     elif commit is not None and commit.split(".")[0].isdigit():
         version = int(commit.split(".")[0])
@@ -158,7 +172,7 @@ def _damaged_commit(path: str | os.PathLike[str]) -> str | None:
     """The first commit file of the log that is empty or not JSON lines (only on an error: it reads the log)."""
     log = Path(path) / "_delta_log"
     try:
-        names = sorted(n for n in os.listdir(log) if n.endswith(".json"))
+        names = sorted(n for n in os.listdir(log) if _COMMIT.fullmatch(n))
     except OSError:
         return None
     for name in names:

@@ -333,9 +333,10 @@ def restart(
                 say(f"the driver switched to v{version} in its Spark application")
                 return {"restarted": "in-place"}
             beat = last_heartbeat(control, op.job)
-            if beat is None or not beat["live"]:
+            if beat is None or beat["age_s"] > LIVE_AFTER_S:
                 # The driver that looked live has died (a kill -9 leaves a fresh heartbeat and no stop behind):
-                # nothing will switch, so v{version} gets its catch-up run instead of a wait for nobody.
+                # nothing will switch, so v{version} gets its catch-up run instead of a wait for nobody. Only the
+                # heartbeat's age counts here: a switching driver has stopped its old query before it starts the new.
                 say(f"the driver of {op.job} stopped beating before it switched: v{version} gets a catch-up run")
                 break
             time.sleep(0.5)
