@@ -16,7 +16,6 @@ from airflow.sdk import dag, task
 from pipelines_airflow.hooks import PipelinesHook
 
 from pipelines.control import ControlPlane
-from pipelines.control.locks import ScalingLock
 
 
 @dag(
@@ -30,20 +29,16 @@ from pipelines.control.locks import ScalingLock
 def scale_evaluation() -> None:
     @task
     def evaluate_jobs() -> list[dict[str, Any]]:
-        """One decision per job; a job being scaled right now is skipped (its metrics are in flux)."""
+        """One decision per job; a job being scaled right now gets a recorded skip naming the lock's holder."""
+        from pipelines.core.autosize import DOWN, UP
         from pipelines.operations.autosize import evaluate
 
         home = PipelinesHook().home()
-        lock = ScalingLock(home)
         confs = []
         for job in ControlPlane(home).job_models.jobs():
-            state = lock.state(job)
-            if state is not None and state.held:
-                print(f"{job}: skipped, {state.describe()}")
-                continue
             decision = evaluate(home, job)
             print(f"{job}: {decision.action} -> factor {decision.factor}: " + "; ".join(decision.reasons))
-            if decision.action != "hold":
+            if decision.action in (UP, DOWN):
                 reason = f"autosize {decision.action}: " + "; ".join(decision.reasons)
                 confs.append({"job": job, "factor": decision.factor, "reason": reason[:500], "dry_run": False})
         return confs

@@ -1,5 +1,8 @@
 """``python -m pipelines``: the operator CLI (see ``pipelines.cli``)."""
 
-from pipelines.cli import main
+try:
+    from pipelines.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the CLI is still loading: nothing has started yet
+    raise SystemExit(130) from None
 
 raise SystemExit(main())

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipelines.control.home import Home, resolve_home
+from pipelines.control.home import Home, check_writable, resolve_home
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import GROUPERS, plan_job_model
 from pipelines.core.hashing import validate_factor
@@ -352,9 +352,13 @@ def cmd_verify(args: argparse.Namespace, home: Home, output: Output) -> None:
 def _resolve_factor(home: Home, job: str, factor: str, reason: str, output: Output) -> tuple[object, str]:
     if factor.strip().lower() != "auto":
         return factor, reason
+    from pipelines.control.locks import ScalingInProgressError
+    from pipelines.core.autosize import SKIP
     from pipelines.operations.autosize import evaluate
 
     decision = evaluate(home, validate_name("job", job))
+    if decision.action == SKIP:
+        raise ScalingInProgressError(f"the autosizer {'; '.join(decision.reasons)}; try again when it is done")
     output.note(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
     return decision.factor, f"{reason} (auto: {'; '.join(decision.reasons)})"
 
@@ -482,7 +486,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     args = build_parser().parse_args(argv)
     output = Output(args.json, out, err)
     try:
-        args.func(args, resolve_home(args.home), output)
+        home = resolve_home(args.home)
+        if _writes(args):
+            check_writable(home)
+        args.func(args, home, output)
     except PipelinesError as e:
         return _fail(output, e.code, str(e))
     except OSError as e:  # the home or a file cannot be read or written: the user's to fix, not a bug
@@ -496,6 +503,30 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return 0
+
+
+def _writes(args: argparse.Namespace) -> bool:
+    """Whether the command changes state in the home: those are refused up front on a home they cannot write."""
+    func = args.func
+    if func in (cmd_model_plan,):
+        return bool(args.save)
+    if func is cmd_rescale:
+        return not args.dry_run or args.factor.strip().lower() == "auto"  # auto records the autosizer's decision
+    if func is cmd_watch:
+        return bool(args.apply)
+    if func is cmd_autosize:
+        return not args.no_record
+    return func in (
+        cmd_stream_create,
+        cmd_stream_produce,
+        cmd_stream_expand,
+        cmd_job_create,
+        cmd_run,
+        cmd_stop,
+        cmd_verify,
+        cmd_lock_release,
+        cmd_demo,
+    )
 
 
 def _fail(output: Output, code: str, message: str) -> int:

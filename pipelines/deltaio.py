@@ -7,12 +7,22 @@ runs here), which turns a successful CLI command or Airflow task into exit code
 134. So every read goes through ``read_delta``: it plans from the table's add
 actions (partition values and min/max statistics prune files) and opens the
 parquet files with pyarrow directly.
+
+Every read of a table in the home also goes through here, and so does the one
+translation of a damaged table: a truncated or garbled commit in
+``_delta_log`` (delta-rs's ``DeltaError``) or a damaged or missing data file
+(pyarrow's errors) becomes a ``DamagedTableError`` that names the table, the
+damaged file and what to do, instead of a traceback from deep in a command.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -20,6 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from pipelines.errors import DamagedTableError
+
+_COMMIT = re.compile(r"\d{20}\.json")  # a commit of the Delta log (not a writer's temporary file)
 
 Condition = tuple[str, str, Any]  # (column, "=" | "!=" | "<" | "<=" | ">" | ">=" | "in", value)
 
@@ -31,16 +46,19 @@ def read_delta(
     schema: pa.Schema | None = None,
 ) -> pa.Table:
     """Rows matching every condition, as ``schema`` (default: the table's), missing columns as nulls."""
-    dt = table if isinstance(table, DeltaTable) else DeltaTable(str(table))
-    schema = schema or pa.schema(dt.schema().to_arrow())  # type: ignore[arg-type]
+    dt = table if isinstance(table, DeltaTable) else open_table(table)
     root = _local_root(dt.table_uri)
-    partition_cols = list(dt.metadata().partition_columns)
+    with readable(root):
+        schema = schema or pa.schema(dt.schema().to_arrow())  # type: ignore[arg-type]
+        partition_cols = list(dt.metadata().partition_columns)
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     pieces = []
-    for action in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
+    for action in actions:
         values = {c: action.get(f"partition.{c}") for c in partition_cols}
         if not all(_may_match(action, values, cond) for cond in where):
             continue
-        data = pq.read_table(os.path.join(root, unquote(action["path"])))
+        with readable(root):
+            data = pq.read_table(os.path.join(root, unquote(action["path"])))
         for c in partition_cols:
             dtype = schema.field(c).type if c in schema.names else pa.string()
             data = data.append_column(c, pa.array([values[c]] * data.num_rows).cast(dtype))
@@ -53,6 +71,133 @@ def read_delta(
 
 def read_delta_pandas(table: DeltaTable | str | os.PathLike[str], where: Sequence[Condition] = ()) -> Any:
     return read_delta(table, where).to_pandas()
+
+
+def open_table(path: str | os.PathLike[str]) -> DeltaTable:
+    """The table at its latest version; a damaged log is a ``DamagedTableError``, never a traceback."""
+    check_commits(path)
+    with readable(path):
+        return DeltaTable(str(path))
+
+
+def refresh(dt: DeltaTable) -> None:
+    """``update_incremental`` with the same translation: a commit damaged since the open is reported, too."""
+    root = _local_root(dt.table_uri)
+    with readable(root):
+        dt.update_incremental()
+
+
+def check_commits(path: str | os.PathLike[str]) -> None:
+    """Refuse a table with an empty commit file: delta-rs reads one as a commit without actions.
+
+    A commit truncated to nothing (a full disk, a crash of a copy) would then
+    silently drop a fact, e.g. a job model's activation; everything else wrong
+    with a commit delta-rs refuses itself. One directory listing per open.
+    """
+    log = Path(path) / "_delta_log"
+    try:
+        entries = list(os.scandir(log))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if _COMMIT.fullmatch(entry.name) and entry.is_file() and entry.stat().st_size == 0:
+            raise damaged(path, f"its commit _delta_log/{entry.name} is empty (truncated)", commit=entry.name)
+
+
+@contextmanager
+def readable(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Translate delta-rs and pyarrow failures while reading the table at ``path`` into ``DamagedTableError``.
+
+    A lost commit race (``CommitFailedError``) is no damage and passes, and so
+    does a ``PermissionError``: the home is not readable, which the CLI reports
+    with the path as it is.
+    """
+    try:
+        yield
+    except (CommitFailedError, PermissionError, DamagedTableError):
+        raise
+    except TableNotFoundError:
+        if (Path(path) / "_delta_log").is_dir():
+            raise damaged(path, "its Delta log holds no commit") from None
+        raise damaged(path, "it does not exist (no _delta_log)", missing=True) from None
+    except DeltaError as error:
+        commit = _damaged_commit(path)
+        where = f"its commit _delta_log/{commit} is truncated or garbled" if commit else "its Delta log is unreadable"
+        raise damaged(path, f"{where} ({_first_line(error)})", commit=commit) from None
+    except (pa.ArrowException, OSError) as error:
+        name = getattr(error, "filename", None) or _named_file(str(error)) or "a data file"
+        if str(name).startswith(str(path).rstrip("/") + "/"):
+            name = str(name)[len(str(path).rstrip("/")) + 1 :]
+        kind = "is missing" if isinstance(error, FileNotFoundError) else "is damaged"
+        detail = _first_line(error, limit=None).rpartition("': ")[2][:300]  # pyarrow repeats the path: once is enough
+        raise damaged(path, f"data file {name} {kind} ({detail})", data_file=str(name)) from None
+
+
+def damaged(
+    path: str | os.PathLike[str],
+    problem: str,
+    *,
+    commit: str | None = None,
+    data_file: str | None = None,
+    missing: bool = False,
+) -> DamagedTableError:
+    """The message every damaged table gets: which table, what is wrong with it, what to do; nothing was changed."""
+    where = Path(path)
+    kinds = {"control": "control table", "streams": "stream", "sinks": "sink table"}
+    kind = kinds.get(where.parent.name, "Delta table")
+    if missing:
+        fix = f"restore {where} from a backup (a job's sink tables are made by job create)"
+    elif commit is not None and commit.split(".")[0].isdigit() and int(commit.split(".")[0]) == 0:
+        fix = f"restore {where} from a backup ({commit} is its first commit: there is no earlier version to go back to)"
+    elif commit is not None and commit.split(".")[0].isdigit():
+        version = int(commit.split(".")[0])
+        fix = (
+            f"restore {where} from a backup; or, if {commit} is the table's latest commit, move it out of "
+            f"_delta_log to return the table to version {version - 1} (the change that commit made is lost)"
+        )
+    elif data_file is not None:
+        fix = (
+            f"restore {where} (or that file) from a backup; or return the table to a version from before the file "
+            f"was added, using its history: deltalake's DeltaTable({str(where)!r}).history() lists the versions and "
+            ".restore(VERSION) goes back to one (the rows of that file are lost)"
+        )
+    else:
+        fix = f"restore {where} from a backup, or return it to an earlier version from the Delta table's history"
+    return DamagedTableError(
+        f"{kind} {where.name!r} at {where} cannot be read: {problem}; nothing was changed. To fix: {fix}"
+    )
+
+
+def _damaged_commit(path: str | os.PathLike[str]) -> str | None:
+    """The first commit file of the log that is empty or not JSON lines (only on an error: it reads the log)."""
+    log = Path(path) / "_delta_log"
+    try:
+        names = sorted(n for n in os.listdir(log) if _COMMIT.fullmatch(n))
+    except OSError:
+        return None
+    for name in names:
+        try:
+            lines = (log / name).read_text(encoding="utf-8").splitlines()
+            if not lines:
+                return name
+            for line in lines:
+                if line.strip():
+                    json.loads(line)
+        except (OSError, UnicodeDecodeError, ValueError):
+            return name
+    return None
+
+
+def _named_file(message: str) -> str | None:
+    """pyarrow names the file in its message ("... input source '/path/x.parquet': ...")."""
+    start = message.find("'")
+    end = message.find("'", start + 1)
+    return message[start + 1 : end] if 0 <= start < end else None
+
+
+def _first_line(error: BaseException, limit: int | None = 300) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:limit] if text else type(error).__name__
 
 
 def _local_root(uri: str) -> str:

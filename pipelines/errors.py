@@ -47,6 +47,10 @@ class StreamError(PipelinesError):
     """An embedded-log stream is missing, already exists, or was asked something impossible."""
 
 
+class DamagedTableError(PipelinesError):
+    """A Delta table in the home cannot be read: a truncated or garbled commit, or a damaged or missing data file."""
+
+
 class StoreError(PipelinesError):
     """An adjunct data store cannot be read, written or served as asked (its message says what to do)."""
 

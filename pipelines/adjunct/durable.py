@@ -62,7 +62,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from pipelines.control.home import Home
 from pipelines.core.adjunct import Fraction, Generations
 from pipelines.core.ssp import validate_name
-from pipelines.deltaio import read_delta
+from pipelines.deltaio import open_table, read_delta, refresh
 from pipelines.errors import StoreError
 from pipelines.systems.base import Position
 
@@ -547,11 +547,11 @@ class DurableStore:
         key = str(path)
         dt = self._tables.get(key)
         if dt is not None:
-            dt.update_incremental()
+            refresh(dt)
             return dt
         if not DeltaTable.is_deltatable(key):
             return None
-        dt = DeltaTable(key)
+        dt = open_table(key)
         self._tables[key] = dt
         return dt
 

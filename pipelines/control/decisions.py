@@ -29,7 +29,7 @@ AUTOSIZE_DECISIONS = TableSpec(
             column("job", pa.string()),
             column("model_version", pa.int64()),  # the active version the observation was taken from
             column("current_factor", pa.int32()),
-            column("action", pa.string()),  # "up" | "down" | "hold"
+            column("action", pa.string()),  # "up" | "down" | "hold" | "skip" (the job was being scaled)
             column("target_factor", pa.int32()),  # equal to current_factor on hold
             column("policy", pa.string()),
             column("reasons", pa.string()),  # JSON list of strings

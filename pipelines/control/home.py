@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, PipelinesError
 
 HOME_ENV = "PIPELINES_HOME"
 DEFAULT_HOME = ".pipelines-home"
@@ -53,6 +53,53 @@ class Home:
 
     def control_table(self, name: str) -> Path:
         return self.control / name
+
+
+class HomeNotWritableError(PipelinesError):
+    """A command that changes state was given a home (or a part of it) this process cannot write."""
+
+
+WRITABLE_DEPTH = 3
+"""``<home>/control/<table>/job=<job>``: deep enough for every folder a command adds files to."""
+
+
+def check_writable(home: Home) -> None:
+    """Refuse, before anything is written, a home this process cannot write to (read-only mount, permissions).
+
+    Checked up front so a command never stops half way, e.g. with the lock
+    taken but the new model not saved. ``os.access`` asks the kernel with this
+    process's credentials, so it answers for root without the capability to
+    override permissions, and for a read-only file system, as a write would.
+    Folders deeper than ``WRITABLE_DEPTH`` (a table's data files) are not
+    listed: a table's folders share one owner and mode in practice, and a write
+    that still fails is reported as an I/O error naming its path.
+    """
+    root = home.root
+    if not root.exists():
+        parent = next((p for p in root.parents if p.exists()), None)
+        if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
+            raise _not_writable(home, parent)
+        return
+    pending = [(root, 0)]
+    while pending:
+        folder, depth = pending.pop()
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise _not_writable(home, folder)
+        if depth < WRITABLE_DEPTH:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                raise _not_writable(home, folder) from None
+            pending.extend((Path(e.path), depth + 1) for e in entries if e.is_dir(follow_symlinks=False))
+
+
+def _not_writable(home: Home, where: Path) -> HomeNotWritableError:
+    place = "" if where == home.root else f" ({where} is not writable)"
+    return HomeNotWritableError(
+        f"the home {home.root} cannot be written by this process{place}; this command changes state there, and "
+        "nothing was changed. Make the home writable for this user (or its file system read-write), or give "
+        "another --home; commands that only read (job list, job show, lock show, stream describe) work as it is"
+    )
 
 
 def resolve_home(cli_value: str | None = None) -> Home:

@@ -80,13 +80,31 @@ def process_owner(kind: str) -> str:
     return f"{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def dead_process_owner(owner: str) -> bool:
-    """True for a ``process_owner`` of this host whose process no longer exists."""
+def _process_owner_parts(owner: str) -> tuple[str, str, int] | None:
+    """``(kind, host, pid)`` of a ``process_owner`` name; None for other owners (an Airflow run)."""
     kind, _, rest = owner.partition(":")
     host, _, rest = rest.partition(":")
     pid, _, _ = rest.partition(":")
-    if kind not in PROCESS_OWNER_KINDS or host != socket.gethostname() or not pid.isdigit():
+    if kind not in PROCESS_OWNER_KINDS or not host or not pid.isdigit():
+        return None
+    return kind, host, int(pid)
+
+
+def describe_owner(owner: str) -> str:
+    """The holder as a person looking for it needs it: a process owner with its pid and host spelled out."""
+    parts = _process_owner_parts(owner)
+    if parts is None:
+        return owner
+    _, host, pid = parts
+    return f"{owner} (pid {pid} on host {host})"
+
+
+def dead_process_owner(owner: str) -> bool:
+    """True for a ``process_owner`` of this host whose process no longer exists."""
+    parts = _process_owner_parts(owner)
+    if parts is None or parts[1] != socket.gethostname():
         return False
+    pid = str(parts[2])
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -117,7 +135,7 @@ class LockState:
     def describe(self) -> str:
         left = (self.expires_at - utc_now()).total_seconds()
         return (
-            f"{self.owner} holds it for {self.operation!r} since {self.at:%Y-%m-%d %H:%M:%S} UTC "
+            f"{describe_owner(self.owner)} holds it for {self.operation!r} since {self.at:%Y-%m-%d %H:%M:%S} UTC "
             f"(lease expires in {max(left, 0):.0f}s)"
         )
 

@@ -41,7 +41,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from pipelines.control.home import Home
-from pipelines.deltaio import read_delta
+from pipelines.deltaio import open_table, read_delta, refresh
 from pipelines.errors import ConfigError, ModelError
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -101,9 +101,9 @@ class ControlTable:
         if self._dt is None:
             if not DeltaTable.is_deltatable(str(self.path)):
                 return None
-            self._dt = DeltaTable(self.path)
+            self._dt = open_table(self.path)  # a damaged table: DamagedTableError naming it and what to do
         else:
-            self._dt.update_incremental()
+            refresh(self._dt)
         return self._dt
 
     def ensure(self) -> DeltaTable:

@@ -11,7 +11,8 @@ policy can be tested from numbers alone:
   samples of the active model version and how busy its virtual tasks are.
   ``pipelines.operations.autosize.observe`` builds it from the metrics table.
 * :class:`Decision` — "up", "down" or "hold", the target factor, and reasons
-  that name the figures they were decided from.
+  that name the figures they were decided from; "skip" when the job is being
+  scaled by another operation (its metrics are in flux), naming its holder.
 * :class:`AutosizePolicy` — the extension point: any object with a ``name`` and
   ``decide(observation, config) -> Decision``, plugged in by
   ``autosize: {policy: "package.module:Class"}`` (see :func:`load_policy`).
@@ -63,7 +64,9 @@ from pipelines.errors import ConfigError, refuse_unknown
 UP = "up"
 DOWN = "down"
 HOLD = "hold"
-ACTIONS = (UP, DOWN, HOLD)
+SKIP = "skip"
+"""Not decided: another scaling operation holds the job's lock (the platform's verdict, never a policy's)."""
+ACTIONS = (UP, DOWN, HOLD, SKIP)
 
 SPLIT_MERGE = "split_merge"
 POWERS_OF_TWO = "powers_of_two"
@@ -383,6 +386,8 @@ def check_decision(decision: object, observation: Observation, config: AutosizeC
     if not isinstance(decision, Decision):
         raise ConfigError(f"autosize policy {policy!r} returned {type(decision).__name__}, not a Decision")
     current, target = observation.factor, decision.factor
+    if decision.action == SKIP:
+        raise ConfigError(f"autosize policy {policy!r} decided {SKIP!r}, which only the platform decides; use hold")
     if decision.action == HOLD and target != current:
         raise ConfigError(f"autosize policy {policy!r} decided hold but target factor {target} != current {current}")
     if decision.action == UP and target <= current:

@@ -73,7 +73,9 @@ import pandas as pd
 from pipelines.control import ControlPlane
 from pipelines.control.decisions import record_decision
 from pipelines.control.home import Home
+from pipelines.control.locks import ScalingLock
 from pipelines.core.autosize import (
+    SKIP,
     AutosizeConfig,
     AutosizePolicy,
     Decision,
@@ -116,6 +118,9 @@ def evaluate(
 ) -> Decision:
     """Observe the job, let the policy decide, and (``record``) append the decision to ``autosize_decisions``.
 
+    A job whose scaling lock is held (a rescale or an expansion under way)
+    gets a ``skip`` decision naming the holder, recorded like any other.
+
     ``config`` overrides the job's ``autosize:`` section (a mapping is read
     over the defaults, not over the job's section); ``policy`` overrides the
     config's ``policy`` (an object or a ``package.module:Class`` name). A
@@ -127,7 +132,13 @@ def evaluate(
     cfg = _config(model, config)
     chosen = _policy(policy, cfg)
     observation = _observe(control, model, cfg, _utc(now))
-    decision = check_decision(_decide(chosen, observation, cfg), observation, cfg, chosen.name)
+    holder = ScalingLock(home).state(job)
+    if holder is not None and holder.held:
+        # A rescale or an expansion is under way: the metrics are in flux and acting would only be refused.
+        reason = f"skipped: job {job!r} is being scaled; {holder.describe()}"
+        decision = Decision(SKIP, observation.factor, (reason,))
+    else:
+        decision = check_decision(_decide(chosen, observation, cfg), observation, cfg, chosen.name)
     if record:
         record_decision(home, job, model.version, decision, chosen.name, observation)
     return decision

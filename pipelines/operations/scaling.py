@@ -354,11 +354,19 @@ def restart(
             if _metric_times(control, op.job, version, ("query_started",)):
                 say(f"the driver switched to v{version} in its Spark application")
                 return {"restarted": "in-place"}
+            beat = last_heartbeat(control, op.job)
+            if beat is None or beat["age_s"] > LIVE_AFTER_S:
+                # The driver that looked live has died (a kill -9 leaves a fresh heartbeat and no stop behind):
+                # nothing will switch, so v{version} gets its catch-up run instead of a wait for nobody. Only the
+                # heartbeat's age counts here: a switching driver has stopped its old query before it starts the new.
+                say(f"the driver of {op.job} stopped beating before it switched: v{version} gets a catch-up run")
+                break
             time.sleep(0.5)
-        raise PipelinesError(
-            f"the driver of {op.job} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
-            "will be used by the next run (pipelines run), check the driver's log under <home>/run/"
-        )
+        else:
+            raise PipelinesError(
+                f"the driver of {op.job} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
+                "will be used by the next run (pipelines run), check the driver's log under <home>/run/"
+            )
     if catch_up is not None:
         say(f"running v{version} of {op.job} once with available-now")
         catch_up(home, op.job)
@@ -489,6 +497,11 @@ def run_all(
 ) -> dict[str, Any]:
     """Every step in order, in this process: the CLI's ``pipelines rescale`` and the demo."""
     owner = owner or process_owner("cli")
+    if catch_up is None:  # a catch-up run may be needed: a dead Spark master is refused before the lock is taken
+        from pipelines.runtime.launcher import default_master
+        from pipelines.runtime.lifetime import check_master
+
+        check_master(master or default_master())
     op = begin(home, request, owner, lock_wait_s=lock_wait_s, say=say)
     try:
         mode = stop(home, op, say)["mode"]

@@ -27,6 +27,7 @@ from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.planning import carry_forward_on_start
 from pipelines.runtime import schemas
+from pipelines.runtime.lifetime import die_with_parent
 from pipelines.runtime.outputs import ensure_output_tables
 from pipelines.runtime.processing import make_processor
 from pipelines.runtime.requests import drain_request, stop_request
@@ -295,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--max-seconds", type=float)
     args = parser.parse_args(argv)
+    die_with_parent()  # the JVM that started this driver: a killed spark-submit takes its driver along
     from pipelines.runtime.session import build_session
 
     home = resolve_home(args.home)

@@ -8,6 +8,7 @@ boundary, so stopping never cuts a micro-batch short.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -19,10 +20,12 @@ from pathlib import Path
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.errors import PipelinesError
+from pipelines.runtime.lifetime import check_master, tied_command
 from pipelines.runtime.requests import stop_request
 from pipelines.runtime.session import spark_confs, spark_env
 
 DRIVER = str(Path(__file__).with_name("driver.py"))
+INTERRUPT_GRACE_S = 60.0  # a Ctrl-C'd driver gets this long to stop at a batch boundary
 
 
 def default_master() -> str:
@@ -62,6 +65,7 @@ def run(
 ) -> int:
     """Run the job's driver; in the foreground returns its exit code, detached returns its pid."""
     ControlPlane(home).job_models.active(job)  # an unknown job fails here, with the known jobs listed
+    check_master(master)  # a dead master is one line now, not a minute of JVM retries
     live = running_pid(home, job)
     if live is not None:
         raise PipelinesError(
@@ -72,11 +76,44 @@ def run(
     stop_request(home, job).unlink(missing_ok=True)
     cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
     if not detach:
-        return subprocess.call(cmd, env=spark_env())
+        return _foreground(home, job, cmd)
     log = open(home.root / "run" / f"{job}.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(cmd, env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     pid_file(home, job).write_text(str(proc.pid))
     return proc.pid
+
+
+def _foreground(home: Home, job: str, cmd: list[str]) -> int:
+    """Run the driver tied to this process; Ctrl-C stops it at a batch boundary, then re-raises.
+
+    The driver runs in its own session, so a Ctrl-C to the terminal's process
+    group reaches only this process, which turns it into the same stop request
+    ``pipelines stop`` makes: the query stops between micro-batches and nothing
+    is cut half way. A second Ctrl-C, or a driver that does not stop within
+    ``INTERRUPT_GRACE_S``, ends it the hard way (what a crash would, which the
+    sink and the checkpoints survive). If this process is killed, the driver is
+    killed with it (``lifetime.tied_command``).
+    """
+    proc = subprocess.Popen(tied_command(cmd), env=spark_env(), start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        request = stop_request(home, job)
+        request.parent.mkdir(parents=True, exist_ok=True)
+        request.touch()
+        sys.stderr.write(
+            f"interrupted: stopping job {job} at its next batch boundary (Ctrl-C again to kill it at once)\n"
+        )
+        sys.stderr.flush()
+        try:
+            proc.wait(timeout=INTERRUPT_GRACE_S)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        finally:
+            request.unlink(missing_ok=True)
+        raise
 
 
 def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> bool:

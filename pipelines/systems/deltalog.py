@@ -115,6 +115,7 @@ from deltalake.transaction import AddAction
 from pipelines.core.batchplan import expansion_holds
 from pipelines.core.partitioner import murmur2
 from pipelines.core.ssp import validate_name
+from pipelines.deltaio import open_table, readable, refresh
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
 from pipelines.systems.base import (
     RECORD_SCHEMA,
@@ -550,9 +551,11 @@ class DeltaLog(OffsetOrder):
         root = self.path(stream)
         filters = [("offset", ">=", start), ("offset", "<", end)]
         wanted = None if columns is None else [c for c in _FILE_SCHEMA.names if c in columns or c == "offset"]
-        parts = [
-            pq.read_table(_local_path(root, rel), schema=_FILE_SCHEMA, filters=filters, columns=wanted) for rel in files
-        ]
+        with readable(root):
+            parts = [
+                pq.read_table(_local_path(root, rel), schema=_FILE_SCHEMA, filters=filters, columns=wanted)
+                for rel in files
+            ]
         data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         offsets = data["offset"].combine_chunks()
         if (
@@ -616,13 +619,14 @@ class DeltaLog(OffsetOrder):
                     f"stream {stream!r} does not exist in {self.root}; existing streams: "
                     + (", ".join(existing) if existing else "none")
                 )
-            table = DeltaTable(path)
+            table = open_table(path)
         else:
             table, snap = cached
-            table.update_incremental()
+            refresh(table)
             if table.version() == snap.version:
                 return cached
-        snap = _snapshot(stream, table)
+        with readable(self.path(stream)):
+            snap = _snapshot(stream, table)
         self._tables[stream] = (table, snap)
         return table, snap
 

@@ -1,0 +1,97 @@
+"""Child processes that die with the process that started them, and a Spark master checked before a start.
+
+Why. ``pipelines rescale`` runs its catch-up as a ``spark-submit`` child; a
+killed CLI (``kill -9``, a closed terminal, an Airflow worker lost) used to
+leave that child running, finishing the catch-up and committing batches on
+its own while the next operator's rescale was already planning on the job.
+On Linux the kernel can end a child when its parent ends
+(``prctl(PR_SET_PDEATHSIG, SIGKILL)``, kept across ``exec``), and nothing else
+is needed: no watchdog process, nothing that a ``kill -9`` could skip.
+
+How it is set. Not with ``subprocess``'s ``preexec_fn``: the CLI has threads
+by then (delta-rs's runtime, pyarrow's pools), and Python code run between
+``fork`` and ``exec`` in a threaded process may deadlock. Instead the child is
+started through ``tied_command``: a Python interpreter (``-I -S``: no site, no
+environment, about 10 ms) that sets the signal on itself, checks its parent
+did not die before that, and ``exec``\\ s the real command, which keeps it.
+``spark-submit`` ``exec``\\ s ``spark-class``, which ``exec``\\ s the JVM, so the JVM is
+the tied process; the Python driver the JVM starts ties itself to the JVM
+(``die_with_parent`` in ``driver.main``), so the chain goes down together.
+``run --detach`` is started untied, in its own session: it outlives its CLI on
+purpose, and its driver still dies with its JVM.
+
+The signal is sent when the *thread* that started the child ends: children
+are started from the thread that waits for them (the CLI's main thread, the
+JVM's thread that waits for the Python driver).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import sys
+from urllib.parse import urlparse
+
+from pipelines.errors import PipelinesError
+
+PR_SET_PDEATHSIG = 1
+MASTER_CONNECT_TIMEOUT_S = 5.0
+
+_TIE = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+    "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"  # the parent died before the call: follow it now
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def tied_command(cmd: list[str]) -> list[str]:
+    """``cmd`` started so that it is killed when this process (this thread) ends; as it is off Linux."""
+    if not sys.platform.startswith("linux"):
+        return cmd
+    return [sys.executable, "-I", "-S", "-c", _TIE, str(os.getpid()), *cmd]
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent ends (Linux; elsewhere nothing happens)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return  # not fatal: the process then lives as before
+    if os.getppid() != parent:  # the parent ended before the call
+        os._exit(137)
+
+
+def check_master(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a ``spark://`` master none of whose hosts answers, before a JVM is started for it.
+
+    Without this, spark-submit retries a dead master for a minute and prints
+    every retry's stack trace (176 lines). Masters of other kinds (``local``,
+    ``yarn``, ``k8s://``) are left to Spark.
+    """
+    if not master.startswith("spark://"):
+        return
+    failures = []
+    for address in master.removeprefix("spark://").split(","):
+        parsed = urlparse(f"spark://{address}")
+        invalid = f"Spark master {master} is not a valid spark://HOST:PORT[,HOST:PORT] URL"
+        try:
+            host, port = parsed.hostname, parsed.port or 7077
+        except ValueError as e:
+            raise PipelinesError(f"{invalid}: {e}") from None
+        if not host:
+            raise PipelinesError(invalid)
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return
+        except OSError as e:
+            reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e)).lower()
+            failures.append(f"{host}:{port} {reason}")
+    raise PipelinesError(
+        f"Spark master {master} is not reachable ({'; '.join(failures)}); nothing was started. Start the master, or "
+        "give another one (--master, or $PIPELINES_SPARK_MASTER for operations), e.g. local[*] on this machine"
+    )
