@@ -16,7 +16,7 @@ from typing import Any
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.observe.series import METRICS_READ, batches, charts, markers
+from pipelines.observe.series import METRICS_READ, batches, charts, markers, outage_markers
 from pipelines.observe.tasks import task_table
 
 DEFAULT_MINUTES = 60.0
@@ -66,7 +66,7 @@ def observe(
         events = [
             {**vars(e), "status": str(e.status), "details": dict(e.details or {})} for e in control.events.history(job)
         ]
-        marks = markers(events, since=since)
+        marks = sorted(markers(events, since=since) + outage_markers(rows), key=lambda m: (m.at, m.event_id))
     except Exception as e:
         errors["markers"] = _error(e)
         marks = []

@@ -49,6 +49,8 @@ LAG = "lag_records"
 LIFECYCLE = frozenset({"query_started", "first_progress", "query_stopped", "heartbeat"})
 TASK_COUNTS = ("records_in", "records_out", "records_fetched", "bytes_fetched", "dead_letters")
 TASK_TIMES = ("read_s", "key_hash_s", "wait_s", "process_s")
+OUTAGE_DOWN = "input_unavailable_s"  # the source, when an input stops answering (then every 30 s): down so far
+OUTAGE_BACK = "input_recovered_s"  # the source, on the first answer after an outage: how long it lasted
 METRICS_READ = (
     *TASK_COUNTS,
     *TASK_TIMES,
@@ -58,6 +60,8 @@ METRICS_READ = (
     "batch_replayed",
     "task_count",
     "input_unavailable",
+    OUTAGE_DOWN,
+    OUTAGE_BACK,
 )
 """The metric names the operator's view reads (``Metrics.read(metrics=...)``): nothing else is loaded."""
 
@@ -287,11 +291,11 @@ def charts(points: list[BatchPoint]) -> list[Chart]:
 
 @dataclass(frozen=True)
 class Marker:
-    """A scaling step on the time axis: from its start to its end (None while it runs)."""
+    """A scaling step or an input outage on the time axis: from its start to its end (None while it lasts)."""
 
     at: float
     until: float | None
-    kind: str  # "rescale", "expansion" or "reshard"
+    kind: str  # "rescale", "expansion", "reshard", or "outage" (an input that stopped answering)
     label: str
     event_id: str
     status: str
@@ -349,6 +353,45 @@ def markers(events: Iterable[Mapping[str, Any]], since: float | None = None) -> 
     if since is not None:
         result = [m for m in result if m.at >= since or m.until is None or m.until >= since]
     return sorted(result, key=lambda m: (m.at, m.event_id))
+
+
+def outage_markers(rows: Iterable[Mapping[str, Any]]) -> list[Marker]:
+    """Input outages the source reported, as markers from when it began to when the input answered again.
+
+    ``input_unavailable_s`` rows carry how long the input had been down when
+    reported (so ``at - value`` is when it went down); the next
+    ``input_recovered_s`` row of the same model version ends it. An outage
+    with no end yet is open (``until`` None).
+    """
+    result: list[Marker] = []
+    open_at: dict[int, float] = {}
+    for row in sorted(rows, key=lambda r: epoch(r["at"])):
+        if row["metric"] not in (OUTAGE_DOWN, OUTAGE_BACK):
+            continue
+        version, at, value = int(row["model_version"]), epoch(row["at"]), float(row["value"])
+        if row["metric"] == OUTAGE_DOWN:
+            open_at.setdefault(version, at - value)
+            continue
+        began = open_at.pop(version, at - value)
+        result.append(_outage(version, began, at, f"input unavailable · {value:.1f} s"))
+    result += [_outage(v, began, None, "input unavailable · still down") for v, began in open_at.items()]
+    return sorted(result, key=lambda m: (m.at, m.event_id))
+
+
+def _outage(version: int, began: float, until: float | None, label: str) -> Marker:
+    return Marker(
+        at=began,
+        until=until,
+        kind="outage",
+        label=label,
+        event_id=f"outage-v{version}-{began:.3f}",
+        status="open" if until is None else "ended",
+        from_factor=None,
+        to_factor=None,
+        partitions={},
+        downtime_s=None if until is None else until - began,
+        mode=None,
+    )
 
 
 def _dash(value: Any) -> str:

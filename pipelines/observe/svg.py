@@ -29,7 +29,7 @@ LEFT, RIGHT, TOP, BOTTOM = 58, 14, 34, 26
 MAX_POINTS = 600
 """A series with more points is averaged into this many buckets: the plot is at most this many pixels wide."""
 COLORS = ("#2563eb", "#d97706", "#059669", "#7c3aed")
-MARKER_COLORS = {"rescale": "#dc2626", "expansion": "#0891b2", "reshard": "#9333ea"}
+MARKER_COLORS = {"rescale": "#dc2626", "expansion": "#0891b2", "reshard": "#9333ea", "outage": "#d97706"}
 LABEL_ROWS = 3
 GAP = 5.0
 

@@ -19,6 +19,7 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.jobs.config import JobConfig
+from pipelines.observe.collect import observe
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
@@ -202,6 +203,11 @@ def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_wi
         reports = ControlPlane(home).metrics.read(config.name, metrics=["input_unavailable_s", "input_recovered_s"])
         assert (reports["metric"] == "input_unavailable_s").sum() >= 1, "the outage is reported"
         assert (reports["metric"] == "input_recovered_s").sum() >= 1, "and its end"
+        outages = [m for m in observe(home, config.name, inputs=False)["markers"] if m["kind"] == "outage"]
+        assert outages and all(m["until"] is not None for m in outages), "the view marks the outage, ended"
+        # Plans between failed calls may answer from the shard listing the system keeps, so a freeze can show as
+        # several short outages: together they cover the time the source found the input silent.
+        assert 2.0 <= sum(m["downtime_s"] for m in outages) <= 60.0, outages
     finally:
         emulator.stop()
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
-from pipelines.observe.series import batches, charts, marker, markers
+from pipelines.observe.series import batches, charts, marker, markers, outage_markers
 from pipelines.observe.synthetic import run_rows
 
 P0 = SystemStreamPartition("deltalog", "events", 0).wire()
@@ -131,3 +131,18 @@ def test_markers_keep_the_events_that_overlap_the_window() -> None:
     running = {**event(), "event_id": "running", "started_at": 15.0, "finished_at": None}
     recent = {**event(), "event_id": "recent", "started_at": 40.0}
     assert [m.event_id for m in markers([recent, old, running], since=30.0)] == ["running", "recent"]
+
+
+def test_an_input_outage_is_a_marker_from_when_it_began_to_when_the_input_answered() -> None:
+    rows = [
+        row(2, -1, None, "input_unavailable_s", 0.0, 1000.0),  # first failure
+        row(2, -1, None, "input_unavailable_s", 30.5, 1030.5),  # reported again 30 s later
+        row(2, -1, None, "input_recovered_s", 42.0, 1042.0),
+        row(2, -1, None, "input_unavailable_s", 3.0, 1103.0),  # a second outage, still on
+        row(2, 7, "t", "records_in", 5.0, 1050.0),  # not an outage row
+    ]
+    ended, still = outage_markers(rows)
+    assert (ended.kind, ended.at, ended.until, ended.downtime_s) == ("outage", 1000.0, 1042.0, 42.0)
+    assert ended.label == "input unavailable · 42.0 s"
+    assert (still.at, still.until, still.status) == (1100.0, None, "open")
+    assert outage_markers(rows[-1:]) == [], "rows of other metrics are no outage"
