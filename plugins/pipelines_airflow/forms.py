@@ -187,13 +187,12 @@ def render_preview(
     job: str, factor: str, reason: str, result: Mapping[str, Any] | None, error: str | None, dag: Mapping[str, Any]
 ) -> str:
     """The preview page: the planned model next to the current one, and the button that triggers the run."""
-    from pipelines_airflow.ui import CSS as PAGE_CSS
-    from pipelines_airflow.ui import TITLE
+    from pipelines_airflow.page import BASE_CSS, TITLE
 
     title = f"Rescale {job or '?'}: preview"
     parts = [
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)} · {TITLE}</title>"
-        f"<style>{PAGE_CSS}{CSS}</style></head><body>",
+        f"<style>{BASE_CSS}{CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1><div class='sub'><a href='../'>← {TITLE}</a> · a dry run: nothing was written, "
         "no lock was taken</div><section class='job preview' data-job='" + _e(job) + "'>",
     ]
@@ -260,12 +259,11 @@ def render_preview(
 
 
 def render_refusal(message: str, status: int, back: str = "../") -> str:
-    from pipelines_airflow.ui import CSS as PAGE_CSS
-    from pipelines_airflow.ui import TITLE
+    from pipelines_airflow.page import BASE_CSS, TITLE
 
     return (
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Rescale refused · {TITLE}</title>"
-        f"<style>{PAGE_CSS}{CSS}</style></head><body><h1>Rescale refused ({status})</h1>"
+        f"<style>{BASE_CSS}{CSS}</style></head><body><h1>Rescale refused ({status})</h1>"
         f"<p class='refusal'>{_e(message)}</p><p><a href='{_e(back)}'>← {TITLE}</a></p></body></html>"
     )
 
@@ -398,7 +396,7 @@ def add_routes(app: Any) -> None:
         result, error = compute(job, factor, reason)
         if error is not None:
             return JSONResponse({"detail": error}, status_code=400)
-        from pipelines_airflow.ui import _plain
+        from pipelines_airflow.page import plain as _plain
 
         return JSONResponse(_plain({**result, "dag": dag_state()}), headers={"Cache-Control": "no-store"})
 
