@@ -15,5 +15,6 @@ from tests.e2e.airflow_fixtures import (  # noqa: F401  (fixtures)
     configure_airflow_environment,
     running_airflow,
 )
+from tests.e2e.browser import browser  # noqa: F401  (fixture)
 
 AIRFLOW_ENV = configure_airflow_environment()

@@ -16,7 +16,6 @@ Screenshots go to ``test-artifacts/ui-forms/`` (gitignored) for CI to keep.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -34,7 +33,6 @@ from pipelines.quality.synthetic import synthetic_window
 from pipelines.quality.verify import Window
 from pipelines.systems.deltalog import DeltaLog
 from tests.e2e.airflow_fixtures import ADMIN_USER, REPO, AirflowClient
-from tests.e2e.test_ui_page import CHROMIUM, CHROMIUM_ARGS
 
 JOB = "forms_job"
 STREAM = "forms_events"
@@ -44,18 +42,10 @@ RESCALE = "elastic_rescale"
 ARTIFACTS = REPO / "test-artifacts" / "ui-forms"
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup.sh (it apt-get installs Debian's chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=120_000)
-        try:
-            yield browser
-        finally:
-            browser.close()
+@pytest.fixture
+def chromium(browser: Any) -> Any:
+    """The session's browser (``tests/e2e/browser.py``), under this module's name for it."""
+    return browser
 
 
 @pytest.fixture(scope="module")

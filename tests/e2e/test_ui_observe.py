@@ -18,7 +18,6 @@ to ``test-artifacts/ui/`` (gitignored; CI keeps them as artifacts).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -34,7 +33,6 @@ from pipelines.operations.scaling import apply_plan
 from pipelines.planning import plan_next
 from pipelines.systems.deltalog import DeltaLog
 from tests.e2e.airflow_fixtures import REPO, AirflowClient
-from tests.e2e.test_ui_page import CHROMIUM, CHROMIUM_ARGS
 
 JOB = "ui_observed"
 STREAM = "ui_observed_events"
@@ -42,20 +40,6 @@ PAGE = "/elastic-pipelines/"
 HOT = "Partition 1-2-4"
 ARTIFACTS = REPO / "test-artifacts" / "ui"
 METRIC_ROWS = 10_000
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup.sh (it apt-get installs Debian's chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=120_000)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture(scope="module")
