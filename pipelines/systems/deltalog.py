@@ -74,6 +74,16 @@ Null keys
     large call evenly, which is what the embedded log's users (tests, demos,
     benchmarks) want.
 
+Storage that goes away
+    A stream whose table directory (its ``_delta_log``) stops being there
+    while this object uses it (a network mount gone, the storage detached) is
+    an outage, not damage: planning calls raise ``StreamError`` at once, so
+    the job's source waits with its back-off and reports the outage, and a
+    read waits for the storage, with jittered back-off up to 2 s, for at most
+    ``read_timeout_s`` (30 s, Kafka's ``read_timeout_ms``) before it fails
+    with a ``StreamError`` that says so. A data file missing from a table
+    whose log is there is damage (``DamagedTableError``), as before.
+
 Record timestamps
     One timestamp per commit attempt (log append time), truncated to
     milliseconds so the Delta statistics, which have millisecond precision,
@@ -116,7 +126,7 @@ from pipelines.core.batchplan import expansion_holds
 from pipelines.core.partitioner import murmur2
 from pipelines.core.ssp import validate_name
 from pipelines.deltaio import open_table, readable, refresh
-from pipelines.errors import ConfigError, PartitionChangeError, StreamError
+from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError, refuse_unknown
 from pipelines.systems.base import (
     RECORD_SCHEMA,
     Bounded,
@@ -214,21 +224,41 @@ class DeltaLog(OffsetOrder):
 
     system: str = SYSTEM
 
-    def __init__(self, root: str | os.PathLike[str], *, max_attempts: int = 64, app_id: str = APP_ID) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_attempts: int = 64,
+        app_id: str = APP_ID,
+        read_timeout_s: float = 30.0,
+    ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigError(f"max_attempts must be a whole number >= 1, got {max_attempts!r}")
+        if isinstance(read_timeout_s, bool) or not isinstance(read_timeout_s, int | float) or not read_timeout_s >= 0:
+            raise ConfigError(f"read_timeout_s must be a number of seconds >= 0, got {read_timeout_s!r}")
         self.root = Path(os.fspath(root)).absolute()
         self.max_attempts = max_attempts
         self.app_id = app_id
+        self.read_timeout_s = float(read_timeout_s)
         self._tables: dict[str, tuple[DeltaTable, _Snapshot]] = {}
         self._round_robin: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # DeltaTable handles belong to one process's Rust runtime; ship only the configuration.
-        return {"root": self.root, "max_attempts": self.max_attempts, "app_id": self.app_id}
+        return {
+            "root": self.root,
+            "max_attempts": self.max_attempts,
+            "app_id": self.app_id,
+            "read_timeout_s": self.read_timeout_s,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["root"], max_attempts=state["max_attempts"], app_id=state["app_id"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["root"],
+            max_attempts=state["max_attempts"],
+            app_id=state["app_id"],
+            read_timeout_s=state.get("read_timeout_s", 30.0),
+        )
 
     def __repr__(self) -> str:
         return f"DeltaLog({str(self.root)!r})"
@@ -531,7 +561,9 @@ class DeltaLog(OffsetOrder):
             last = min(first + max(end.records, 0), self._plan_end(stream, partition))
         else:
             last = _offset(end)
-        data = self.read_range(stream, partition, first, max(first, last), columns=columns)
+        data = self._waiting_for_storage(
+            stream, lambda: self.read_range(stream, partition, first, max(first, last), columns=columns)
+        )
         columns_out = [data.column(n) if n != "offset" else data.column(n).cast(pa.string()) for n in LOG_SCHEMA.names]
         records = pa.Table.from_arrays(columns_out, schema=RECORD_SCHEMA)
         return ReadResult(records, str(max(first, last)), bytes_fetched=data.nbytes)
@@ -607,9 +639,47 @@ class DeltaLog(OffsetOrder):
             )
         return files.overlapping(start, end)
 
+    # ------------------------------------------------------------- storage
+
+    def _storage_gone(self, stream: str) -> bool:
+        """The stream's log directory is not there (any error asking counts): its storage went away."""
+        return not (Path(self.path(stream)) / "_delta_log").is_dir()
+
+    def _unavailable(self, stream: str, error: BaseException | None = None) -> StreamError:
+        cause = f": {type(error).__name__}: {str(error)[:200]}" if error is not None else ""
+        return StreamError(f"stream {stream!r}: its storage is unavailable ({self.path(stream)} is not there{cause})")
+
+    def _waiting_for_storage(self, stream: str, read: Any) -> Any:
+        """``read()``, waited out while the stream's storage is gone (at most ``read_timeout_s``); damage raises."""
+        deadline = time.monotonic() + self.read_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return read()
+            except (StreamError, DamagedTableError, OSError) as error:
+                if not self._storage_gone(stream):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StreamError(
+                        f"{self._unavailable(stream, error)}; a read waited {self.read_timeout_s:g}s for it"
+                    ) from None
+                self._tables.pop(stream, None)  # the snapshot is re-read when the storage is back
+                time.sleep(min(random.uniform(0, delay), max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 2.0)
+
     # ------------------------------------------------------------- snapshots
 
     def _latest(self, stream: str) -> tuple[DeltaTable, _Snapshot]:
+        if stream in self._tables and self._storage_gone(stream):  # delta-rs finds "no new commit" in nothing
+            raise self._unavailable(stream)
+        try:
+            return self._latest_snapshot(stream)
+        except (DamagedTableError, OSError) as error:
+            if stream in self._tables and self._storage_gone(stream):  # it was there: an outage, not damage
+                raise self._unavailable(stream, error) from None
+            raise
+
+    def _latest_snapshot(self, stream: str) -> tuple[DeltaTable, _Snapshot]:
         cached = self._tables.get(stream)
         if cached is None:
             path = self.path(stream)
@@ -629,6 +699,23 @@ class DeltaLog(OffsetOrder):
             snap = _snapshot(stream, table)
         self._tables[stream] = (table, snap)
         return table, snap
+
+
+SETTINGS = ("read_timeout_s",)
+
+
+def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> dict[str, float]:
+    """The ``systems.deltalog`` section: ``read_timeout_s``, how long a read waits for storage that went away."""
+    if not isinstance(settings, Mapping):
+        raise ConfigError(f"{where} must be a mapping of settings")
+    refuse_unknown(where, settings, SETTINGS)
+    clean: dict[str, float] = {}
+    if "read_timeout_s" in settings:
+        value = settings["read_timeout_s"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 86_400:
+            raise ConfigError(f"{where}.read_timeout_s: a number of seconds from 0 to 86400, got {value!r}")
+        clean["read_timeout_s"] = float(value)
+    return clean
 
 
 def position_key(position: Position) -> int:

@@ -24,9 +24,9 @@ SYSTEMS = ("deltalog", "kafka", "kinesis")
 def open_system(system: str, home: Home, settings: Mapping[str, Any] | None = None) -> InputSystem:
     """A ready client of ``system``: admin, consumer and producer behind ``InputSystem``."""
     if system == "deltalog":
-        from pipelines.systems.deltalog import DeltaLog
+        from pipelines.systems.deltalog import DeltaLog, validate_settings
 
-        return DeltaLog(home.streams)
+        return DeltaLog(home.streams, **validate_settings(settings or {}))
     if system == "kafka":
         from pipelines.systems.kafka import KafkaSystem
 

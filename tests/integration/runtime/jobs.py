@@ -13,6 +13,7 @@ from pipelines.core.hashing import key_bucket
 from pipelines.deltaio import read_delta
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
+from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 
 DEMO = "include/jobs/enrichment.yaml"
@@ -36,6 +37,26 @@ def produce(home: Home, stream: str, records: int, keys: int, *, bad_every: int 
         batch.append((key.encode(), json.dumps({"key": key, "seq": n, "payload": str(i)}).encode(), None))
     log.produce(stream, batch)
     return bad
+
+
+class SeqProducer:
+    """Demo events with a per-key seq that continues across calls, into a stream of any input system."""
+
+    def __init__(self, system: InputSystem, stream: str, partitions: int, keys: int) -> None:
+        self.system, self.stream, self.keys = system, stream, keys
+        system.create(stream, partitions)
+        self.seq: dict[str, int] = {}
+        self.total = 0
+
+    def produce(self, n: int) -> None:
+        batch = []
+        for i in range(n):
+            key = f"key-{(self.total + i) % self.keys}"
+            s = self.seq.get(key, 0)
+            self.seq[key] = s + 1
+            batch.append((key.encode(), json.dumps({"key": key, "seq": s, "payload": "p"}).encode(), None))
+        self.system.produce(self.stream, batch)
+        self.total += n
 
 
 def job(

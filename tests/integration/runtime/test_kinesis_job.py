@@ -7,7 +7,6 @@ verification of the whole run.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -29,7 +28,7 @@ from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis_positions import decode_slot
 
-from .jobs import DEMO, misrouted, order_violations, sink
+from .jobs import DEMO, SeqProducer, misrouted, order_violations, sink
 from .test_rescale import rescale
 
 pytestmark = pytest.mark.integration
@@ -39,26 +38,6 @@ pytestmark = pytest.mark.integration
 def endpoint() -> Iterator[str]:
     with KinesisEmulator() as url:
         yield url
-
-
-class Producer:
-    """Demo events with a per-key seq that continues across calls, into a Kinesis stream."""
-
-    def __init__(self, system: KinesisSystem, stream: str, shards: int, keys: int) -> None:
-        self.system, self.stream, self.keys = system, stream, keys
-        system.create(stream, shards)
-        self.seq: dict[str, int] = {}
-        self.total = 0
-
-    def produce(self, n: int) -> None:
-        batch = []
-        for i in range(n):
-            key = f"key-{(self.total + i) % self.keys}"
-            s = self.seq.get(key, 0)
-            self.seq[key] = s + 1
-            batch.append((key.encode(), json.dumps({"key": key, "seq": s, "payload": "p"}).encode(), None))
-        self.system.produce(self.stream, batch)
-        self.total += n
 
 
 def _check(home: Home, config: JobConfig, total: int, step: str) -> None:
@@ -79,7 +58,7 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_a_merge_switchi
 ) -> None:
     settings = {"endpoint_url": endpoint, "region": "us-east-1", "get_records_per_second": 50.0}
     system = KinesisSystem(settings)
-    producer = Producer(system, "clicks", 2, keys=30)
+    producer = SeqProducer(system, "clicks", 2, keys=30)
     raw = JobConfig.load(DEMO).to_dict()
     raw.update(
         name="kin",
@@ -163,7 +142,7 @@ def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_wi
             "max_attempts": 2,
             "backoff_cap_s": 0.5,
         }
-        producer = Producer(KinesisSystem(settings), "frozen", 2, keys=16)
+        producer = SeqProducer(KinesisSystem(settings), "frozen", 2, keys=16)
         raw = JobConfig.load(DEMO).to_dict()
         raw.update(
             name="kin_outage",

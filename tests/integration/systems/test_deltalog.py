@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from pipelines.core.partitioner import kafka_partition
-from pipelines.errors import ConfigError, PartitionChangeError, StreamError
+from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import LOG_SCHEMA, SYSTEM, DeltaLog
 
@@ -351,3 +352,46 @@ def test_an_expansion_holds_new_partitions_until_their_source_is_past_the_point(
     past_0 = {**at_start, 0: point[0]}
     assert log.read_limits("events", past_0) == {3: None}
     assert log.read_limits("events", {p: log.end_positions("events")[p] for p in range(4)}) == {}
+
+
+def test_a_read_waits_out_storage_that_went_away_and_returns_the_range(tmp_path: Path) -> None:
+    """The stream's directory vanishes (a mount gone) before a read and comes back: the read waits, then answers."""
+    root = tmp_path / "streams"
+    log = DeltaLog(root, read_timeout_s=30)
+    log.create("events", 2)
+    log.produce("events", _keyed(40))
+    ends = log.end_offsets("events")
+    away = tmp_path / "away"
+    root.rename(away)
+    with pytest.raises(StreamError, match="its storage is unavailable"):
+        log.end_offsets("events")  # planning: an outage, at once (the job's source backs off on it)
+    restore = threading.Timer(1.5, lambda: away.rename(root))
+    restore.start()
+    t0 = time.monotonic()
+    result = pickle.loads(pickle.dumps(log)).read("events", 0, "0", str(ends[0]))  # as an executor has it
+    restore.join()
+    assert time.monotonic() - t0 >= 1.4, "the read waited for the storage"
+    assert result.records.column("offset").to_pylist() == [str(o) for o in range(ends[0])]
+    assert log.end_offsets("events") == ends, "planning answers again"
+
+
+def test_a_read_gives_up_on_storage_gone_for_longer_than_its_timeout_and_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "streams"
+    log = DeltaLog(root, read_timeout_s=0.5)
+    log.create("events", 1)
+    log.produce("events", _keyed(5))
+    root.rename(tmp_path / "away")
+    with pytest.raises(StreamError, match=r"its storage is unavailable .* a read waited 0.5s for it"):
+        log.read("events", 0, "0", "5")
+
+
+def test_a_missing_data_file_in_a_table_whose_log_is_there_is_damage_not_an_outage(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path, read_timeout_s=30)
+    log.create("events", 1)
+    log.produce("events", _keyed(5))
+    for data in Path(log.path("events")).rglob("*.parquet"):
+        data.unlink()
+    t0 = time.monotonic()
+    with pytest.raises(DamagedTableError, match="is missing"):
+        log.read("events", 0, "0", "5")
+    assert time.monotonic() - t0 < 5, "damage is reported at once, not waited on"

@@ -201,6 +201,12 @@ def test_a_sink_without_its_table_field_names_the_field_it_has() -> None:
         ("elasticty_factor", 4, "unknown field(s) 'elasticty_factor' (did you mean 'elasticity_factor'?)"),
         ("batch", {"max_record": 5}, "batch: unknown field(s) 'max_record' (did you mean 'max_records'?)"),
         ("systems", {"kafak": {}}, "systems: unknown field(s) 'kafak' (did you mean 'kafka'?)"),
+        (
+            "systems",
+            {"deltalog": {"read_timeout": 60}},
+            "systems.deltalog: unknown field(s) 'read_timeout' (did you mean 'read_timeout_s'?)",
+        ),
+        ("systems", {"deltalog": {"read_timeout_s": -1}}, "read_timeout_s: a number of seconds from 0 to 86400"),
     ],
 )
 def test_a_misspelled_field_is_refused_with_the_one_meant(section: str, value: Any, message: str) -> None:
