@@ -31,15 +31,26 @@ from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis_positions import decode_slot
 
-from .run import HEADERS, JOB_CONFIG, Driver, StepResult, _check, _table, _throughput, _wait_processing
+from .run import (
+    HEADERS,
+    JOB_CONFIG,
+    Driver,
+    StepResult,
+    _check,
+    _refuse_a_home_of_others,
+    _table,
+    _throughput,
+    _wait_processing,
+)
 
 STREAM = "events"
-STEPS: list[tuple[str, str]] = [
-    ("start on 2 shards at factor 1", "start"),
-    ("scale up to 2", "up"),
-    ("split shard 0 (3 shards)", "split"),
-    ("merge 2 shards (2 shards)", "merge"),
-    ("scale down to 1", "down"),
+Step = tuple[str, int | None, str | None]  # (step, factor to scale to, "split" or "merge" a shard)
+STEPS: list[Step] = [
+    ("start on 2 shards at factor 1", 1, None),
+    ("scale up to 2", 2, None),
+    ("split shard 0 (3 shards)", None, "split"),
+    ("merge 2 shards (2 shards)", None, "merge"),
+    ("scale down to 1", 1, None),
 ]
 
 
@@ -86,10 +97,18 @@ def run_kinesis_demo(
     latency_ms: float = 2.0,
     master: str = "local[8]",
     say: Any = print,
+    steps: list[Step] | None = None,
+    on_step: Any = None,
 ) -> tuple[list[StepResult], Any]:
+    """The Kinesis demo's story (``steps``: the default STEPS) on a live job; ``on_step(result)`` after each step.
+
+    A split takes the lowest open shard of the stream, a merge its two highest
+    neighbours (adjacent hash key ranges, as Kinesis requires).
+    """
     from pipelines.runtime.session import build_session
 
     if home.root.exists():
+        _refuse_a_home_of_others(home, JobConfig.load(JOB_CONFIG).name)
         shutil.rmtree(home.root)
     emulator = KinesisEmulator()
     endpoint = emulator.start()
@@ -116,17 +135,15 @@ def run_kinesis_demo(
         producer.start()
         driver = Driver(spark, home, config.name, say)
         driver.start()
-        factor = 1
-        for step, action in STEPS:
+        for step, factor, reshard in steps or STEPS:
             say(f"\n== {step}")
             _check(producer, driver)
             request = None
-            if action in ("up", "down"):
-                factor = 2 if action == "up" else 1
+            if factor is not None and results:  # the first step starts the job
                 request = scaling.ScalingRequest(config.name, factor, step)
-            elif action in ("split", "merge"):
-                _reshard(system, action, say)
-                if action == "split":
+            elif reshard is not None:
+                _reshard(system, reshard, say)
+                if reshard == "split":
                     # Before the watch switches: the model's 2 slots read 3 shards, one slot holds two (1:n).
                     time.sleep(step_seconds)
                     before = ControlPlane(home).job_models.active(config.name).version
@@ -155,6 +172,8 @@ def run_kinesis_demo(
                 result.counts = event.details.get("dq_counts")
                 result.passed = event.details.get("dq") == "pass"
             results.append(result)
+            if on_step is not None:
+                on_step(result)
         say("\n== drain: stop producing, let the job catch up, stop it at a batch boundary")
         producer.halt.set()
         producer.join(30)
@@ -192,12 +211,12 @@ def run_kinesis_demo(
 
 
 def _reshard(system: KinesisSystem, action: str, say: Any) -> None:
-    if action == "split":
-        children = system.split_shard(STREAM, "shardId-000000000000")
-        say(f"  split shardId-000000000000 into {', '.join(children)}")
-        return
     mapper, _ = system._listing(STREAM, max_age_s=0)
     shards = mapper.open_shards()  # ordered by hash key range: neighbours are adjacent
+    if action == "split":
+        children = system.split_shard(STREAM, shards[0])
+        say(f"  split {shards[0]} into {', '.join(children)}")
+        return
     low, high = shards[-2], shards[-1]
     child = system.merge_shards(STREAM, low, high)
     say(f"  merged {low} and {high} into {child}")

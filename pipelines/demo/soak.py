@@ -1,14 +1,17 @@
 """The soak: the demo's live job for a long while, rescaled every few minutes, with its memory watched.
 
-    python -m pipelines.demo.soak --minutes 30 [--every 120] [--seed 7]    (scripts/soak.sh)
+    python -m pipelines.demo.soak --minutes 30 [--every 120] [--seed 7] [--input kinesis]   (scripts/soak.sh)
 
 Continuous production at the demo's rate; every ``--every`` seconds a rescale
-to a random factor up or down (1, 2, 4, 8: never the current one); one input
-expansion 2 -> 4 half way. Each step is verified over its scaling window, the
-whole run at the end (lost, duplicated, order, routing), like the demo. A
-sampler records the resident memory of this process and its children (the
-Spark JVM and its Python workers) every 15 s; the report prints it per step,
-so growth over the run shows. Linux only (it reads ``/proc``).
+to a random factor up or down (1, 2, 4, 8: never the current one). On the
+embedded log, one input expansion 2 -> 4 half way; on Kinesis (kinesis-mock on
+loopback), a shard split a third of the way and a merge two thirds of the way.
+Each step is verified over its scaling window, the whole run at the end (lost,
+duplicated, order, routing), like the demo. A sampler records the resident
+memory of this process and its children (the Spark JVM and its Python workers)
+every 15 s. The number of Python workers follows the factor, so memory is
+compared at the same factor: the first and the last step that ran each factor
+(growth there is a leak, not a bigger job). Linux only (it reads ``/proc``).
 """
 
 from __future__ import annotations
@@ -28,19 +31,37 @@ FACTORS = (1, 2, 4, 8)
 SAMPLE_S = 15.0
 
 
-def plan_steps(minutes: float, every_s: float, rng: random.Random) -> list[tuple[str, int | None, int | None]]:
-    """Start at 1, then a random other factor every ``every_s`` seconds, and one expansion half way."""
-    count = max(2, int(minutes * 60 // every_s))
-    steps: list[tuple[str, int | None, int | None]] = [("start at factor 1", 1, None)]
+INPUTS = ("deltalog", "kinesis")
+CHANGES = {"expand": "expand input 2 -> 4", "split": "split a shard (3 shards)", "merge": "merge 2 shards (2 shards)"}
+
+
+def plan_steps(
+    minutes: float, every_s: float, rng: random.Random, input: str = "deltalog"
+) -> list[tuple[str, int | None, str | None]]:
+    """(step, factor, input change): start at 1, a random other factor every ``every_s`` seconds, and the input's
+    repartitioning: one expansion half way (embedded log), or a split at a third and a merge at two thirds
+    (Kinesis: the merge takes two of the three shards the split left)."""
+    count = max(3, int(minutes * 60 // every_s))
+    changes = {count // 2: "expand"} if input == "deltalog" else {count // 3: "split", 2 * count // 3: "merge"}
+    steps: list[tuple[str, int | None, str | None]] = [("start at factor 1", 1, None)]
     current = 1
     for i in range(1, count):
-        if i == count // 2:
-            steps.append(("expand input 2 -> 4", None, 4))
+        if i in changes:
+            steps.append((CHANGES[changes[i]], None, changes[i]))
             continue
         factor = rng.choice([f for f in FACTORS if f != current])
         steps.append((f"{'up' if factor > current else 'down'} to {factor}", factor, None))
         current = factor
     return steps
+
+
+def same_factor_memory(factors: list[int], memory: list[float | None]) -> dict[int, tuple[float, float]]:
+    """Per factor run by two steps or more: memory after its first and after its last step (MiB)."""
+    seen: dict[int, list[float]] = {}
+    for factor, mib in zip(factors, memory, strict=True):
+        if mib is not None:
+            seen.setdefault(factor, []).append(mib)
+    return {f: (v[0], v[-1]) for f, v in sorted(seen.items()) if len(v) > 1}
 
 
 class MemorySampler(threading.Thread):
@@ -87,18 +108,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--every", type=float, default=120.0, help="seconds between scaling steps")
-    parser.add_argument("--rate", type=int, default=1500)
+    parser.add_argument("--rate", type=int, default=None, help="records/s (default: the demo's, 1500; Kinesis 1000)")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--input", choices=INPUTS, default="deltalog")
     parser.add_argument("--home", default=None, help="default: <PIPELINES_HOME>/soak (wiped first)")
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.every < 30:
         parser.error("--minutes must be > 0 and --every at least 30 s (a rescale itself takes a while)")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    steps = plan_steps(args.minutes, args.every, random.Random(seed))
+    steps = plan_steps(args.minutes, args.every, random.Random(seed), args.input)
     home = resolve_home(args.home)
     if not args.home:
         home = type(home)(home.root / "soak")
-    print(f"soak: {args.minutes:g} min, a step every {args.every:g} s ({len(steps)} steps), seed {seed}, {home.root}")
+    print(
+        f"soak on {args.input}: {args.minutes:g} min, a step every {args.every:g} s ({len(steps)} steps), "
+        f"seed {seed}, {home.root}"
+    )
     sampler = MemorySampler()
     sampler.start()
     memory: list[float | None] = []
@@ -113,13 +138,24 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     step_seconds = max(0.0, args.every - 20.0)  # a rescale takes ~20 s itself
-    results, _final = run_demo(home, rate=args.rate, step_seconds=step_seconds, steps=steps, on_step=on_step)
+    if args.input == "kinesis":
+        from pipelines.demo.kinesis import run_kinesis_demo
+
+        results, _final = run_kinesis_demo(
+            home, rate=args.rate or 1000, step_seconds=step_seconds, steps=steps, on_step=on_step
+        )
+    else:
+        expansions = [(step, factor, 4 if change == "expand" else None) for step, factor, change in steps]
+        results, _final = run_demo(
+            home, rate=args.rate or 1500, step_seconds=step_seconds, steps=expansions, on_step=on_step
+        )
     sampler.halt.set()
     rows = [[*r.row(), f"{m:.0f}" if m is not None else "-"] for r, m in zip(results, [*memory, None], strict=True)]
     print("\n" + _table([*HEADERS, "memory MiB"], rows))
     downtimes = [r.downtime_s for r in results if r.downtime_s is not None]
     samples = [rss for _, rss in sampler.samples]
     half = len(samples) // 2
+    same = same_factor_memory([r.factor for r in results[:-1]], memory)
     figures = {
         "minutes": round((time.monotonic() - started) / 60, 1),
         "steps": len(results) - 1,
@@ -129,10 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         "worst_downtime_s": round(max(downtimes), 2) if downtimes else None,
         "memory_first_half_max_mib": round(max(samples[:half]), 0) if half else None,
         "memory_second_half_max_mib": round(max(samples[half:]), 0) if samples else None,
+        "memory_same_factor_growth_mib": round(max(last - first for first, last in same.values()), 0) if same else None,
         "all_verified": all(r.passed for r in results),
     }
     print(f"\nmemory of the driver (this process + Spark JVM + Python workers), MiB, every {SAMPLE_S:.0f} s:")
     print(" ".join(f"{rss:.0f}" for rss in samples))
+    for factor, (first, last) in same.items():
+        print(f"at factor {factor}: {first:.0f} MiB after its first step, {last:.0f} MiB after its last")
     print(json.dumps({"bench": "soak", "figures": figures}))
     return 0 if figures["all_verified"] else 1
 
