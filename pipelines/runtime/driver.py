@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,18 +110,62 @@ def run_job(
     stop_file = stop_request(home, job)
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     queries = 0
-    while True:
-        model = control.job_models.active(job)
-        _carry_forward_on_start(control, model, progress)
-        started = time.monotonic()
-        query = start_query(spark, home, model, available_now=available_now)
-        _lifecycle(control, model, "query_started")
-        queries += 1
-        progress(f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks")
-        switch = _supervise(query, control, job, model, stop_file, deadline, progress, started)
-        if not switch:
-            stop_file.unlink(missing_ok=True)
-            return queries
+    heartbeat = Heartbeat(control, job)
+    try:
+        while True:
+            model = control.job_models.active(job)
+            heartbeat.version, heartbeat.batch = model.version, -1
+            heartbeat.ensure_started()
+            _carry_forward_on_start(control, model, progress)
+            started = time.monotonic()
+            query = start_query(spark, home, model, available_now=available_now)
+            _lifecycle(control, model, "query_started")
+            queries += 1
+            progress(
+                f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks"
+            )
+            switch = _supervise(query, control, job, model, stop_file, deadline, progress, started, heartbeat)
+            if not switch:
+                stop_file.unlink(missing_ok=True)
+                return queries
+    finally:
+        heartbeat.halt.set()
+
+
+class Heartbeat(threading.Thread):
+    """The driver's sign of life, every ``HEARTBEAT_S`` from a thread of its own for the driver's whole life.
+
+    A scaling step decides from the heartbeat's age whether a driver died
+    (then the new model gets a catch-up run). Beating from the loop that
+    watches the query stopped the beats exactly while a driver was busiest:
+    stopping a query at a batch boundary and starting the next one took over
+    35 s on a loaded machine, the step took the live driver for dead, and
+    its catch-up run started a second query on the same checkpoint (Spark's
+    CONCURRENT_STREAM_LOG_UPDATE). Kafka's consumers beat from a background
+    thread for the same reason (KIP-62). A wedged driver still beats; the
+    scaling step's own time limit covers that.
+    """
+
+    def __init__(self, control: ControlPlane, job: str) -> None:
+        super().__init__(name=f"heartbeat-{job}", daemon=True)
+        self.control, self.job = control, job
+        self.version = 0
+        self.batch = -1
+        self.halt = threading.Event()
+
+    def ensure_started(self) -> None:
+        if not self.is_alive():
+            self.beat()  # at once: a scaling step may be looking
+            self.start()
+
+    def run(self) -> None:
+        while not self.halt.wait(HEARTBEAT_S):
+            self.beat()
+
+    def beat(self) -> None:
+        row = {"job": self.job, "model_version": self.version, "batch_id": max(self.batch, -1)}
+        with contextlib.suppress(Exception):  # a missed beat must never take the job down
+            self.control.metrics.append([{**row, "metric": "heartbeat", "value": time.time()}])
 
 
 def _lifecycle(control: ControlPlane, model: JobModel, event: str) -> None:
@@ -167,11 +212,11 @@ def _supervise(
     deadline: float | None,
     progress: Callable[[str], None],
     started: float,
+    heartbeat: Heartbeat,
 ) -> bool:
     """Watch a query; True when it stopped because another model version became active."""
     last_batch = -1
     durations = BatchDurations(control, model)
-    last_heartbeat = 0.0
     last_model_check = 0.0
     resumed = False
     while True:
@@ -186,21 +231,9 @@ def _supervise(
             _lifecycle(control, model, "first_progress")  # the first batch with data is running
             resumed = True
         last_batch = _report(query, job, last_batch, progress)
+        heartbeat.batch = last_batch
         durations.record(query)
         now = time.monotonic()
-        if now - last_heartbeat >= HEARTBEAT_S:
-            control.metrics.append(
-                [
-                    {
-                        "job": job,
-                        "model_version": model.version,
-                        "batch_id": max(last_batch, -1),
-                        "metric": "heartbeat",
-                        "value": time.time(),
-                    }
-                ]
-            )
-            last_heartbeat = now
         if stop_file.exists() or (deadline is not None and now > deadline):
             _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
             _lifecycle(control, model, "query_stopped")

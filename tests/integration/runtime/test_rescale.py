@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import json
+import itertools
+import threading
+import time
 
 import pytest
 
@@ -13,9 +15,10 @@ from pipelines.operations.scaling import apply_plan
 from pipelines.planning import plan_next
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import run_job
+from pipelines.runtime.requests import stop_request
 from pipelines.systems.deltalog import DeltaLog
 
-from .jobs import job, misrouted, order_violations, sink
+from .jobs import SeqProducer, job, misrouted, order_violations, sink
 
 
 def rescale(home: Home, job: str, factor: object, reason: str = "test") -> JobModel:
@@ -25,23 +28,12 @@ def rescale(home: Home, job: str, factor: object, reason: str = "test") -> JobMo
     return version.model
 
 
-class Producer:
-    """Demo events with a per-key seq that continues across calls (the order the checks prove)."""
+class Producer(SeqProducer):
+    """Demo events with a per-key seq that continues across calls, into the embedded log of ``home``."""
 
     def __init__(self, home: Home, stream: str, partitions: int, keys: int) -> None:
-        self.log = DeltaLog(home.streams)
-        self.log.create(stream, partitions)
-        self.stream, self.keys, self.seq, self.total = stream, keys, {}, 0
-
-    def produce(self, n: int) -> None:
-        batch = []
-        for i in range(n):
-            key = f"key-{(self.total + i) % self.keys}"
-            s = self.seq.get(key, 0)
-            self.seq[key] = s + 1
-            batch.append((key.encode(), json.dumps({"key": key, "seq": s, "payload": "p"}).encode(), None))
-        self.log.produce(self.stream, batch)
-        self.total += n
+        super().__init__(DeltaLog(home.streams), stream, partitions, keys)
+        self.log = self.system
 
 
 @pytest.mark.parametrize("grouper", ["GroupByPartitionFixedTaskNum", "GroupByPartition"])
@@ -130,3 +122,58 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
     assert not rows.duplicated(["stream", "partition", "offset"]).any(), "a record was read by both models"
     assert order_violations(rows) == []
     assert set(rows["model_version"]) == {1, 2}
+
+
+def test_a_driver_keeps_beating_while_it_switches_models(spark, home: Home, monkeypatch) -> None:
+    """A slow stop at a batch boundary must not look like a dead driver (which gets a second, racing run)."""
+    from pipelines.runtime import driver
+
+    monkeypatch.setattr(driver, "HEARTBEAT_S", 0.5)
+    real_stop = driver._stop_at_batch_boundary
+
+    def slow_stop(query, drain, timeout=60.0):  # a batch that takes 6 s to finish, deterministically
+        time.sleep(6.0)
+        real_stop(query, drain, timeout)
+
+    monkeypatch.setattr(driver, "_stop_at_batch_boundary", slow_stop)
+    producer = Producer(home, "events", 2, keys=8)
+    producer.produce(80)
+    config = job(home, "beating", 1, max_records=40)
+    control = ControlPlane(home)
+    thread = threading.Thread(
+        target=lambda: run_job(spark, home, config.name, available_now=False, progress=lambda m: None)
+    )
+    thread.start()
+    try:
+        _until(lambda: len(sink(home, config)) == 80 if (home.sinks / config.sink_table).exists() else False)
+        switched_at = time.time()
+        rescale(home, config.name, 2)
+        _until(lambda: bool(_times(control, config.name, "query_started", version=2)))
+        producer.produce(40)
+        _until(lambda: len(sink(home, config)) == 120)
+    finally:
+        stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
+        stop_request(home, config.name).touch()
+        thread.join(120)
+    assert not thread.is_alive()
+    beats = sorted(t for t in _times(control, config.name, "heartbeat") if t >= switched_at - 1)
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
+    started = _times(control, config.name, "query_started", version=2)[0]
+    assert beats and beats[-1] > started, "beats continued after the switch"
+    assert max(gaps) < 3.0, f"no beat for {max(gaps):.1f}s during the switch (every 0.5 s asked): {gaps}"
+    rows = sink(home, config)
+    assert len(rows) == 120 and not rows.duplicated(["partition", "offset"]).any()
+
+
+def _times(control: ControlPlane, job: str, metric: str, version: int | None = None) -> list[float]:
+    frame = control.metrics.read(job, metrics=[metric])
+    if version is not None and len(frame):
+        frame = frame[frame["model_version"] == version]
+    return sorted(float(v) for v in frame["value"]) if len(frame) else []
+
+
+def _until(done, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.3)
