@@ -35,12 +35,27 @@ class Verdict:
     misrouted: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
     keyless: int = 0  # rows without a key: no per-key order to keep, so not judged for order (said, not hidden)
+    unread: int = 0
+    """Records in input partitions the active model does not read at all (an expansion not yet absorbed)."""
     samples: dict[str, list[dict[str, object]]] = field(default_factory=dict)
     """The same first offenders as ``examples``, as fields (key, stream, partition, offset, ...) a UI can show."""
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicates or self.order_violations or self.misrouted)
+        return not (self.lost or self.duplicates or self.order_violations or self.misrouted or self.unread)
+
+    def with_unread(self, unread: Mapping[str, int], version: int | None = None) -> Verdict:
+        """Count the records of partitions no task of the active model reads: never lost yet, never read either."""
+        self.unread = sum(unread.values())
+        if self.unread:
+            model = f"model v{version}" if version is not None else "the active model"
+            self.examples["unread"] = [
+                ", ".join(f"{part} ({n} records)" for part, n in sorted(unread.items()))
+                + f" not read by {model}: absorb the expansion (the repartition watch does within a minute; "
+                "`pipelines watch --apply` now)"
+            ]
+            self.samples["unread"] = [{"partition": part, "records": n} for part, n in sorted(unread.items())]
+        return self
 
     def summary(self) -> str:
         head = "PASS" if self.ok else "FAIL"
@@ -49,6 +64,8 @@ class Verdict:
             f"lost {self.lost}, duplicated {self.duplicates}, out of order {self.order_violations}, "
             f"misrouted {self.misrouted}"
         )
+        if self.unread:
+            text += f", unread {self.unread}"
         if self.keyless:
             text += (
                 f"\n  {self.keyless} records have no key: no per-key order to keep (SEP-32 spreads them by "

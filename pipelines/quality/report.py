@@ -95,8 +95,10 @@ def validate_window(
     dag_run: DagRunRef | None = None,
 ) -> QualityReport:
     annotated = annotate(window.expected, window.rows, window.dead, window.factors.__getitem__, sequence)
-    verdict = annotated.verdict()
+    verdict = annotated.verdict().with_unread(window.unread, window.version)
     results = validate_annotated(quality_dir(home), window.job, window.window_id, annotated, verdict, docs=docs)
+    if window.window_id.startswith("run:"):  # no suite can see them: they are in no frame
+        results.append(_unread_result(window, verdict))
     if dag_run is not None:
         results = [{**r, **dag_run.columns()} for r in results]
     report = QualityReport(window.job, window.window_id, verdict, results)
@@ -183,6 +185,21 @@ def validate_annotated(
                     }
                 )
     return results
+
+
+def _unread_result(window: Window, verdict: Verdict) -> dict[str, Any]:
+    """The whole run's check that every input partition with records is read by some task of the active model."""
+    return {
+        "job": window.job,
+        "window": window.window_id,
+        "check": "partitions_read",
+        "success": not verdict.unread,
+        "observed": verdict.unread,
+        "checked": verdict.records_expected + verdict.unread,
+        "examples": "; ".join(verdict.examples.get("unread", [])) or None,
+        "sample": json.dumps(verdict.samples["unread"]) if verdict.unread else None,
+        "docs_page": None,
+    }
 
 
 def _context(root: Path, docs: bool) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -25,6 +25,11 @@ class Window:
     active model's committed checkpoints, and every sink and dead-letter row. An *event* window is the
     batches around one scaling event: the records from the old model's start checkpoints up to the new
     model's committed checkpoints, and the rows both model versions wrote.
+
+    ``unread`` (run windows only): records in input partitions that no task
+    of the active model reads, as ``stream/partition`` -> count. They are in
+    no checkpoint, so the other checks cannot see them; left alone (a watch
+    that never absorbs an expansion) they would never reach the sink.
     """
 
     job: str
@@ -33,6 +38,8 @@ class Window:
     rows: pd.DataFrame
     dead: pd.DataFrame
     factors: dict[int, int]
+    unread: dict[str, int] = field(default_factory=dict)
+    version: int | None = None
 
 
 def load_window(home: Home, job: str, event: str | None = None) -> Window:
@@ -67,6 +74,8 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
             rows = rows[rows["model_version"].isin(versions)]
             dead = dead[dead["model_version"].isin(versions)]
         parts = []
+        read_by_model = {ssp.whole() for task in model.tasks() for ssp in task.ssps}
+        unread: dict[str, int] = {}
         for stream in config.inputs:
             system = systems.of(stream.system)
             records_read = getattr(system, "records_read", None)
@@ -75,6 +84,11 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
                 continue
             for p, part in system.describe(stream.stream).partitions.items():
                 ssp = SystemStreamPartition(stream.system, stream.stream, p)
+                if event is None and ssp not in read_by_model:
+                    waiting = system.records_between(stream.stream, p, part.earliest, part.end)
+                    if waiting > 0:
+                        unread[f"{stream.stream}/{p}"] = waiting
+                    continue
                 start = part.earliest
                 if ssp in starts and system.position_key(starts[ssp]) > system.position_key(start):
                     start = starts[ssp]
@@ -85,14 +99,14 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
                 parts.append((stream.stream, p, read.records.column("offset").to_pylist()))
         order = {s.stream: systems.of(s.system).position_key for s in config.inputs}
         rows = with_input_order(rows, order.__getitem__)
-    return Window(job, window_id, expected_records(parts), rows, dead, factors)
+    return Window(job, window_id, expected_records(parts), rows, dead, factors, unread, model.version)
 
 
 def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str | None = None) -> Verdict:
     """Every input record of the window (the whole run, or one scaling event's) must be in the sink or dead
     letters, once, in per-key order, and routed to its bucket's virtual task."""
     w = load_window(home, job, event)
-    return verify_rows(w.expected, w.rows, w.dead, w.factors.__getitem__, sequence)
+    return verify_rows(w.expected, w.rows, w.dead, w.factors.__getitem__, sequence).with_unread(w.unread, w.version)
 
 
 def _records_read(

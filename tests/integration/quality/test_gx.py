@@ -30,6 +30,7 @@ def test_clean_runs_pass_and_a_seeded_fault_copy_fails(spark, home: Home) -> Non
             "key_order",
             "routing",
             "dead_letters",
+            "partitions_read",
         }
         assert next(r for r in report.results if r["check"] == "dead_letters")["observed"] == 3
     assert report.docs_index is not None and report.docs_index.exists()
@@ -54,7 +55,7 @@ def test_clean_runs_pass_and_a_seeded_fault_copy_fails(spark, home: Home) -> Non
 
     results = ControlPlane(home).dq_results.read("q4")
     assert set(results["window"]) == {"run:v1", "run:seeded-faults"}
-    assert len(results) == 10 and results["success"].sum() == 8
+    assert len(results) == 12 and results["success"].sum() == 10  # 6 checks per window, 2 failed
     assert list((home.root / "quality" / "docs" / "validations").rglob("*.html")), "one Data Docs page per validation"
 
     # the CLI: a clean run exits 0 and prints the docs index; an event window of the same job works too
