@@ -99,6 +99,7 @@ def run_kinesis_demo(
     say: Any = print,
     steps: list[Step] | None = None,
     on_step: Any = None,
+    catch_up_s: float = 300.0,
 ) -> tuple[list[StepResult], Any]:
     """The Kinesis demo's story (``steps``: the default STEPS) on a live job; ``on_step(result)`` after each step.
 
@@ -155,7 +156,7 @@ def run_kinesis_demo(
                 request = changes[0].request()
             event = None
             if request is not None:
-                outcome = scaling.run_all(home, request, catch_up_timeout_s=300, say=lambda m: say("  " + m))
+                outcome = scaling.run_all(home, request, catch_up_timeout_s=catch_up_s, say=lambda m: say("  " + m))
                 event = ControlPlane(home).events.history(config.name)[-1]
                 if outcome["status"] != "verified":
                     raise PipelinesError(f"{step}: the scaling step ended {outcome['status']}")

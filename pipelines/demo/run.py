@@ -231,6 +231,7 @@ def run_demo(
     input: str = "deltalog",
     steps: list[tuple[str, int | None, int | None]] | None = None,
     on_step: Any = None,
+    catch_up_s: float = 300.0,
 ) -> tuple[list[StepResult], Any]:
     """The demo's story (``steps``: the default STEPS) on a live job; ``on_step(result)`` after each step."""
     from pipelines.runtime.session import build_session
@@ -295,7 +296,7 @@ def run_demo(
                 request = None
             event = None
             if request is not None:
-                outcome = scaling.run_all(home, request, catch_up_timeout_s=300, say=lambda m: say("  " + m))
+                outcome = scaling.run_all(home, request, catch_up_timeout_s=catch_up_s, say=lambda m: say("  " + m))
                 event = ControlPlane(home).events.history(config.name)[-1]
                 if outcome["status"] != "verified":
                     raise PipelinesError(f"{step}: the scaling step ended {outcome['status']}")

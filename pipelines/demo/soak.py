@@ -26,9 +26,11 @@ import time
 
 from pipelines.control.home import resolve_home
 from pipelines.demo.run import HEADERS, StepResult, _table, run_demo
+from pipelines.errors import PipelinesError
 
 FACTORS = (1, 2, 4, 8)
 SAMPLE_S = 15.0
+CATCH_UP_S = 900.0  # a step after minutes at factor 1 inherits its backlog: its verification waits it out
 
 
 INPUTS = ("deltalog", "kinesis")
@@ -108,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--every", type=float, default=120.0, help="seconds between scaling steps")
-    parser.add_argument("--rate", type=int, default=None, help="records/s (default: the demo's, 1500; Kinesis 1000)")
+    parser.add_argument(
+        "--rate", type=int, default=600, help="records/s (default 600: factor 1 of the 2 ms/record job nearly keeps up)"
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--input", choices=INPUTS, default="deltalog")
     parser.add_argument("--home", default=None, help="default: <PIPELINES_HOME>/soak (wiped first)")
@@ -138,17 +142,27 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     step_seconds = max(0.0, args.every - 20.0)  # a rescale takes ~20 s itself
-    if args.input == "kinesis":
-        from pipelines.demo.kinesis import run_kinesis_demo
+    try:
+        if args.input == "kinesis":
+            from pipelines.demo.kinesis import run_kinesis_demo
 
-        results, _final = run_kinesis_demo(
-            home, rate=args.rate or 1000, step_seconds=step_seconds, steps=steps, on_step=on_step
-        )
-    else:
-        expansions = [(step, factor, 4 if change == "expand" else None) for step, factor, change in steps]
-        results, _final = run_demo(
-            home, rate=args.rate or 1500, step_seconds=step_seconds, steps=expansions, on_step=on_step
-        )
+            results, _final = run_kinesis_demo(
+                home, rate=args.rate, step_seconds=step_seconds, steps=steps, on_step=on_step, catch_up_s=CATCH_UP_S
+            )
+        else:
+            expansions = [(step, factor, 4 if change == "expand" else None) for step, factor, change in steps]
+            results, _final = run_demo(
+                home,
+                rate=args.rate,
+                step_seconds=step_seconds,
+                steps=expansions,
+                on_step=on_step,
+                catch_up_s=CATCH_UP_S,
+            )
+    except PipelinesError as e:
+        minutes = (time.monotonic() - started) / 60
+        print(f"\nsoak FAILED after {minutes:.1f} min, {len(memory)} steps done: {e}", file=sys.stderr)
+        return 1
     sampler.halt.set()
     rows = [[*r.row(), f"{m:.0f}" if m is not None else "-"] for r, m in zip(results, [*memory, None], strict=True)]
     print("\n" + _table([*HEADERS, "memory MiB"], rows))
