@@ -1,6 +1,7 @@
 """The fault matrix, repeated: each point N times with random kill moments, then a table and one JSON line.
 
-    python -m tests.faults.matrix --runs 10 [--points mid_batch,after_migrate] [--seed 7]
+    python -m tests.faults.matrix --runs 10 [--points mid_batch,after_migrate] [--seed 7] [--jsonl FILE]
+    python -m tests.faults.matrix --merge FILE [FILE ...]     # one table from runs split over processes
 
 (``scripts/faults.sh`` runs it.) Each run is a fresh home: a crash at the
 point (for a run, the N-th pass, N drawn at random; for an expansion, a
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 from tests.faults.scenarios import SCENARIOS, Outcome
@@ -29,7 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="runs per point (default 10)")
     parser.add_argument("--points", default=",".join(SCENARIOS), help=f"comma-separated, of {sorted(SCENARIOS)}")
     parser.add_argument("--seed", type=int, default=None, help="for the random kill moments (default: random)")
+    parser.add_argument("--jsonl", type=Path, help="append each run's outcome to this file as it ends")
+    parser.add_argument("--merge", type=Path, nargs="+", help="print the table of the outcomes in these files")
     args = parser.parse_args(argv)
+    if args.merge:
+        merged: dict[str, list[Outcome]] = defaultdict(list)
+        for path in args.merge:
+            for line in path.read_text().splitlines():
+                outcome = Outcome(**json.loads(line))
+                merged["during_expansion" if outcome.scenario == "expansion" else outcome.point].append(outcome)
+        figures = _table({p: merged[p] for p in SCENARIOS if p in merged})
+        print(json.dumps({"bench": "fault_matrix", "figures": {"files": [str(p) for p in args.merge], **figures}}))
+        return 0 if all(o.ok for os_ in merged.values() for o in os_) else 1
     points = [p.strip() for p in args.points.split(",") if p.strip()]
     unknown = sorted(set(points) - set(SCENARIOS))
     if unknown or args.runs < 1:
@@ -50,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                 except AssertionError as e:  # the recovery itself failed: a finding, not a crash of the matrix
                     outcome = Outcome(point, "?", 0, False, -1, -1, -1, None, -1, False, -1, -1.0, [str(e)[:500]])
             outcomes[point].append(outcome)
+            if args.jsonl:
+                with args.jsonl.open("a") as f:
+                    f.write(json.dumps(asdict(outcome)) + "\n")
             elapsed = time.monotonic() - started
             print(
                 f"[{done + 1}/{total}] {point} run {i + 1}: {'ok' if outcome.ok else 'FAILED'} "
