@@ -42,9 +42,10 @@ def produce(home: Home, stream: str, records: int, keys: int, *, bad_every: int 
 class SeqProducer:
     """Demo events with a per-key seq that continues across calls, into a stream of any input system."""
 
-    def __init__(self, system: InputSystem, stream: str, partitions: int, keys: int) -> None:
+    def __init__(self, system: InputSystem, stream: str, partitions: int, keys: int, *, create: bool = True) -> None:
         self.system, self.stream, self.keys = system, stream, keys
-        system.create(stream, partitions)
+        if create:
+            system.create(stream, partitions)
         self.seq: dict[str, int] = {}
         self.total = 0
 

@@ -8,7 +8,6 @@ are other processes: they reach the broker at its 127.0.0.1 address.
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
@@ -24,29 +23,19 @@ from pipelines.systems.kafka import KafkaSystem
 from pipelines.systems.kafka_mock import MockKafka
 from tests.integration.kafka_fixtures import unique_topic
 
-from .jobs import DEMO, misrouted, order_violations, sink
+from .jobs import DEMO, SeqProducer, misrouted, order_violations, sink
 from .test_rescale import rescale
 
 
-class KafkaEvents:
-    """Demo events on a Kafka topic with a per-key seq that continues across calls."""
+class KafkaEvents(SeqProducer):
+    """Demo events on a Kafka topic of the test broker with a per-key seq that continues across calls."""
 
     def __init__(self, broker: MockKafka, partitions: int, keys: int) -> None:
         self.topic = unique_topic("events")
         broker.create_topic(self.topic, partitions)
         self.settings = {"bootstrap_servers": broker.bootstrap, "timeout_ms": 5000, "read_timeout_ms": 10000}
         self.kafka = KafkaSystem(self.settings)
-        self.keys, self.seq, self.total = keys, {}, 0
-
-    def produce(self, n: int) -> None:
-        batch = []
-        for i in range(n):
-            key = f"key-{(self.total + i) % self.keys}"
-            s = self.seq.get(key, 0)
-            self.seq[key] = s + 1
-            batch.append((key.encode(), json.dumps({"key": key, "seq": s, "payload": "p"}).encode(), None))
-        self.kafka.produce(self.topic, batch)
-        self.total += n
+        super().__init__(self.kafka, self.topic, partitions, keys, create=False)
 
 
 def kafka_job(home: Home, name: str, factor: int, events: KafkaEvents, *, max_records: int = 100) -> JobConfig:
