@@ -640,8 +640,11 @@ def last_heartbeat(control: ControlPlane, job: str) -> dict[str, Any] | None:
         return None
     row = beats.iloc[beats["value"].to_numpy().argmax()]
     age = max(0.0, time.time() - float(row["value"]))
-    latest = frame.iloc[frame["value"].to_numpy().argmax()]
-    live = age <= LIVE_AFTER_S and latest["metric"] != "query_stopped"
+    # The query's own events decide whether it runs: the driver beats from a thread of its own, which may beat
+    # once more after the query stopped, on its way out.
+    events = frame[frame["metric"] != "heartbeat"]
+    latest = events.iloc[events["value"].to_numpy().argmax()]["metric"] if len(events) else "query_started"
+    live = age <= LIVE_AFTER_S and latest != "query_stopped"
     return {"model_version": int(row["model_version"]), "age_s": age, "live": bool(live)}
 
 

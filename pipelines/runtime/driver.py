@@ -35,6 +35,7 @@ from pipelines.runtime.requests import drain_request, stop_request
 
 POLL_S = 0.25
 HEARTBEAT_S = 10.0
+STUCK_S = 300.0  # the driver's loop not round for this long: no more beats (the longest stop at a boundary is 60 s)
 
 
 def batch_budget(max_records: int, factor: int) -> int:
@@ -142,8 +143,10 @@ class Heartbeat(threading.Thread):
     35 s on a loaded machine, the step took the live driver for dead, and
     its catch-up run started a second query on the same checkpoint (Spark's
     CONCURRENT_STREAM_LOG_UPDATE). Kafka's consumers beat from a background
-    thread for the same reason (KIP-62). A wedged driver still beats; the
-    scaling step's own time limit covers that.
+    thread for the same reason (KIP-62), and like their
+    ``max.poll.interval.ms`` the beats stop when the driver's own loop has
+    not come round for ``STUCK_S`` (a JVM that hangs a py4j call): a driver
+    stuck that long is dead to the scaling steps and the keepalive.
     """
 
     def __init__(self, control: ControlPlane, job: str) -> None:
@@ -152,15 +155,22 @@ class Heartbeat(threading.Thread):
         self.version = 0
         self.batch = -1
         self.halt = threading.Event()
+        self.touched = time.monotonic()
+
+    def progress(self) -> None:
+        """The driver's loop came round: it is not stuck."""
+        self.touched = time.monotonic()
 
     def ensure_started(self) -> None:
+        self.progress()
         if not self.is_alive():
             self.beat()  # at once: a scaling step may be looking
             self.start()
 
     def run(self) -> None:
         while not self.halt.wait(HEARTBEAT_S):
-            self.beat()
+            if time.monotonic() - self.touched <= STUCK_S:
+                self.beat()
 
     def beat(self) -> None:
         row = {"job": self.job, "model_version": self.version, "batch_id": max(self.batch, -1)}
@@ -232,6 +242,7 @@ def _supervise(
             resumed = True
         last_batch = _report(query, job, last_batch, progress)
         heartbeat.batch = last_batch
+        heartbeat.progress()
         durations.record(query)
         now = time.monotonic()
         if stop_file.exists() or (deadline is not None and now > deadline):

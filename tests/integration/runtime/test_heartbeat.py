@@ -1,0 +1,63 @@
+"""The driver's heartbeat: its own thread beats while the driver's loop is busy, and stops when it is stuck."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pipelines.control import ControlPlane
+from pipelines.control.home import Home
+from pipelines.runtime import driver
+
+pytestmark = pytest.mark.integration
+
+
+def _beats(control: ControlPlane) -> list[float]:
+    frame = control.metrics.read("beating", metrics=["heartbeat"])
+    return sorted(float(v) for v in frame["value"]) if len(frame) else []
+
+
+def test_the_heartbeat_goes_on_while_the_loop_is_busy_and_stops_when_it_is_stuck(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(driver, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(driver, "STUCK_S", 1.5)
+    control = ControlPlane(home)
+    beat = driver.Heartbeat(control, "beating")
+    beat.version, beat.batch = 3, 7
+    beat.ensure_started()  # the first beat is written at once
+    try:
+        assert len(_beats(control)) >= 1
+        time.sleep(1.0)  # the loop is busy (a stop at a batch boundary): the thread beats on
+        busy = len(_beats(control))
+        assert busy >= 4, f"{busy} beats in a busy second, one every 0.1 s asked"
+        time.sleep(2.5)  # the loop has not come round for longer than STUCK_S: the beats stop
+        stuck = len(_beats(control))
+        time.sleep(1.0)
+        assert len(_beats(control)) == stuck, "no beat from a driver stuck longer than STUCK_S"
+        beat.progress()  # the loop comes round again
+        time.sleep(1.0)
+        assert len(_beats(control)) > stuck, "beats resume with the loop"
+    finally:
+        beat.halt.set()
+        beat.join(5)
+    rows = control.metrics.read("beating", metrics=["heartbeat"])
+    assert set(rows["model_version"]) == {3} and set(rows["batch_id"]) == {7}
+
+
+def test_a_beat_after_the_query_stopped_does_not_make_the_driver_live(home: Home) -> None:
+    """The thread may beat once more on the driver's way out; only the query's own events say it runs."""
+    from pipelines.operations.scaling import last_heartbeat
+
+    control = ControlPlane(home)
+    now = time.time()
+
+    def row(metric: str, at: float) -> dict[str, object]:
+        return {"job": "beating", "model_version": 1, "batch_id": -1, "metric": metric, "value": at}
+
+    control.metrics.append([row("query_started", now - 20), row("heartbeat", now - 10)])
+    assert last_heartbeat(control, "beating")["live"]
+    control.metrics.append([row("query_stopped", now - 2), row("heartbeat", now - 1)])
+    beat = last_heartbeat(control, "beating")
+    assert beat is not None and beat["age_s"] < 5 and not beat["live"]
