@@ -313,7 +313,7 @@ def cmd_run(args: argparse.Namespace, home: Home, output: Output) -> None:
     if args.detach:
         output.emit({"job": args.job, "pid": result}, lambda: f"job {args.job} running as pid {result}")
     elif result != 0:
-        raise PipelinesError(f"job {args.job} driver exited with code {result}")
+        raise launcher.failure(home, args.job) or PipelinesError(f"job {args.job} driver exited with code {result}")
 
 
 def cmd_demo(args: argparse.Namespace, home: Home, output: Output) -> None:

@@ -70,3 +70,28 @@ def refuse_unknown(where: str, given: Iterable[object], known: Iterable[str]) ->
         close = difflib.get_close_matches(field, names, n=1, cutoff=0.6)
         hints.append(f"{field!r} (did you mean {close[0]!r}?)" if close else repr(field))
     raise ConfigError(f"{where}: unknown field(s) {', '.join(hints)}; the fields are {', '.join(names)}")
+
+
+_RAISED = re.compile(r"pipelines\.errors\.([A-Za-z]+Error): (.+)")
+
+
+def raised_inside(text: str) -> PipelinesError | None:
+    """The platform's error a Spark failure carries in its text (a Python worker's traceback), or None.
+
+    A task that raised, e.g., ``DamagedTableError`` reaches the driver as a
+    Java exception whose message holds the worker's whole traceback; the user
+    needs its last line, as the class it was. The innermost (last) one wins.
+    """
+    found = _RAISED.findall(text)
+    if not found:
+        return None
+    name, message = found[-1]
+    return by_name(name, message.split(" SQLSTATE:")[0].strip())
+
+
+def by_name(name: str, message: str) -> PipelinesError:
+    """The platform error class called ``name`` (``PipelinesError`` for any other name), with ``message``."""
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, PipelinesError)):
+        cls = PipelinesError
+    return cls(message)

@@ -377,7 +377,10 @@ def restart(
     say(f"running v{version} of {op.job} once with available-now on {master} (spark-submit)")
     code = launcher.run(home, op.job, available_now=True, master=master, detach=False)
     if code != 0:
-        raise PipelinesError(f"the catch-up run of {op.job} v{version} exited with code {code}")
+        cause = launcher.failure(home, op.job)
+        raise PipelinesError(
+            f"the catch-up run of {op.job} v{version} " + (f"failed: {cause}" if cause else f"exited with code {code}")
+        )
     return {"restarted": "catch-up run"}
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home, resolve_home
 from pipelines.core.model import JobModel
+from pipelines.errors import PipelinesError, raised_inside
 from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.planning import carry_forward_on_start
@@ -31,7 +32,7 @@ from pipelines.runtime import schemas
 from pipelines.runtime.lifetime import die_with_parent
 from pipelines.runtime.outputs import ensure_output_tables
 from pipelines.runtime.processing import make_processor
-from pipelines.runtime.requests import drain_request, stop_request
+from pipelines.runtime.requests import drain_request, failure_note, stop_request
 
 POLL_S = 0.25
 HEARTBEAT_S = 10.0
@@ -235,6 +236,9 @@ def _supervise(
             durations.record(query)  # the last batches'
             exc = query.exception()
             if exc is not None:
+                cause = raised_inside(str(exc))
+                if cause is not None:  # a task raised one of ours: that, not Spark's trace, is what to say
+                    raise type(cause)(f"job {job} v{model.version} failed in a micro-batch: {cause}")
                 raise RuntimeError(f"query of job {job} v{model.version} failed: {exc}")
             return False
         if not resumed and (last_batch != -1 or query.status.get("isDataAvailable")):
@@ -354,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
             max_seconds=args.max_seconds,
             progress=lambda m: print(m, file=sys.stderr, flush=True),
         )
+    except PipelinesError as e:  # one line for the user; Spark's log above holds the whole trace
+        note = failure_note(home, args.job)
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(json.dumps({"error": type(e).__name__, "message": str(e)}))
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
     finally:
         spark.stop()
     return 0

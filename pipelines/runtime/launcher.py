@@ -9,6 +9,7 @@ boundary, so stopping never cuts a micro-batch short.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -19,9 +20,9 @@ from pathlib import Path
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.errors import PipelinesError
+from pipelines.errors import PipelinesError, by_name
 from pipelines.runtime.lifetime import check_master, tied_command
-from pipelines.runtime.requests import stop_request
+from pipelines.runtime.requests import failure_note, stop_request
 from pipelines.runtime.session import spark_confs, spark_env
 
 DRIVER = str(Path(__file__).with_name("driver.py"))
@@ -74,6 +75,7 @@ def run(
         )
     (home.root / "run").mkdir(parents=True, exist_ok=True)
     stop_request(home, job).unlink(missing_ok=True)
+    failure_note(home, job).unlink(missing_ok=True)
     cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
     if not detach:
         return _foreground(home, job, cmd)
@@ -166,3 +168,12 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def failure(home: Home, job: str) -> PipelinesError | None:
+    """The platform error the job's last driver failed with (``failure_note``), as its own class, or None."""
+    try:
+        note = json.loads(failure_note(home, job).read_text())
+    except (OSError, ValueError):
+        return None
+    return by_name(str(note.get("error")), str(note.get("message")))

@@ -6,6 +6,8 @@
   with a short trigger interval is almost never between batches, and stopping it aborts a batch (replayed
   later, so safe, but wasted work and a longer switch). Per model version, so a leftover file can never
   starve the next model's query.
+* failure (``<job>.failure``): a driver whose query failed with one of the platform's errors leaves it here
+  as JSON (its class and message), so ``pipelines run`` can say what went wrong instead of an exit code.
 """
 
 from __future__ import annotations
@@ -27,3 +29,8 @@ def stop_request(home: Home, job: str) -> Path:
 def drain_request(home: Home, job: str, version: int) -> Path:
     """While this file exists the source of ``job``'s model ``version`` admits nothing new."""
     return run_dir(home) / f"{job}.v{version}.drain"
+
+
+def failure_note(home: Home, job: str) -> Path:
+    """Written by a driver that failed with a platform error; removed when the next run starts."""
+    return run_dir(home) / f"{job}.failure"

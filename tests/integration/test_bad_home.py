@@ -243,3 +243,23 @@ def test_one_read_only_table_folder_is_named_and_the_rescale_takes_no_lock(home:
     message = refused(home, "rescale", "enrichment", "--factor", "2", as_user=AS_USER)
     assert message.startswith(f"the home {home} cannot be written by this process ({folder} is not writable); ")
     assert _tree(home) == before  # no lock row, no event, no model: nothing half-written
+
+
+def test_a_run_over_a_damaged_stream_file_ends_with_that_error_not_spark_s_trace(home: Path) -> None:
+    """The damage is met inside a Spark task; the user gets the platform's message and its code, exit 2."""
+    table = home / "streams" / "events"
+    damaged = _data_file(table)
+    damaged.write_bytes(b"PAR1" + b"\0" * 64)
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "pipelines", "--home", str(home), "--json", "run", "enrichment", "--available-now"]
+    done = subprocess.run(
+        [*argv, "--master", "local[2]"], cwd=home.parent, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    expected = (
+        f"job enrichment v1 failed in a micro-batch: stream 'events' at {table} cannot be read: data file "
+        f"{damaged.relative_to(table)} is damaged (Parquet magic bytes not found in footer. Either the file is "
+        "corrupted or this is not a parquet file.); nothing was changed. To fix: " + RESTORE_DATA.format(table=table)
+    )
+    assert done.stderr.splitlines()[-1] == f"error: {expected}"
+    assert json.loads(done.stdout.splitlines()[-1]) == {"error": "damaged_table", "message": expected}
