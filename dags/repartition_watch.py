@@ -56,6 +56,11 @@ def repartition_watch() -> None:
         return [c.request().to_dict() for c in found if c.error is None and c.busy is None]
 
     @task
+    def settle(changes: list[dict[str, Any]]) -> list[str]:
+        """What a killed absorption left on a job with nothing to absorb now (its lock, its open event)."""
+        return repartition.settle_unchanged(PipelinesHook().home(), [repartition.InputChange(**c) for c in changes])
+
+    @task
     def refuse_invalid(changes: list[dict[str, Any]]) -> None:
         """Fail the run, naming every input change that cannot be absorbed; those jobs keep their models."""
         errors = [f"{c['job']}: {c['error']}" for c in changes if c["error"]]
@@ -63,6 +68,7 @@ def repartition_watch() -> None:
             raise PartitionChangeError("; ".join(errors))
 
     changes = detect()
+    settle(changes)
     scaling_path.expand(request=absorbable(changes))
     refuse_invalid(changes)
 

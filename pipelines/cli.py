@@ -403,6 +403,8 @@ def cmd_watch(args: argparse.Namespace, home: Home, output: Output) -> None:
 
     changes = repartition.detect(home)
     results = []
+    if args.apply:
+        repartition.settle_unchanged(home, changes, say=output.note)
     for change in changes:
         if args.apply and change.error is None and change.busy is None:
             results.append(scaling.run_all(home, change.request(), master=args.master, say=output.note))

@@ -21,6 +21,7 @@ from pipelines.control.locks import ScalingLock, dead_process_owner
 from pipelines.core.groupers import check_partition_change
 from pipelines.errors import PartitionChangeError, PipelinesError
 from pipelines.jobs.config import job_config
+from pipelines.operations import scaling
 from pipelines.operations.scaling import ScalingRequest, expansion_request, reshard_request
 from pipelines.systems.registry import JobSystems
 
@@ -80,3 +81,20 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
             name = f"{stream.system}/{stream.stream}"
             changes.append(InputChange(job, name, before, after, error, busy, model.grouper, stream in slotted))
     return changes
+
+
+def settle_unchanged(home: Home, changes: list[InputChange], say: scaling.Say = print) -> list[str]:
+    """Close what a killed absorption left on jobs this look finds nothing to absorb in; the settled event ids.
+
+    Killed after it activated the new model, an absorption leaves the next
+    look nothing to absorb, but its lock (held for a lease) and its open
+    event: the job would look mid-scale and refuse rescales for 15 minutes.
+    As a rescale that finds nothing to change does, the watch settles them;
+    only holders known dead (a CLI process of this host that is gone).
+    """
+    absorbing = {c.job for c in changes if c.error is None and c.busy is None}
+    settled: list[str] = []
+    for job in ControlPlane(home).job_models.jobs():
+        if job not in absorbing:
+            settled += scaling.settle_abandoned(home, job, say=say)
+    return settled

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -61,3 +62,32 @@ def test_an_expansion_whose_absorption_was_killed_is_absorbable_not_busy(home: H
     ScalingLock(home).acquire("grows", alive, "taken over by the test")
     [change] = repartition.detect(home, ["grows"])
     assert change.busy is not None and alive in change.busy, "a live holder does"
+
+
+def test_what_a_killed_absorption_left_is_settled_by_the_next_watch_that_finds_nothing_to_absorb(home: Home) -> None:
+    """Killed after activating the expanded model: the next ``watch --apply`` has nothing to absorb, and still
+    frees the job (found by the fault matrix: the lock stayed for its 15-minute lease, the event open)."""
+    produce(home, "events", 40, keys=5)
+    raw = JobConfig.load(DEMO).to_dict()
+    raw.update(name="absorbed", sink={"table": "absorbed_out"}, dead_letter={"table": "absorbed_dead"})
+    create_job(home, JobConfig.from_dict(raw))
+    DeltaLog(home.streams).expand("events", 4)
+    [change] = repartition.detect(home, ["absorbed"])
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = f"cli:{socket.gethostname()}:{int(gone.stdout)}:deadbeef"
+    op = scaling.begin(home, change.request(), dead, say=lambda m: None)
+    scaling.migrate(home, op, say=lambda m: None)
+    scaling.activate(home, op, say=lambda m: None)  # ... and the process dies here
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines", "--home", str(home.root), "--json", "watch", "--apply"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"changes": [], "absorbed": []}, "the expansion is in force: nothing to absorb"
+    [event] = ControlPlane(home).events.history("absorbed")
+    assert event.status == "recovered" and event.finished_at is not None
+    state = ScalingLock(home).state("absorbed")
+    assert state is not None and not state.held
