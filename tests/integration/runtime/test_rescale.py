@@ -131,8 +131,8 @@ def test_a_driver_keeps_beating_while_it_switches_models(spark, home: Home, monk
     monkeypatch.setattr(driver, "HEARTBEAT_S", 0.5)
     real_stop = driver._stop_at_batch_boundary
 
-    def slow_stop(query, drain, timeout=60.0):  # a batch that takes 6 s to finish, deterministically
-        time.sleep(6.0)
+    def slow_stop(query, drain, timeout=60.0):  # a batch that takes 12 s to finish, deterministically
+        time.sleep(12.0)
         real_stop(query, drain, timeout)
 
     monkeypatch.setattr(driver, "_stop_at_batch_boundary", slow_stop)
@@ -160,7 +160,8 @@ def test_a_driver_keeps_beating_while_it_switches_models(spark, home: Home, monk
     gaps = [b - a for a, b in itertools.pairwise(beats)]
     started = _times(control, config.name, "query_started", version=2)[0]
     assert beats and beats[-1] > started, "beats continued after the switch"
-    assert max(gaps) < 3.0, f"no beat for {max(gaps):.1f}s during the switch (every 0.5 s asked): {gaps}"
+    # every 0.5 s asked; a Delta append on a loaded machine may take a second or two, a stopped heartbeat 12 s
+    assert max(gaps) < 6.0, f"no beat for {max(gaps):.1f}s during the switch (every 0.5 s asked): {gaps}"
     rows = sink(home, config)
     assert len(rows) == 120 and not rows.duplicated(["partition", "offset"]).any()
 
