@@ -9,9 +9,10 @@ loopback), a shard split a third of the way and a merge two thirds of the way.
 Each step is verified over its scaling window, the whole run at the end (lost,
 duplicated, order, routing), like the demo. A sampler records the resident
 memory of this process and its children (the Spark JVM and its Python workers)
-every 15 s. The number of Python workers follows the factor, so memory is
-compared at the same factor: the first and the last step that ran each factor
-(growth there is a leak, not a bigger job). Linux only (it reads ``/proc``).
+every 15 s. The number of Python workers follows the factor (and Spark keeps
+idle ones), so growth is judged after the first step at the run's highest
+factor: each half's median and the slope (``memory_trend``). Linux only (it
+reads ``/proc``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import threading
 import time
@@ -57,13 +59,30 @@ def plan_steps(
     return steps
 
 
-def same_factor_memory(factors: list[int], memory: list[float | None]) -> dict[int, tuple[float, float]]:
-    """Per factor run by two steps or more: memory after its first and after its last step (MiB)."""
-    seen: dict[int, list[float]] = {}
-    for factor, mib in zip(factors, memory, strict=True):
-        if mib is not None:
-            seen.setdefault(factor, []).append(mib)
-    return {f: (v[0], v[-1]) for f, v in sorted(seen.items()) if len(v) > 1}
+def memory_trend(samples: list[tuple[float, float]], since: float) -> dict[str, float] | None:
+    """Memory (time, MiB) samples from ``since`` on: each half's median and the least-squares slope per 10 min.
+
+    ``since`` is the end of the first step at the run's highest factor: by
+    then every Python worker the run will use has started, and Spark keeps
+    idle workers after a scale-down, so memory before it grows with the
+    factor, not with time. A leak shows as a slope and a higher second half.
+    """
+    after = [(t, mib) for t, mib in samples if t >= since]
+    if len(after) < 4:
+        return None
+    half = len(after) // 2
+    t0 = after[0][0]
+    xs = [(t - t0) / 600 for t, _ in after]
+    ys = [mib for _, mib in after]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
+    return {
+        "minutes": round((after[-1][0] - t0) / 60, 1),
+        "first_half_median_mib": round(statistics.median(ys[:half]), 0),
+        "second_half_median_mib": round(statistics.median(ys[half:]), 0),
+        "slope_mib_per_10min": round(slope, 1),
+    }
 
 
 class MemorySampler(threading.Thread):
@@ -131,10 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     sampler = MemorySampler()
     sampler.start()
     memory: list[float | None] = []
+    step_ends: list[float] = []
     started = time.monotonic()
 
     def on_step(result: StepResult) -> None:
-        memory.append(sampler.at(time.time()))
+        step_ends.append(time.time())
+        memory.append(sampler.at(step_ends[-1]))
         print(
             f"[soak {(time.monotonic() - started) / 60:.1f} min] {result.step}: factor {result.factor}, "
             f"downtime {result.downtime_s}, verified {result.passed}, memory {memory[-1] or 0:.0f} MiB",
@@ -169,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     downtimes = [r.downtime_s for r in results if r.downtime_s is not None]
     samples = [rss for _, rss in sampler.samples]
     half = len(samples) // 2
-    same = same_factor_memory([r.factor for r in results[:-1]], memory)
+    top = max(r.factor for r in results[:-1])
+    warm = next(t for r, t in zip(results, step_ends, strict=False) if r.factor == top)
+    trend = memory_trend(sampler.samples, warm)
     figures = {
         "minutes": round((time.monotonic() - started) / 60, 1),
         "steps": len(results) - 1,
@@ -179,13 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         "worst_downtime_s": round(max(downtimes), 2) if downtimes else None,
         "memory_first_half_max_mib": round(max(samples[:half]), 0) if half else None,
         "memory_second_half_max_mib": round(max(samples[half:]), 0) if samples else None,
-        "memory_same_factor_growth_mib": round(max(last - first for first, last in same.values()), 0) if same else None,
+        **{f"memory_after_warmup_{k}": v for k, v in (trend or {}).items()},
         "all_verified": all(r.passed for r in results),
     }
     print(f"\nmemory of the driver (this process + Spark JVM + Python workers), MiB, every {SAMPLE_S:.0f} s:")
     print(" ".join(f"{rss:.0f}" for rss in samples))
-    for factor, (first, last) in same.items():
-        print(f"at factor {factor}: {first:.0f} MiB after its first step, {last:.0f} MiB after its last")
+    if trend:
+        print(
+            f"after the first step at factor {top} ({trend['minutes']} min of samples): median "
+            f"{trend['first_half_median_mib']:.0f} MiB in the first half, {trend['second_half_median_mib']:.0f} MiB "
+            f"in the second, slope {trend['slope_mib_per_10min']:+.0f} MiB per 10 min"
+        )
     print(json.dumps({"bench": "soak", "figures": figures}))
     return 0 if figures["all_verified"] else 1
 

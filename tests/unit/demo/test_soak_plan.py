@@ -5,7 +5,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.demo.soak import FACTORS, plan_steps, same_factor_memory
+from pipelines.demo.soak import FACTORS, memory_trend, plan_steps
 
 
 @given(
@@ -35,8 +35,13 @@ def test_thirty_minutes_on_kinesis_split_at_a_third_and_merge_at_two_thirds() ->
     assert steps[5][0].startswith("split") and steps[10][0].startswith("merge")
 
 
-def test_memory_is_compared_at_the_same_factor_first_visit_against_last() -> None:
-    factors = [1, 8, 2, 8, 8, 1]
-    memory = [3000.0, 6600.0, 4000.0, 6900.0, None, 3100.0]
-    assert same_factor_memory(factors, memory) == {1: (3000.0, 3100.0), 8: (6600.0, 6900.0)}
-    assert same_factor_memory([1, 2, 4], [1.0, 2.0, 3.0]) == {}
+def test_memory_is_judged_after_the_warm_up_by_each_halfs_median_and_the_slope() -> None:
+    flat = [(t * 15.0, 3000.0 if t < 10 else 7000.0 + (t % 3)) for t in range(200)]  # workers start, then a band
+    trend = memory_trend(flat, since=150.0)
+    assert trend is not None and trend["first_half_median_mib"] == trend["second_half_median_mib"] == 7001.0
+    assert abs(trend["slope_mib_per_10min"]) < 1.0, "no growth after the warm-up"
+    leak = [(t * 15.0, 7000.0 + t) for t in range(200)]  # 1 MiB every 15 s
+    trend = memory_trend(leak, since=0.0)
+    assert trend is not None and trend["slope_mib_per_10min"] == 40.0
+    assert trend["second_half_median_mib"] - trend["first_half_median_mib"] == 100.0
+    assert memory_trend(leak, since=1e9) is None, "too few samples after the warm-up say nothing"
