@@ -96,7 +96,10 @@ def _foreground(home: Home, job: str, cmd: list[str]) -> int:
     sink and the checkpoints survive). If this process is killed, the driver is
     killed with it (``lifetime.tied_command``).
     """
-    proc = subprocess.Popen(tied_command(cmd), env=spark_env(), start_new_session=True)
+    # spark-submit merges the Python driver's stderr into its stdout: all of it is the driver's log, so it goes
+    # to this process's stderr (fd 2: an Airflow task's sys.stderr has no file), and stdout keeps only the CLI's
+    # own answer (one JSON object with --json).
+    proc = subprocess.Popen(tied_command(cmd), env=spark_env(), start_new_session=True, stdout=2)
     try:
         return proc.wait()
     except KeyboardInterrupt:

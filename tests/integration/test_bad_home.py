@@ -262,4 +262,4 @@ def test_a_run_over_a_damaged_stream_file_ends_with_that_error_not_spark_s_trace
         "corrupted or this is not a parquet file.); nothing was changed. To fix: " + RESTORE_DATA.format(table=table)
     )
     assert done.stderr.splitlines()[-1] == f"error: {expected}"
-    assert json.loads(done.stdout.splitlines()[-1]) == {"error": "damaged_table", "message": expected}
+    assert json.loads(done.stdout) == {"error": "damaged_table", "message": expected}, "stdout: the answer alone"
