@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.core.bulk import collector_paused
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.errors import ModelError
 
@@ -226,7 +227,10 @@ class JobModel:
         _expect(isinstance(config, dict), "job model", "config must be an object")
         containers = value["containers"]
         _expect(isinstance(containers, dict), "job model", "containers must be an object")
-        parsed = {cid: ContainerModel.from_json(c, f"job model containers[{cid!r}]") for cid, c in containers.items()}
+        with collector_paused():  # a model of 160,000 virtual tasks is a million small acyclic objects
+            parsed = {
+                cid: ContainerModel.from_json(c, f"job model containers[{cid!r}]") for cid, c in containers.items()
+            }
         model = cls(job, version, factor, grouper, parsed, {str(k): str(v) for k, v in config.items()})
         check_model(model)
         return model

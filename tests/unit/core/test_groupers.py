@@ -4,12 +4,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.core.groupers import expansion_grouper, group_into_containers, plan_job_model
+from pipelines.core.groupers import check_grouping, expansion_grouper, group_into_containers, plan_job_model
 from pipelines.core.hashing import key_bucket
-from pipelines.core.model import TaskName
+from pipelines.core.model import TaskName, check_model
 from pipelines.core.partitioner import kafka_partition
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
-from pipelines.errors import ConfigError, PartitionChangeError
+from pipelines.errors import ConfigError, ModelError, PartitionChangeError
 
 from .strategies import containers, elastic_groupers, factors, inputs, partition_counts
 
@@ -31,6 +31,7 @@ def test_every_key_bucket_is_read_by_exactly_one_virtual_task(ins, factor, group
     }
     assert set(owners) == expected
     assert all(len(tasks) == 1 for tasks in owners.values())
+    check_model(model)  # the planner checks the grouping only; what it expands from it must hold the model's rules
 
 
 @given(partition_counts, factors, containers)
@@ -163,7 +164,20 @@ def test_containers_are_balanced_and_keep_virtual_tasks_of_an_ssp_together(n, fa
 
 
 def test_group_into_containers_of_nothing() -> None:
-    assert group_into_containers({}, 3) == {}
+    assert group_into_containers([], 3) == {}
+
+
+def test_a_grouping_that_misses_doubles_or_invents_a_partition_is_refused_by_name() -> None:
+    p0, p1, p2 = (SystemStreamPartition("deltalog", "events", p) for p in range(3))
+    check_grouping("G", {"a": {p0}, "b": {p1}}, {p0, p1})
+    with pytest.raises(ModelError, match=r"grouper G left \[deltalog, events, 1\] to no task"):
+        check_grouping("G", {"a": {p0}}, {p0, p1})
+    with pytest.raises(ModelError, match=r"gave \[deltalog, events, 0\] to both 'a' and 'b'"):
+        check_grouping("G", {"a": {p0}, "b": {p0, p1}}, {p0, p1})
+    with pytest.raises(ModelError, match=r"gave task 'a' \[deltalog, events, 2\], which is not an input partition"):
+        check_grouping("G", {"a": {p0, p2}, "b": {p1}}, {p0, p1})
+    with pytest.raises(ModelError, match="made task 'c' with no input"):
+        check_grouping("G", {"a": {p0}, "b": {p1}, "c": set()}, {p0, p1})
 
 
 SSP_GROUPER = "GroupBySystemStreamPartition"
