@@ -133,6 +133,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         data_new = commit_files(self.sink_path, [f for m in present for f in m.data], app_id, batchId)
         commit_s = time.perf_counter() - t0
         crash_point("after_sink_commit")
+        t1 = time.perf_counter()  # control_commit_s: checkpoints, store checkpoints, input lag (not this append)
         control = _control(home)
         markers = [TaskMarker.loads(text) for m in present for text in m.markers]
         checkpoints = CheckpointMap(
@@ -146,7 +147,6 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
             commit_store_checkpoints(home, self.job, self.version, batchId)
         except (PipelinesError, OSError) as e:
             print(f"[{self.job}] store checkpoints of batch {batchId} not written: {e}", flush=True)
-        t1 = time.perf_counter()
         rows = _task_metrics(markers, self.job, self.version, batchId)
         rows += _partition_metrics(home, self.settings, checkpoints, self.job, self.version, batchId)
         needed = sum(mk.records_in for mk in markers)
