@@ -16,7 +16,8 @@ What runs, in ONE SparkSession (session start-up is excluded from every figure):
 * a stream ``events`` of the embedded Delta log with 2 partitions and ``--records`` keyed JSON events
   over ``--keys`` keys (``{"key": "key-3", "seq": 17, ...}``, ``seq`` increasing per key in production
   order);
-* a warm-up (an elastic job and a baseline run on a small stream) so Python workers are started;
+* a warm-up (an elastic job and a baseline run on a small stream) so Python workers are started, and an
+  elastic warm-up at each factor right before its timed run (Spark stops Python workers idle for a minute);
 * **elastic**: for each factor X, a fresh job (own name, own sink) at factor X, run available-now with
   the demo enrichment (``latency_ms`` of sleep per record): wall time of ``run_job``, records/s, ratio to
   factor 1, per-key order violations, lost and duplicated records;
@@ -618,19 +619,27 @@ def main(argv: list[str] | None = None) -> int:
             listener = None  # type: ignore[assignment]
 
         common = {"max_records": args.max_records, "trigger_interval": args.trigger_interval}
+        warmed = iter(range(1_000_000))
+
+        def warm(factor: int) -> None:
+            """Start the Python workers a run at ``factor`` needs, untimed. Spark stops a Python worker idle for a
+            minute, so without this a later run (factor 8 needs 48 of them: reader, processor and writer per
+            task) starts them while it is timed: ~0.4 s of imports each, 10 s of stagger on 2 cores."""
+            run_elastic(
+                spark,
+                home,
+                None,
+                name=f"warmup_{next(warmed)}",
+                stream="warmup",
+                factor=factor,
+                latency_ms=0,
+                produced=WARMUP_RECORDS,
+                max_records=WARMUP_RECORDS // 5,
+                trigger_interval=args.trigger_interval,
+            )
+
         t = time.perf_counter()
-        run_elastic(
-            spark,
-            home,
-            None,
-            name="warmup_elastic",
-            stream="warmup",
-            factor=max(factors),
-            latency_ms=0,
-            produced=WARMUP_RECORDS,
-            max_records=WARMUP_RECORDS // 5,
-            trigger_interval=args.trigger_interval,
-        )
+        warm(max(factors))
         run_ranges(
             spark,
             home,
@@ -644,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
 
         runs: list[Run] = []
         for f in factors:  # interleaved, so both modes see the same machine load
+            warm(f)
             log(f"elastic factor {f}: {PARTITIONS * f} virtual tasks, {args.latency_ms} ms/record ...")
             r = run_elastic(
                 spark,
@@ -673,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"  {r.seconds:.1f}s, {r.rate:,.0f} records/s, {r.violations} violations")
         if not args.skip_overhead:
             for f in sorted({1, max(factors)}):
+                warm(f)
                 log(f"latency 0, elastic factor {f} ...")
                 runs.append(
                     run_elastic(
@@ -705,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
         fixed = None
         if args.fixed_batches:
             log(f"fixed cost: {args.fixed_batches} micro-batches of {FIXED_BATCH_RECORDS} records at factor 1 ...")
+            warm(1)
             fixed = fixed_cost(spark, home, listener, args.fixed_batches, args.trigger_interval)
             log(f"  {fixed['batch_s']:.3f}s per batch (median)")
         spark.stop()
@@ -727,10 +739,10 @@ def main(argv: list[str] | None = None) -> int:
     top = max(factors)
     e1, et = by.get(("elastic", 1)), by.get(("elastic", top))
     if e1 and et:
-        ok = et.rate / e1.rate >= 6 and et.violations == 0 and et.lost == 0 and et.duplicated == 0
+        ok = et.rate / e1.rate >= 6.8 and et.violations == 0 and et.lost == 0 and et.duplicated == 0
         print(
             f"\nelastic factor {top} vs factor 1: {et.rate / e1.rate:.2f}x, {et.violations} order violations "
-            f"-> goal (>= 6x, 0 violations) {'MET' if ok else 'NOT MET'}"
+            f"-> goal (>= 6.8x, 0 violations (issue 14)) {'MET' if ok else 'NOT MET'}"
         )
     p1, b1 = by.get(("elastic lat=0", 1)), by.get(("ranges lat=0", 1))
     if p1 and b1:

@@ -80,3 +80,11 @@ def test_an_arrow_function_answering_out_of_order_is_put_back_in_input_order() -
     assert got["n"] == [0, 1, 2, 3, 4]
     assert got["task_seq"] == [0, 1, 2, 3, 4]
     assert set(got["_kind"]) == {"data"}
+
+
+def test_a_batch_of_only_dead_letters_keeps_every_record_with_its_error() -> None:
+    got = run(f"{HERE}:explode", [b"{a", b'"unfit"', b"{c", b"{d"])
+    assert got["offset"] == ["0", "1", "2", "3"]
+    assert got["_kind"] == ["dead"] * 4
+    assert got["_value"] == [b"{a", b'"unfit"', b"{c", b"{d"]
+    assert got["k"] == [None] * 4 and got["n"] == [None] * 4
