@@ -13,7 +13,9 @@ metrics table); a crash in between re-runs the batch, finds it committed, and
 appends the checkpoints then.
 
 Spark creates a fresh writer for every commit in another process than the one
-running the query, so nothing here may rely on state between calls.
+running the query, so nothing here may rely on state between calls: the
+handles kept at the bottom of this module are caches, caught up (or
+reopened) before every use, never a source of truth.
 """
 
 from __future__ import annotations
