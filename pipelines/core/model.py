@@ -195,7 +195,8 @@ class JobModel:
         }
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=False, separators=(",", ":"))
+        with collector_paused():  # the JSON form of 160,000 virtual tasks is a million small objects too
+            return json.dumps(self.to_json(), sort_keys=False, separators=(",", ":"))
 
     @classmethod
     def loads(cls, text: str | bytes) -> JobModel:
