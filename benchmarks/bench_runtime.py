@@ -67,6 +67,7 @@ these machines are shared and noisy.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -619,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
             listener = None  # type: ignore[assignment]
 
         common = {"max_records": args.max_records, "trigger_interval": args.trigger_interval}
-        warmed = iter(range(1_000_000))
+        warmed = itertools.count()
 
         def warm(factor: int) -> None:
             """Start the Python workers a run at ``factor`` needs, untimed. Spark stops a Python worker idle for a
@@ -801,7 +802,10 @@ def fixed_cost(spark: Any, home: Any, listener: ProgressListener | None, batches
         mode="fixed",
     )
     if run.lost or run.duplicated or run.violations:
-        raise SystemExit(f"DATA-QUALITY FAILURE fixed-cost run: {run.lost} lost, {run.duplicated} duplicated")
+        raise SystemExit(
+            f"DATA-QUALITY FAILURE fixed-cost run: {run.lost} lost, {run.duplicated} duplicated, "
+            f"{run.violations} order violations"
+        )
     progress = [b for b in (listener.batches.get(f"{name}-v1", []) if listener else []) if b.get("rows")]
     metrics = ControlPlane(home).metrics.read(name)
     metrics = metrics[metrics["batch_id"] >= 0]
