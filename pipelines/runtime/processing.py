@@ -189,7 +189,7 @@ def _run_per_record(fn: Any, batch: pa.RecordBatch, ctx: TaskContext) -> tuple[l
     return rows, dead
 
 
-_UTC = ("UTC", "Etc/UTC", "+00:00", "Z")
+_UTC = ("UTC", "Etc/UTC", "+00:00")
 
 
 def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:

@@ -109,7 +109,9 @@ _MICROS = st.integers(min_value=-62_135_596_800_000_000, max_value=253_402_300_7
 
 
 @settings(max_examples=60, deadline=None)
-@given(values=st.lists(st.one_of(st.none(), _MICROS), max_size=40), tz=st.sampled_from([None, "UTC", "+00:00"]))
+@given(
+    values=st.lists(st.one_of(st.none(), _MICROS), max_size=40), tz=st.sampled_from([None, "UTC", "Etc/UTC", "+00:00"])
+)
 def test_column_values_equal_to_pylist(values: list[int | None], tz: str | None) -> None:
     """The fast timestamp path gives what pyarrow gives, value, zone object and nulls alike; other types are
     pyarrow's own path."""
