@@ -35,7 +35,7 @@ What runs, in ONE SparkSession (session start-up is excluded from every figure):
   so a batch's time is its fixed cost: the median per batch, split into Spark's parts (planning, offset log,
   commit log, the tasks' Spark job) and ours inside the job (log read, processing, sink commit, checkpoint
   and metrics commits); beside it, **Spark's floor**, the same micro-batches from a do-nothing Python
-  streaming source through ``mapInArrow`` to a do-nothing Python Arrow writer (``benchmarks/spark_floor.py``):
+  streaming source straight into a do-nothing Python Arrow writer (``benchmarks/spark_floor.py``):
   what any runtime on Spark's Python data source API pays per batch on this machine, so the difference is
   the part we own (``batch_overhead_floor_s``, ``batch_overhead_vs_floor``).
 
@@ -800,7 +800,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if floor:
             print(
-                "# Spark's floor: the same micro-batches (100 records, 2 input partitions, mapInArrow, available-now)"
+                "# Spark's floor: the same micro-batches (100 records, 2 input partitions, available-now)"
                 "\n# from a do-nothing Python streaming source to a do-nothing Python Arrow writer"
                 " (benchmarks/spark_floor.py)"
             )

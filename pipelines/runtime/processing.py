@@ -1,8 +1,9 @@
 """The processing step: the user's function over one virtual task's records, in order, with lineage.
 
-It runs inside ``mapInArrow``, which is narrow: one Spark partition in, the
-same partition out, so a virtual task's records stay in one Python worker in
-offset order. Rows leave tagged with their kind: ``data`` (the user's output
+It runs inside the sink's ``write`` (``sink.py``), over the Arrow batches of
+one Spark partition, which is one virtual task: its records stay in one Python
+worker in offset order, and the rows it makes go straight to parquet without
+crossing back into the JVM. Rows leave tagged with their kind: ``data`` (the user's output
 with lineage), ``dead`` (a record the function raised on, with the error) or
 ``marker`` (the task's end offsets and counters, passed on to the sink).
 """
@@ -33,7 +34,7 @@ def make_processor(
     home: str | None = None,
     stores: bool = False,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of a job; everything it captures is plain data, so it pickles small.
+    """A job's processing step, Arrow batches in and out; everything it captures is plain data.
 
     ``stores``: the job has adjunct stores, opened for each task at its batch's versions (needs ``home``).
     """

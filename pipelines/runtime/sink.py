@@ -42,6 +42,7 @@ from pipelines.errors import PipelinesError
 from pipelines.faults import crash_point
 from pipelines.runtime import fetch, schemas
 from pipelines.runtime.markers import TaskMarker
+from pipelines.runtime.processing import make_processor
 
 
 @dataclass
@@ -81,21 +82,29 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         self.dead_path = options["deadLetterPath"]
         self.task_count = int(options.get("taskCount", "0"))
         self.settings = json.loads(options.get("systems", "{}"))
+        self.process = options["process"]
+        self.process_options = json.loads(options.get("processOptions", "{}"))
+        self.output_json = options["outputSchema"]
+        self.stores = options.get("stores", "false") == "true"
 
     # ------------------------------------------------------------ executors
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BatchFiles:
+        """One virtual task's records: the user's function over them, in order, then one parquet file per table."""
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         query_id = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or "unknown"
-        user_names = [f.name for f in self.schema.fields if f.name not in _ROW_KIND_NAMES]
+        process = make_processor(
+            self.job, self.process, self.process_options, self.output_json, home=self.home, stores=self.stores
+        )
+        user_names = schemas.sink_schema(schemas.from_json(self.output_json)).names
         dead_names = [f.name for f in schemas.PROCESSED_LINEAGE]
         message = BatchFiles(query_id)
         data_writer = _FileWriter(self.sink_path)
         dead_writer = _FileWriter(self.dead_path)
         try:
-            for batch in iterator:
+            for batch in process(iterator):
                 kinds = batch.column("_kind").to_pylist()
                 if schemas.MARKER in kinds:
                     message.markers += [
@@ -164,9 +173,6 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[BatchFiles | None], batchId: int) -> None:
         """Uncommitted files are invisible to Delta readers; leave them for vacuum rather than guess."""
-
-
-_ROW_KIND_NAMES = {f.name for f in schemas.ROW_KIND}
 
 
 class _FileWriter:
