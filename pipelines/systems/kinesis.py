@@ -71,7 +71,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -258,7 +258,7 @@ class KinesisSystem:
                     raise _stream_error(stream, error, self.settings) from None
             except (ConnectionError, HTTPClientError) as error:
                 if attempt == s.max_attempts:
-                    raise StreamError(
+                    raise _Unreachable(
                         f"cannot reach Kinesis at {s.endpoint_url or s.region or 'the default endpoint'}: {error}"
                     ) from None
             time.sleep(random.uniform(0, min(s.backoff_cap_s, s.backoff_base_s * 2**attempt)))
@@ -581,7 +581,36 @@ class KinesisSystem:
         Records come shard by shard (in shard order), each shard's in sequence
         order; the next position counts them, so a replay with the pinned end
         returns exactly the same records and the same position.
+
+        An endpoint that stops answering mid-read (a network partition, an
+        emulator frozen) is waited out for ``read_timeout_s``, the whole read
+        tried again with jittered back-off: the planner waits out an outage
+        between batches, and a batch already running must not fail the job for
+        a blip the planner would have survived (the embedded log's and Kafka's
+        reads wait the same way). A read returns nothing until it is complete,
+        so trying it again from ``start`` reads the same records.
         """
+        began = time.monotonic()
+        deadline = began + self.settings.read_timeout_s
+        delay = self.settings.backoff_base_s
+        down_since: float | None = None
+        while True:
+            try:
+                result = self._read(stream, partition, start, end)
+            except _Unreachable as error:
+                down_since = time.monotonic() if down_since is None else down_since
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StreamError(f"{error}; a read waited {self.settings.read_timeout_s:g}s for it") from None
+                time.sleep(min(random.uniform(delay / 2, delay), left))
+                delay = min(delay * 2, self.settings.backoff_cap_s)
+                continue
+            if down_since is None:
+                return result
+            # The read was held up by a silent endpoint for at most its whole time: the task reports it as an outage.
+            return replace(result, stats={**result.stats, "outage_s": time.monotonic() - began})
+
+    def _read(self, stream: str, partition: int, start: Position, end: End) -> ReadResult:
         here = decode_slot(start)
         stats: Counter[str] = Counter()
         if isinstance(end, Bounded):
@@ -870,6 +899,10 @@ class _Trimmed(StreamError):
 
 class _ExpiredIterator(StreamError):
     """A shard iterator older than 5 minutes."""
+
+
+class _Unreachable(StreamError):
+    """The endpoint did not answer (connection refused or reset, a timeout): an outage, worth waiting out."""
 
 
 def _stream_error(stream: str, error: Any, settings: KinesisSettings) -> StreamError:

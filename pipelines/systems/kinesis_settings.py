@@ -56,6 +56,7 @@ class KinesisSettings:
     get_records_limit: int = 10_000
     read_wait_s: float = 2.0
     replay_timeout_s: float = 120.0
+    read_timeout_s: float = 30.0
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 30.0
     on_trimmed: str = "fail"
@@ -103,6 +104,7 @@ _DESCRIPTIONS = {
     "get_records_limit": "records per GetRecords call (Kinesis allows 10000)",
     "read_wait_s": "how long one read waits on a shard that is behind but returns empty pages",
     "replay_timeout_s": "how long a replayed micro-batch may take to reach its pinned end",
+    "read_timeout_s": "how long one read waits out an endpoint that does not answer before its task fails",
     "connect_timeout_s": "TCP connect timeout",
     "request_timeout_s": "socket read timeout",
     "on_trimmed": "fail (default) or skip when unread records were trimmed by retention",

@@ -329,3 +329,44 @@ def test_the_emulator_listens_on_loopback_only() -> None:
         assert {ip for ip, _ in listening} <= {"127.0.0.1", "::1"}, listening
     finally:
         emulator.stop()
+
+
+def test_a_read_waits_out_an_endpoint_that_stops_answering_then_gives_up_after_read_timeout_s() -> None:
+    """A batch's read in flight when the endpoint freezes (SIGSTOP: connections hang) must not fail the job."""
+    import os
+    import signal
+    import threading
+    import time
+
+    emulator = KinesisEmulator()  # its own: this test freezes it
+    url = emulator.start()
+    quick = {"endpoint_url": url, "region": "us-east-1", "get_records_per_second": 100.0}
+    quick |= {"connect_timeout_s": 1.0, "request_timeout_s": 1.0, "max_attempts": 1, "backoff_cap_s": 0.5}
+    patient = KinesisSystem(quick | {"read_timeout_s": 60.0})
+    impatient = KinesisSystem(quick | {"read_timeout_s": 1.5})
+    try:
+        assert emulator.process is not None
+        stream = _stream(patient, 1)
+        patient.produce(stream, _keyed(0, 20))
+        start = patient.describe(stream).partitions[0].earliest
+        end = patient.advance(stream, {0: start}, {0: 20}, {})[0]
+        got: dict[str, Any] = {}
+        os.killpg(emulator.process.pid, signal.SIGSTOP)
+        try:
+            reader = threading.Thread(target=lambda: got.update(result=patient.read(stream, 0, start, end)))
+            reader.start()
+            t0 = time.monotonic()
+            with pytest.raises(StreamError, match=r"cannot reach Kinesis .*a read waited 1\.5s for it"):
+                impatient.read(stream, 0, start, end)
+            assert 1.5 <= time.monotonic() - t0 < 15
+            time.sleep(3.0)
+        finally:
+            os.killpg(emulator.process.pid, signal.SIGCONT)
+        reader.join(timeout=60)
+        assert not reader.is_alive()
+        assert [int(v) for v in got["result"].records.column("value").to_pylist()] == list(range(20))
+        assert got["result"].stats["outage_s"] >= 3.0, "the read says it was held up, so its task reports an outage"
+    finally:
+        patient.close()
+        impatient.close()
+        emulator.stop()
