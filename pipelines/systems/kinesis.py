@@ -591,23 +591,25 @@ class KinesisSystem:
         so trying it again from ``start`` reads the same records.
         """
         began = time.monotonic()
-        deadline = began + self.settings.read_timeout_s
         delay = self.settings.backoff_base_s
-        down_since: float | None = None
+        held_up = False
         while True:
             try:
                 result = self._read(stream, partition, start, end)
             except _Unreachable as error:
-                down_since = time.monotonic() if down_since is None else down_since
-                left = deadline - time.monotonic()
+                held_up = True
+                left = began + self.settings.read_timeout_s - time.monotonic()
                 if left <= 0:
-                    raise StreamError(f"{error}; a read waited {self.settings.read_timeout_s:g}s for it") from None
+                    raise StreamError(
+                        f"{error}; a read waited {self.settings.read_timeout_s:g}s for it (check the endpoint and "
+                        "the network, or raise systems.kinesis.read_timeout_s to wait out longer outages)"
+                    ) from None
                 time.sleep(min(random.uniform(delay / 2, delay), left))
                 delay = min(delay * 2, self.settings.backoff_cap_s)
                 continue
-            if down_since is None:
+            if not held_up:
                 return result
-            # The read was held up by a silent endpoint for at most its whole time: the task reports it as an outage.
+            # Held up by a silent endpoint for at most the read's whole time: the task reports it as an outage.
             return replace(result, stats={**result.stats, "outage_s": time.monotonic() - began})
 
     def _read(self, stream: str, partition: int, start: Position, end: End) -> ReadResult:
