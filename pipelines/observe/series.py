@@ -15,8 +15,9 @@ How the figures are defined (each one place, here):
 
 * **records/s in and out**: the batch's records (summed over its virtual
   tasks) over its duration (``batch_duration_s``, Spark's
-  ``durationMs.triggerExecution``, written by the driver), as Spark's own
-  ``processedRowsPerSecond``; without a duration row (a driver older than
+  ``durationMs.triggerExecution``, written by the driver), as Spark's
+  ``processedRowsPerSecond`` is defined (Spark's own counts the source's
+  rows, one per virtual task: records never cross the JVM); without a duration row (a driver older than
   that row, or a batch whose driver died before reporting it), over the time
   since the version's previous batch.
 * **lag**: records behind the inputs' ends after the batch, summed over the

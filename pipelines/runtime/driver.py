@@ -69,9 +69,10 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
         .option("maxRecords", str(batch_budget(config.max_records_per_batch, model.elasticity_factor)))
         .load()
     )
-    # The user's function runs inside the sink's write, in the same Python worker as the parquet write: a
-    # separate mapInArrow step cost every record one more JVM round trip (Arrow -> rows -> Arrow) and every
-    # task one more Python worker.
+    # The source hands each virtual task's TaskRange to the sink's writer, which reads the records, runs the
+    # user's function and writes parquet in one Python worker (runtime.reading): a record that crossed the JVM
+    # (Arrow -> rows -> Arrow) between a Python source, a mapInArrow step and a Python writer cost a cheap job
+    # more CPU than its processing. So Spark's numInputRows counts virtual tasks, not records.
     writer = (
         reader.writeStream.format("elastic_delta")
         .queryName(f"{model.job_name}-v{model.version}")
@@ -328,8 +329,9 @@ def _report(query: Any, job: str, last_batch: int, progress: Callable[[str], Non
     p = query.lastProgress
     if not p or p.get("batchId", -1) == last_batch:
         return last_batch
-    rate = p.get("processedRowsPerSecond") or 0.0
-    progress(f"[{job}] batch {p['batchId']}: {p.get('numInputRows', 0)} input rows, {rate:,.0f} rows/s")
+    took = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000.0
+    # Spark's numInputRows counts the source's rows, one per virtual task: records are in the metrics table.
+    progress(f"[{job}] batch {p['batchId']}: {p.get('numInputRows', 0)} virtual tasks read, {took:.2f}s")
     return int(p["batchId"])
 
 

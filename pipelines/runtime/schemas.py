@@ -1,4 +1,4 @@
-"""Column layouts that cross process boundaries: source -> processing -> sink.
+"""Column layouts between the source, the reading, processing and the sink.
 
 Spark checks a data source's Arrow batches against its schema exactly, so each
 layout is defined once, as a Spark ``StructType`` built in Python (no JVM is
@@ -6,7 +6,11 @@ needed, so executors and the driver-side source/sink runners can build it
 too), and its Arrow form is derived from it. Offsets are the input systems'
 record positions, opaque strings each system orders itself (``position_key``).
 
-Every virtual task's stream ends with one *marker* row (``marker`` set, the
+The source hands Spark one ``TASKS`` row per virtual task (its ``TaskRange``,
+``runtime.reading``); the sink's writer reads that task's records as
+``RECORDS`` batches and processes them in the same Python worker.
+
+Every virtual task's records end with one *marker* row (``marker`` set, the
 rest null) that carries the end offsets it read up to and its counters; it
 passes through processing and tells the sink which checkpoints to write, even
 for a task whose buckets had no record in the batch.
@@ -45,7 +49,8 @@ LINEAGE = _fields(
     ("offset", StringType()),
     ("key", BinaryType()),
 )
-SOURCE = StructType(
+TASKS = StructType(_fields(("virtual_task", StringType()), ("model_version", LongType()), ("task", BinaryType())))
+RECORDS = StructType(
     [
         *LINEAGE,
         *_fields(("value", BinaryType()), ("timestamp", TimestampType()), ("headers", StringType())),

@@ -43,6 +43,7 @@ from pipelines.faults import crash_point
 from pipelines.runtime import fetch, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.processing import make_processor
+from pipelines.runtime.reading import read_described
 
 
 @dataclass
@@ -90,7 +91,8 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
     # ------------------------------------------------------------ executors
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BatchFiles:
-        """One virtual task's records: the user's function over them, in order, then one parquet file per table."""
+        """One virtual task: its records read here (the source hands over its ``TaskRange`` only), the user's
+        function over them, in order, then one parquet file per table."""
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -104,7 +106,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         data_writer = _FileWriter(self.sink_path)
         dead_writer = _FileWriter(self.dead_path)
         try:
-            for batch in process(iterator):
+            for batch in process(read_described(iterator)):
                 kinds = batch.column("_kind").to_pylist()
                 if schemas.MARKER in kinds:
                     message.markers += [

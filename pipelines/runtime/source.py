@@ -26,21 +26,18 @@ Planning a batch (``latestOffset``, on the driver):
 * all key buckets of a partition advance to its end together, so a bucket
   that never receives a record does not pin its checkpoint in the past.
 
-Reading (``read``, on executors): the virtual tasks of one partition share
-one fetch of its range (``runtime.fetch``), each keeps its bucket's records,
-in the partition's order, and ends with a marker row (``runtime.markers``).
+Reading happens in the sink's writer (``runtime.reading``): ``read`` hands
+on each task's ``TaskRange`` as one row, so records never cross the JVM.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
@@ -51,49 +48,11 @@ from pipelines.core.positions import Bounded, End, Position
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.errors import StreamError
 from pipelines.runtime import fetch, schemas
-from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.outage import InputOutage
+from pipelines.runtime.reading import SspRange, TaskRange, describe
 from pipelines.runtime.requests import drain_request
 from pipelines.systems.base import InputSystem
-
-# Input-system clients opened by ``read`` on executors, kept for the life of the (reused) Python worker:
-# opening a client costs a connection or a log replay, paid per task per batch otherwise.
-_EXECUTOR_SYSTEMS: dict[tuple[str, str, str], InputSystem] = {}
-
-
-def _executor_system(name: str, home: Home, settings: Mapping[str, Any]) -> InputSystem:
-    from pipelines.systems.registry import open_system
-
-    key = (name, str(home.root), json.dumps(settings, sort_keys=True, default=str))
-    system = _EXECUTOR_SYSTEMS.get(key)
-    if system is None:
-        system = _EXECUTOR_SYSTEMS[key] = open_system(name, home, settings)
-    return system
-
-
-@dataclass
-class SspRange:
-    """One (SSP, key bucket) of a virtual task in one micro-batch."""
-
-    ssp: str  # wire form, with the key bucket when the factor is above 1
-    fetch_start: Position  # where the partition's shared fetch starts: its floor
-    start: Position  # where this bucket stands (ahead of the floor after an uneven migration)
-    end: Any  # a position, or a pending end's JSON
-
-
-@dataclass
-class TaskRange(InputPartition):
-    """Everything one virtual task needs to read its records of one micro-batch."""
-
-    home: str
-    job: str
-    model_version: int
-    factor: int
-    task_name: str
-    ranges: list[SspRange]  # old partitions first
-    settings: dict[str, dict[str, Any]]  # the job's input-system settings (never secrets)
-    shared: bool  # several virtual tasks read each partition: fetch once, stage, and take a bucket
 
 
 class ElasticSource(DataSource):
@@ -104,7 +63,7 @@ class ElasticSource(DataSource):
         return "elastic"
 
     def schema(self) -> StructType:
-        return schemas.SOURCE
+        return schemas.TASKS
 
     def streamReader(self, schema: StructType) -> ElasticReader:
         return ElasticReader(self.options)
@@ -350,95 +309,18 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------ executor side
 
     def read(self, partition: TaskRange) -> Iterator[pa.RecordBatch]:
-        """The task's records in the partitions' order (old partitions first), then its marker row."""
-        from pathlib import Path
+        """One row naming the virtual task and carrying its ``TaskRange``: the sink's writer reads the records.
 
-        home = Home(Path(partition.home))
-        target = schemas.arrow(schemas.SOURCE)
-        marker = TaskMarker(partition.task_name)
-        for r in partition.ranges:
-            ssp = SystemStreamPartition.from_wire(r.ssp)
-            system = _executor_system(ssp.system, home, partition.settings.get(ssp.system, {}))
-            end: Offset = Pending.from_json(r.end) if isinstance(r.end, dict) else r.end
-            got = fetch.fetch(
-                system,
-                home,
-                partition.job,
-                partition.model_version,
-                ssp.whole(),
-                r.fetch_start,
-                end,
-                factor=partition.factor,
-                shared=partition.shared,
-            )
-            if got.stats.get("outage_s"):
-                _report_outage(home, partition.job, partition.model_version, ssp.whole(), float(got.stats["outage_s"]))
-            table = got.bucket(ssp.key_bucket) if partition.shared and ssp.key_bucket is not None else got.records
-            if r.start != r.fetch_start and table.num_rows:  # this bucket is ahead of its partition's floor
-                offsets = table.column("offset").to_pylist()
-                keep = system.unread(ssp.stream, ssp.partition, offsets, r.start)
-                table = table.filter(pa.array(keep, pa.bool_()))
-            after = got.next_position
-            if system.position_key(r.start) > system.position_key(after):
-                after = r.start  # a bucket ahead of the batch's end keeps its place
-            marker.ends[r.ssp] = after
-            marker.records_in += table.num_rows
-            marker.records_fetched += got.records_fetched
-            marker.bytes_fetched += got.bytes_fetched
-            marker.read_ns += got.read_ns
-            marker.key_hash_ns += got.key_hash_ns
-            marker.wait_ns += got.wait_ns
-            if got.stage:
-                marker.stages.append(got.stage)
-            for name, value in got.stats.items():
-                marker.stats[name] = marker.stats.get(name, 0.0) + value
-            if table.num_rows:
-                n = table.num_rows
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        pa.repeat(pa.scalar(partition.task_name, pa.string()), n),
-                        pa.repeat(pa.scalar(partition.model_version, pa.int64()), n),
-                        pa.repeat(pa.scalar(ssp.key_bucket, pa.int32()), n),
-                        pa.repeat(pa.scalar(ssp.stream, pa.string()), n),
-                        table.column("partition").combine_chunks(),
-                        table.column("offset").combine_chunks(),
-                        table.column("key").combine_chunks(),
-                        table.column("value").combine_chunks(),
-                        table.column("timestamp").combine_chunks(),
-                        table.column("headers").combine_chunks(),
-                        pa.nulls(n, pa.string()),
-                    ],
-                    schema=target,
-                )
-        yield pa.RecordBatch.from_pylist(
-            [{"virtual_task": partition.task_name, "model_version": partition.model_version, "marker": marker.dumps()}],
-            schema=target,
-        )
-
-
-def _report_outage(home: Home, job: str, version: int, ssp: SystemStreamPartition, seconds: float) -> None:
-    """A read in flight waited out a silent input: recorded as the planner records an outage, so views mark it.
-
-    Two rows, the outage's start (down 0 s so far) and its end (how long it
-    lasted), the same pair the planner writes when it is the one to notice.
-    """
-    from datetime import timedelta
-
-    from pipelines.control import ControlPlane
-    from pipelines.control.table import utc_now
-    from pipelines.observe.series import OUTAGE_BACK, OUTAGE_DOWN
-
-    print(f"[{job}] v{version}: a read of {ssp.wire()} waited {seconds:.1f}s for its input to answer", flush=True)
-    now = utc_now()
-    row = {"job": job, "model_version": version, "batch_id": -1}
-    rows = [
-        {**row, "metric": OUTAGE_DOWN, "value": 0.0, "at": now - timedelta(seconds=seconds)},
-        {**row, "metric": OUTAGE_BACK, "value": seconds, "at": now},
-    ]
-    try:
-        ControlPlane(home).metrics.append(rows)
-    except Exception as e:  # a report must never take the batch down
-        print(f"[{job}] could not record the outage: {e}", flush=True)
+        Records yielded here would cross the JVM (Arrow -> Spark rows ->
+        Arrow) on their way to the writer's Python worker, which cost a cheap
+        job more CPU than its own processing. The descriptor is all a task
+        needs (see ``TaskRange``), so the writer's worker fetches, routes and
+        processes in one place (``runtime.reading``). The price: Spark's
+        ``numInputRows`` counts virtual tasks; records are in the metrics
+        table (``records_in``, ``records_fetched``).
+        """
+        row = {"virtual_task": partition.task_name, "model_version": partition.model_version}
+        yield pa.RecordBatch.from_pylist([{**row, "task": describe(partition)}], schema=schemas.arrow(schemas.TASKS))
 
 
 def _earlier(system: InputSystem, a: Position, b: Position) -> Position:

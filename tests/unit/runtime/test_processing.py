@@ -63,7 +63,7 @@ def run(process: str, values: list[bytes], stamps: list[int | None] | None = Non
             "headers": [None] * n,
             "marker": [None] * n,
         },
-        schema=schemas.arrow(schemas.SOURCE),
+        schema=schemas.arrow(schemas.RECORDS),
     )
     processor = make_processor("j", process, {}, schemas.to_json(parse_output_schema(OUTPUT)))
     out = pa.Table.from_batches(list(processor(iter([source.slice(0, 3), source.slice(3)]))))

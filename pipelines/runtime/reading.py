@@ -1,0 +1,187 @@
+"""What one virtual task reads in one micro-batch, and the reading itself, in the sink's writer on executors.
+
+The source (``runtime.source``) plans a batch on the driver and hands Spark
+one ``TaskRange`` per virtual task; Spark ships it to an executor, where the
+source's ``read`` passes it on as a single row (``describe``) and the sink's
+writer reads the task's records here (``read_task``) and processes them in
+the same Python worker. The records never enter the JVM: Spark's Arrow ->
+rows -> Arrow crossing between a Python source and a Python writer cost a
+cheap job more CPU than its own processing. Nothing ``read_task`` needs may
+live in reader state, so each ``TaskRange`` carries it all.
+
+Reading: the virtual tasks of one partition share one fetch of its range
+(``runtime.fetch``), each keeps its bucket's records, in the partition's
+order, and ends with a marker row (``runtime.markers``).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from pipelines.control.home import Home
+from pipelines.core.positions import Position
+from pipelines.core.ssp import SystemStreamPartition
+from pipelines.runtime import fetch, schemas
+from pipelines.runtime.markers import TaskMarker
+from pipelines.runtime.offsets import Offset, Pending
+from pipelines.systems.base import InputSystem
+
+# Input-system clients opened by ``read_task`` on executors, kept for the life of the (reused) Python worker:
+# opening a client costs a connection or a log replay, paid per task per batch otherwise.
+_EXECUTOR_SYSTEMS: dict[tuple[str, str, str], InputSystem] = {}
+
+
+def _executor_system(name: str, home: Home, settings: Mapping[str, Any]) -> InputSystem:
+    from pipelines.systems.registry import open_system
+
+    key = (name, str(home.root), json.dumps(settings, sort_keys=True, default=str))
+    system = _EXECUTOR_SYSTEMS.get(key)
+    if system is None:
+        system = _EXECUTOR_SYSTEMS[key] = open_system(name, home, settings)
+    return system
+
+
+@dataclass
+class SspRange:
+    """One (SSP, key bucket) of a virtual task in one micro-batch."""
+
+    ssp: str  # wire form, with the key bucket when the factor is above 1
+    fetch_start: Position  # where the partition's shared fetch starts: its floor
+    start: Position  # where this bucket stands (ahead of the floor after an uneven migration)
+    end: Any  # a position, or a pending end's JSON
+
+
+@dataclass
+class TaskRange(InputPartition):
+    """Everything one virtual task needs to read its records of one micro-batch."""
+
+    home: str
+    job: str
+    model_version: int
+    factor: int
+    task_name: str
+    ranges: list[SspRange]  # old partitions first
+    settings: dict[str, dict[str, Any]]  # the job's input-system settings (never secrets)
+    shared: bool  # several virtual tasks read each partition: fetch once, stage, and take a bucket
+
+
+def describe(task: TaskRange) -> bytes:
+    """A ``TaskRange`` as one cell: pickled, as Spark itself ships input partitions to executors.
+
+    Pickle, not JSON: positions are the input systems' own values, and the
+    bytes only travel from this query's source to this query's writer.
+    """
+    return pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def described(cell: bytes) -> TaskRange:
+    task = pickle.loads(cell)
+    if not isinstance(task, TaskRange):
+        raise TypeError(f"expected a TaskRange from the elastic source, got {type(task).__name__}")
+    return task
+
+
+def read_described(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The records of every virtual task described in the source's rows (one per Spark partition), in order."""
+    for batch in batches:
+        for cell in batch.column("task").to_pylist():
+            yield from read_task(described(cell))
+
+
+def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
+    """The task's records in the partitions' order (old partitions first), then its marker row."""
+    from pathlib import Path
+
+    home = Home(Path(partition.home))
+    target = schemas.arrow(schemas.RECORDS)
+    marker = TaskMarker(partition.task_name)
+    for r in partition.ranges:
+        ssp = SystemStreamPartition.from_wire(r.ssp)
+        system = _executor_system(ssp.system, home, partition.settings.get(ssp.system, {}))
+        end: Offset = Pending.from_json(r.end) if isinstance(r.end, dict) else r.end
+        got = fetch.fetch(
+            system,
+            home,
+            partition.job,
+            partition.model_version,
+            ssp.whole(),
+            r.fetch_start,
+            end,
+            factor=partition.factor,
+            shared=partition.shared,
+        )
+        if got.stats.get("outage_s"):
+            _report_outage(home, partition.job, partition.model_version, ssp.whole(), float(got.stats["outage_s"]))
+        table = got.bucket(ssp.key_bucket) if partition.shared and ssp.key_bucket is not None else got.records
+        if r.start != r.fetch_start and table.num_rows:  # this bucket is ahead of its partition's floor
+            offsets = table.column("offset").to_pylist()
+            keep = system.unread(ssp.stream, ssp.partition, offsets, r.start)
+            table = table.filter(pa.array(keep, pa.bool_()))
+        after = got.next_position
+        if system.position_key(r.start) > system.position_key(after):
+            after = r.start  # a bucket ahead of the batch's end keeps its place
+        marker.ends[r.ssp] = after
+        marker.records_in += table.num_rows
+        marker.records_fetched += got.records_fetched
+        marker.bytes_fetched += got.bytes_fetched
+        marker.read_ns += got.read_ns
+        marker.key_hash_ns += got.key_hash_ns
+        marker.wait_ns += got.wait_ns
+        if got.stage:
+            marker.stages.append(got.stage)
+        for name, value in got.stats.items():
+            marker.stats[name] = marker.stats.get(name, 0.0) + value
+        if table.num_rows:
+            n = table.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.repeat(pa.scalar(partition.task_name, pa.string()), n),
+                    pa.repeat(pa.scalar(partition.model_version, pa.int64()), n),
+                    pa.repeat(pa.scalar(ssp.key_bucket, pa.int32()), n),
+                    pa.repeat(pa.scalar(ssp.stream, pa.string()), n),
+                    table.column("partition").combine_chunks(),
+                    table.column("offset").combine_chunks(),
+                    table.column("key").combine_chunks(),
+                    table.column("value").combine_chunks(),
+                    table.column("timestamp").combine_chunks(),
+                    table.column("headers").combine_chunks(),
+                    pa.nulls(n, pa.string()),
+                ],
+                schema=target,
+            )
+    yield pa.RecordBatch.from_pylist(
+        [{"virtual_task": partition.task_name, "model_version": partition.model_version, "marker": marker.dumps()}],
+        schema=target,
+    )
+
+
+def _report_outage(home: Home, job: str, version: int, ssp: SystemStreamPartition, seconds: float) -> None:
+    """A read in flight waited out a silent input: recorded as the planner records an outage, so views mark it.
+
+    Two rows, the outage's start (down 0 s so far) and its end (how long it
+    lasted), the same pair the planner writes when it is the one to notice.
+    """
+    from datetime import timedelta
+
+    from pipelines.control import ControlPlane
+    from pipelines.control.table import utc_now
+    from pipelines.observe.series import OUTAGE_BACK, OUTAGE_DOWN
+
+    print(f"[{job}] v{version}: a read of {ssp.wire()} waited {seconds:.1f}s for its input to answer", flush=True)
+    now = utc_now()
+    row = {"job": job, "model_version": version, "batch_id": -1}
+    rows = [
+        {**row, "metric": OUTAGE_DOWN, "value": 0.0, "at": now - timedelta(seconds=seconds)},
+        {**row, "metric": OUTAGE_BACK, "value": seconds, "at": now},
+    ]
+    try:
+        ControlPlane(home).metrics.append(rows)
+    except Exception as e:  # a report must never take the batch down
+        print(f"[{job}] could not record the outage: {e}", flush=True)
