@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -107,20 +108,17 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         dead_writer = _FileWriter(self.dead_path)
         try:
             for batch in process(read_described(iterator)):
-                kinds = batch.column("_kind").to_pylist()
-                if schemas.MARKER in kinds:
-                    message.markers += [
-                        m
-                        for m, k in zip(batch.column("_marker").to_pylist(), kinds, strict=True)
-                        if k == schemas.MARKER
-                    ]
-                data_rows = [i for i, k in enumerate(kinds) if k == schemas.DATA]
-                dead_rows = [i for i, k in enumerate(kinds) if k == schemas.DEAD]
-                if data_rows:
+                kinds = batch.column("_kind")  # masks, not Python lists: a cheap job's batches hold 100,000 rows
+                markers = pc.equal(kinds, schemas.MARKER)
+                if pc.any(markers).as_py():
+                    message.markers += batch.column("_marker").filter(markers).to_pylist()
+                data_rows = pc.equal(kinds, schemas.DATA)
+                dead_rows = pc.equal(kinds, schemas.DEAD)
+                if pc.any(data_rows).as_py():
                     crash_point("mid_batch")
-                    data_writer.write(batch.select(user_names).take(pa.array(data_rows, pa.int64())))
-                if dead_rows:
-                    rows = batch.take(pa.array(dead_rows, pa.int64()))
+                    data_writer.write(batch.select(user_names).filter(data_rows))
+                if pc.any(dead_rows).as_py():
+                    rows = batch.filter(dead_rows)
                     dead = rows.select(dead_names)
                     dead = pa.RecordBatch.from_arrays(
                         [*dead.columns, rows.column("_value"), rows.column("_error")],
