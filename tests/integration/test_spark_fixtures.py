@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,36 @@ def test_spark_runs_map_in_arrow_and_keeps_partition_order(spark: Any) -> None:
     rows = spark.range(0, 40, 1, 4).mapInArrow(tag, "id LONG, part INT").collect()
     assert [r.id for r in rows] == list(range(40))
     assert [r.part for r in rows] == [i // 10 for i in range(40)]
+
+
+def test_spark_python_workers_import_the_installed_compiled_pyspark_not_sparks_zip(spark: Any) -> None:
+    import pyspark
+
+    def where(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyspark
+
+        for batch in batches:
+            yield pa.RecordBatch.from_arrays([pa.array([pyspark.__file__] * batch.num_rows)], names=["f"])
+
+    files = {r.f for r in spark.range(0, 4, 1, 2).mapInArrow(where, "f STRING").collect()}
+    assert files == {pyspark.__file__}, "a zip on the path makes every new Python process compile pyspark again"
+
+
+def test_a_spark_home_the_user_set_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.runtime.session import spark_env, spark_home
+
+    made = spark_home()
+    assert made is not None
+    assert (Path(made) / "jars").is_dir() and (Path(made) / "bin" / "spark-class").exists()
+    assert not (Path(made) / "python").exists()
+    monkeypatch.setenv("SPARK_HOME", "/opt/their-spark")
+    spark_home.cache_clear()
+    try:
+        assert spark_home() is None
+        assert spark_env()["SPARK_HOME"] == "/opt/their-spark"
+    finally:
+        spark_home.cache_clear()
 
 
 def test_home_is_fresh_and_lazy(home: Home, tmp_path: Any) -> None:
