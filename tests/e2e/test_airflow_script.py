@@ -44,6 +44,21 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     return proc, log
 
 
+def _cmdline(p: psutil.Process) -> str:
+    """A short-lived child (a LocalExecutor worker, a zombie not yet reaped) may vanish between listing and reading."""
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # ZombieProcess is a NoSuchProcess
+        return ""
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _listening(processes: list[psutil.Process]) -> set[tuple[str, int, str]]:
     found = set()
     for p in processes:
@@ -62,7 +77,7 @@ def test_airflow_sh_binds_loopback_and_stops_everything_it_started(tmp_path: Pat
     started: list[psutil.Process] = []
     try:
         started = psutil.Process(proc.pid).children(recursive=True)
-        names = " ".join(" ".join(p.cmdline()) for p in started)
+        names = " ".join(_cmdline(p) for p in started)
         for component in ("api_server", "scheduler", "dag-processor", "triggerer"):
             assert component in names, f"{component} is not running: {names}"
         listening = _listening(started)
@@ -72,8 +87,8 @@ def test_airflow_sh_binds_loopback_and_stops_everything_it_started(tmp_path: Pat
         proc.send_signal(stop_signal)
         proc.wait(timeout=60)
         deadline = time.monotonic() + 30
-        while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in started):
-            assert time.monotonic() < deadline, [p.cmdline() for p in started if p.is_running()]
+        while any(_alive(p) for p in started):
+            assert time.monotonic() < deadline, [_cmdline(p) for p in started if _alive(p)]
             time.sleep(0.5)
         assert "[airflow] stopping" in log.read_text()
     finally:
