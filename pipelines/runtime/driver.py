@@ -260,7 +260,19 @@ def _supervise(
                 _lifecycle(control, model, "query_stopped")  # run_job carries the checkpoints forward, then starts
                 progress(f"[{job}] model v{control.job_models.active_version(job)} is active: switching")
                 return True
-        time.sleep(POLL_S if resumed else POLL_S / 5)  # look closely until processing resumed: it is the downtime
+        _await(query, POLL_S if resumed else POLL_S / 5)  # look closely until processing resumed: it is the downtime
+
+
+def _await(query: Any, seconds: float) -> None:
+    """Wait up to ``seconds``, or until the query ends: an available-now run is over when its last batch is.
+
+    A sleep added half a poll on average between a run's last commit and its
+    return. A failed query raises here; the loop's next look reports it.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    with contextlib.suppress(StreamingQueryException):
+        query.awaitTermination(seconds)
 
 
 def _stop_at_batch_boundary(query: Any, drain: Path, timeout: float = 60.0) -> None:
