@@ -83,10 +83,20 @@ def spark_env() -> dict[str, str]:
     return env
 
 
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""C1 only, no C2: the JVM plans micro-batches and ships each virtual task's descriptor, records never enter
+it (``runtime.reading``), so C2's optimised code never pays for its compiling. C2 compiled for 0.6-1.4 CPU-s
+in every cheap-job query of 5 s on 2 cores (a fresh JVM per Airflow run never warms up); without it the
+query took 4.4 s instead of 4.9 s (``benchmarks/README.md``). Set as Spark's *default* Java options, which a
+user's ``spark.driver.extraJavaOptions`` follow, so ``-XX:TieredStopAtLevel=4`` there brings C2 back."""
+
+
 def spark_confs(master: str) -> dict[str, str]:
-    """Confs every session of ours uses; small shuffles, loopback binding in local mode."""
+    """Confs every session of ours uses; small shuffles, loopback binding in local mode, C1-only JIT."""
     confs = {
         "spark.master": master,
+        "spark.driver.defaultJavaOptions": JVM_OPTIONS,
+        "spark.executor.defaultJavaOptions": JVM_OPTIONS,
         "spark.executorEnv.PYTHONPATH": spark_env()["PYTHONPATH"],
         "spark.executorEnv.PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
         "spark.sql.shuffle.partitions": "4",

@@ -46,9 +46,10 @@ __all__ = [
 
 STANDALONE_START_TIMEOUT_S = 90.0  # cold JVMs on a loaded 2-core machine; a start takes 7-17 s here
 
-# C1-only JIT and the serial GC: on these shared 2-core machines the C2 compiler and parallel GC threads compete
-# with the tests for CPU. Measured here under load: session start 16.9/12.8 s -> 11.7/9.5 s, first mapInArrow
-# 9.3/7.6 s -> 5.8/5.7 s, a small repeated job ~1.0 s -> ~0.55 s. Tests only; production keeps the JVM defaults.
+# C1-only JIT (every session's default since session.JVM_OPTIONS; repeated here so a test driver keeps it even
+# where a default is overridden) and the serial GC: on these shared 2-core machines the C2 compiler and parallel
+# GC threads compete with the tests for CPU. Measured here under load: session start 16.9/12.8 s -> 11.7/9.5 s,
+# first mapInArrow 9.3/7.6 s -> 5.8/5.7 s, a small repeated job ~1.0 s -> ~0.55 s. The serial GC is tests only.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

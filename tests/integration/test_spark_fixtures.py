@@ -46,6 +46,18 @@ def test_spark_python_workers_import_the_installed_compiled_pyspark_not_sparks_z
     assert files == {pyspark.__file__}, "a zip on the path makes every new Python process compile pyspark again"
 
 
+def test_the_jvm_compiles_with_c1_only_and_a_users_java_options_come_after_ours(spark: Any) -> None:
+    import psutil
+
+    from pipelines.runtime.session import JVM_OPTIONS
+    from tests.integration.spark_fixtures import TEST_JVM_OPTIONS
+
+    jvm = psutil.Process(spark.sparkContext._gateway.proc.pid).cmdline()
+    assert JVM_OPTIONS in jvm, jvm
+    extra = TEST_JVM_OPTIONS.split()[-1]  # this session's spark.driver.extraJavaOptions, the user's place
+    assert jvm.index(JVM_OPTIONS) < jvm.index(extra), "the JVM takes the last of repeated flags: the user's"
+
+
 def test_a_spark_home_the_user_set_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     from pipelines.runtime.session import spark_env, spark_home
 
