@@ -86,8 +86,9 @@ def spark_env() -> dict[str, str]:
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 """C1 only, no C2: the JVM plans micro-batches and ships each virtual task's descriptor, records never enter
 it (``runtime.reading``), so C2's optimised code never pays for its compiling. C2 compiled for 0.6-1.4 CPU-s
-in every cheap-job query of 5 s on 2 cores (a fresh JVM per Airflow run never warms up); without it the
-query took 4.4 s instead of 4.9 s (``benchmarks/README.md``). Set as Spark's *default* Java options, which a
+in every cheap-job query of 5 s on 2 cores (a fresh JVM per Airflow run never warms up); without it a
+``pipelines run --available-now`` of a cheap job took 13.7 s and 11.4 CPU-s instead of 14.8 s and 16.5
+(``benchmarks/README.md``). Set as Spark's *default* Java options, which a
 user's ``spark.driver.extraJavaOptions`` follow, so ``-XX:TieredStopAtLevel=4`` there brings C2 back."""
 
 
