@@ -134,7 +134,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-rescale-") as tmp:
         for mode, run in (("in place", in_place), ("redeploy", redeploy)):
             home = setup(Path(tmp), mode.replace(" ", "-"))
-            producer = Producer(home, args.rate, keys=100)
+            producer = Producer(home, args.rate, keys=100, system=DeltaLog(home.streams))
             producer.start()
             log(f"{mode}: {args.steps} rescales on {args.master}, {args.rate} records/s arriving ...")
             try:
