@@ -32,7 +32,11 @@ on each task's ``TaskRange`` as one row, so records never cross the JVM.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
+import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -290,6 +294,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         for system in self.__dict__.get("_systems", {}).values():
             system.close()
+        _end_runner_quietly_if_its_query_stopped()
 
     def _resolve(self, offset: Offset) -> Position:
         return fetch.resolve(self.home, self.job, self.version, offset)
@@ -321,6 +326,35 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         row = {"virtual_task": partition.task_name, "model_version": partition.model_version}
         yield pa.RecordBatch.from_pylist([{**row, "task": describe(partition)}], schema=schemas.arrow(schemas.TASKS))
+
+
+_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def _end_runner_quietly_if_its_query_stopped() -> None:
+    """End Spark's source runner process here when the query that owned it stopped.
+
+    Spark stops a query's runner by closing its socket and then killing it;
+    a runner that reads the end of the socket first calls ``stop`` (here),
+    tries to report an ``EOFError`` to the JVM that is gone, and prints two
+    Python tracebacks (``EOFError``, ``BrokenPipeError``) into the driver's
+    log at a clean stop, a rescale or a Ctrl-C: noise that reads like a
+    failure. Only that case ends here, with status 0; any other error still
+    reaches the JVM, which fails the query with it.
+    """
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) != _SOURCE_RUNNER:
+        return
+    error = sys.exc_info()[1]
+    if not isinstance(error, EOFError):
+        return
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames or frames[-1].name != "read_int":  # the JVM's socket ended, not one of our reads
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
 
 
 def _earlier(system: InputSystem, a: Position, b: Position) -> Position:

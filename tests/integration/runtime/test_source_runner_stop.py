@@ -1,0 +1,88 @@
+"""A query's stop does not print Spark's source-runner tracebacks into the driver's log.
+
+Spark stops a Python streaming source's runner process by closing its socket
+and then killing it; a runner that reads the closed socket first printed an
+``EOFError`` and a ``BrokenPipeError`` traceback into the driver's output at
+a clean stop, a rescale or a Ctrl-C (CI caught one in the Ctrl-C test). The
+test plays the JVM's side of the runner's socket, as Spark does, with our
+source, and closes it where Spark's stop does: waiting for the next call.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pyspark.serializers import CloudPickleSerializer, read_int, write_int, write_with_length
+
+from pipelines.runtime import schemas
+from pipelines.runtime.source import ElasticSource
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _utf8(text: str, out) -> None:
+    write_with_length(text.encode("utf-8"), out)
+
+
+def _runner_until_ready(tmp_path: Path, source: object) -> tuple[subprocess.Popen, socket.socket, object]:
+    """Start Spark's source runner with ``source``; returns once it waits for its first call."""
+    path = str(tmp_path / "runner.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    env = {**os.environ, "PYTHON_WORKER_FACTORY_SOCK_PATH": path, "PYTHONPATH": str(REPO)}
+    env.pop("PYTHON_WORKER_FACTORY_SECRET", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyspark.sql.streaming.python_streaming_source_runner"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server.settimeout(60)
+    conn, _ = server.accept()
+    server.close()
+    stream = conn.makefile("rwb", 65536)
+    read_int(stream)  # the runner's pid
+    _utf8(f"{sys.version_info[0]}.{sys.version_info[1]}", stream)  # check_python_version
+    _utf8(str(tmp_path), stream)  # setup_spark_files: the work dir, no includes
+    write_int(0, stream)
+    write_with_length(CloudPickleSerializer().dumps(source), stream)
+    _utf8(schemas.TASKS.json(), stream)
+    write_int(1024, stream)  # max arrow batch size
+    stream.flush()
+    conn.settimeout(60)
+    assert read_int(stream) == 0, proc.stderr.read() if proc.poll() is not None else "runner failed to start"
+    return proc, conn, stream
+
+
+def test_a_runner_whose_query_stopped_ends_without_a_traceback(tmp_path: Path) -> None:
+    source = ElasticSource({"home": str(tmp_path / "home"), "job": "j", "modelVersion": "1"})
+    proc, conn, stream = _runner_until_ready(tmp_path, source)
+    time.sleep(0.2)  # the runner now blocks reading its next call, as between two batches
+    stream.close()
+    conn.close()  # what Spark's stop does before it kills the runner
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert proc.returncode == 0, (proc.returncode, err)
+
+
+def test_an_error_in_our_reader_still_reaches_spark(tmp_path: Path) -> None:
+    """The quiet end is only for the closed socket: a failing call still reports its error to the JVM."""
+    source = ElasticSource({"home": str(tmp_path / "missing-home"), "job": "nobody", "modelVersion": "1"})
+    proc, conn, stream = _runner_until_ready(tmp_path, source)
+    write_int(884, stream)  # INITIAL_OFFSET_FUNC_ID: the model of job "nobody" cannot be read
+    stream.flush()
+    code = read_int(stream)
+    message = stream.read(read_int(stream)).decode("utf-8", "replace")
+    stream.close()
+    conn.close()
+    proc.communicate(timeout=60)
+    assert code < 0  # SpecialLengths.PYTHON_EXCEPTION_THROWN
+    assert "nobody" in message, message
