@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def _utf8(text: str, out) -> None:
 
 def _runner_until_ready(tmp_path: Path, source: object) -> tuple[subprocess.Popen, socket.socket, object]:
     """Start Spark's source runner with ``source``; returns once it waits for its first call."""
-    path = str(tmp_path / "runner.sock")
+    path = tempfile.mkdtemp(prefix="runner-") + "/s"  # short: a unix socket's path has at most 107 bytes
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
@@ -46,8 +47,15 @@ def _runner_until_ready(tmp_path: Path, source: object) -> tuple[subprocess.Pope
         text=True,
     )
     server.settimeout(60)
-    conn, _ = server.accept()
-    server.close()
+    try:
+        conn, _ = server.accept()
+    except OSError:
+        proc.kill()
+        raise
+    finally:
+        server.close()
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
     stream = conn.makefile("rwb", 65536)
     read_int(stream)  # the runner's pid
     _utf8(f"{sys.version_info[0]}.{sys.version_info[1]}", stream)  # check_python_version
