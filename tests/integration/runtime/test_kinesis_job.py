@@ -166,7 +166,10 @@ def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_wi
                 time.sleep(0.3)
             assert emulator.process is not None
             os.killpg(emulator.process.pid, signal.SIGSTOP)
-            time.sleep(8.0)  # several plans find the input silent
+            # Long enough that the planner or a read meets the freeze: a batch's commit, reading the input's lag,
+            # can spend up to max_attempts x request_timeout_s (and botocore's back-off) on it and report it only
+            # as that batch's input_unavailable count, which is how CI once saw an 8 s freeze go unplotted.
+            time.sleep(15.0)
             os.killpg(emulator.process.pid, signal.SIGCONT)
             producer.produce(150)
             while _rows(home, config) < producer.total and time.monotonic() < deadline:
