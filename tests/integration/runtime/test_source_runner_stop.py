@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyspark.serializers import CloudPickleSerializer, read_int, write_int, write_with_length
+from pyspark.serializers import CloudPickleSerializer, SpecialLengths, read_int, write_int, write_with_length
+from pyspark.sql.streaming.python_streaming_source_runner import INITIAL_OFFSET_FUNC_ID
 
 from pipelines.runtime import schemas
 from pipelines.runtime.source import ElasticSource
@@ -85,12 +86,12 @@ def test_an_error_in_our_reader_still_reaches_spark(tmp_path: Path) -> None:
     """The quiet end is only for the closed socket: a failing call still reports its error to the JVM."""
     source = ElasticSource({"home": str(tmp_path / "missing-home"), "job": "nobody", "modelVersion": "1"})
     proc, conn, stream = _runner_until_ready(tmp_path, source)
-    write_int(884, stream)  # INITIAL_OFFSET_FUNC_ID: the model of job "nobody" cannot be read
+    write_int(INITIAL_OFFSET_FUNC_ID, stream)  # the model of job "nobody" cannot be read
     stream.flush()
     code = read_int(stream)
     message = stream.read(read_int(stream)).decode("utf-8", "replace")
     stream.close()
     conn.close()
     proc.communicate(timeout=60)
-    assert code < 0  # SpecialLengths.PYTHON_EXCEPTION_THROWN
+    assert code == SpecialLengths.PYTHON_EXCEPTION_THROWN
     assert "nobody" in message, message
