@@ -41,7 +41,7 @@ from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import PipelinesError
 from pipelines.faults import crash_point
-from pipelines.runtime import fetch, schemas
+from pipelines.runtime import fetch, heap, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.processing import make_processor
 from pipelines.runtime.reading import read_described
@@ -128,6 +128,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         finally:
             message.data = data_writer.close()
             message.dead = dead_writer.close()
+            heap.settle()
         return message
 
     # ------------------------------------------------------------ driver
@@ -170,6 +171,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         rows.append(metric(self.job, self.version, batchId, None, "control_commit_s", time.perf_counter() - t1))
         control.metrics.append(rows)
         fetch.remove_stages([stage for mk in markers for stage in mk.stages])
+        heap.settle()
 
     def abort(self, messages: list[BatchFiles | None], batchId: int) -> None:
         """Uncommitted files are invisible to Delta readers; leave them for vacuum rather than guess."""

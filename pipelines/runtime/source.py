@@ -51,7 +51,7 @@ from pipelines.core.model import JobModel
 from pipelines.core.positions import Bounded, End, Position
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.errors import StreamError
-from pipelines.runtime import fetch, schemas
+from pipelines.runtime import fetch, heap, schemas
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.outage import InputOutage
 from pipelines.runtime.reading import SspRange, TaskRange, describe
@@ -328,6 +328,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         row = {"virtual_task": partition.task_name, "model_version": partition.model_version}
         yield pa.RecordBatch.from_pylist([{**row, "task": describe(partition)}], schema=schemas.arrow(schemas.TASKS))
+        heap.settle()
 
 
 _SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
