@@ -128,7 +128,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         finally:
             message.data = data_writer.close()
             message.dead = dead_writer.close()
-            heap.settle()
+        heap.settle()  # not on the way out of a failure: Spark ends that worker, and its frames hold the batch
         return message
 
     # ------------------------------------------------------------ driver
