@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.serializers import CloudPickleSerializer, SpecialLengths, read_int, write_int, write_with_length
 from pyspark.sql.streaming.python_streaming_source_runner import (
     GET_DEFAULT_READ_LIMIT_FUNC_ID,
@@ -101,15 +102,17 @@ def test_an_error_in_our_reader_still_reaches_spark(tmp_path: Path) -> None:
     """The quiet end is only for the closed socket: a failing call still reports its error to the JVM."""
     source = ElasticSource({"home": str(tmp_path / "missing-home"), "job": "nobody", "modelVersion": "1"})
     proc, conn, stream = _runner_until_ready(tmp_path, source)
-    write_int(INITIAL_OFFSET_FUNC_ID, stream)  # the model of job "nobody" cannot be read
-    stream.flush()
-    code = read_int(stream)
-    message = stream.read(read_int(stream)).decode("utf-8", "replace")
-    stream.close()
-    conn.close()
-    proc.communicate(timeout=60)
-    assert code == SpecialLengths.PYTHON_EXCEPTION_THROWN
-    assert "nobody" in message, message
+    try:
+        with pytest.raises(RunnerError, match="nobody"):  # the model of job "nobody" cannot be read
+            _call(stream, INITIAL_OFFSET_FUNC_ID)
+    finally:
+        stream.close()
+        conn.close()
+        proc.communicate(timeout=60)
+
+
+class RunnerError(Exception):
+    """The runner answered a call with ``PYTHON_EXCEPTION_THROWN`` and this message."""
 
 
 def _call(stream, func_id: int, *args: str) -> str | int:
@@ -120,7 +123,7 @@ def _call(stream, func_id: int, *args: str) -> str | int:
     stream.flush()
     length = read_int(stream)
     if length == SpecialLengths.PYTHON_EXCEPTION_THROWN:
-        raise AssertionError(stream.read(read_int(stream)).decode("utf-8", "replace"))
+        raise RunnerError(stream.read(read_int(stream)).decode("utf-8", "replace"))
     if func_id == PREPARE_FOR_TRIGGER_AVAILABLE_NOW_FUNC_ID:
         return length
     return stream.read(length).decode("utf-8")
