@@ -14,6 +14,8 @@ COPY dags ./dags
 COPY plugins ./plugins
 COPY include ./include
 RUN pip install --no-cache-dir --no-deps -e .
+# An editable install compiles nothing: compile once, so no worker or task compiles the package again.
+RUN python -m compileall -q pipelines dags plugins include
 
 ENV PYSPARK_PYTHON=/usr/local/bin/python \
     PYSPARK_DRIVER_PYTHON=/usr/local/bin/python \
