@@ -42,7 +42,7 @@ fi
 # machines and many container images set it), every Python process would compile it from source again: each Spark
 # worker, each query's source runner, each Airflow task, 0.05-0.1 CPU-s apiece. Compiled once here; Python checks
 # each file's mtime, so an edited module is compiled in memory again until the next setup, never served stale.
-.venv/bin/python -m compileall -q -j 0 pipelines plugins dags include >/dev/null
+.venv/bin/python -m compileall -q -j 0 pipelines plugins dags include || log "some modules did not compile (above)"
 # kinesis-mock, the Kinesis emulator the Kinesis tests and `demo.sh --input kinesis` start (Node 18+, npm).
 emulator=tools/kinesis-mock
 emulator_want=$(sha256sum "$emulator/package-lock.json" | cut -d' ' -f1)
