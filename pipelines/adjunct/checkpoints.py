@@ -129,20 +129,21 @@ def append_store_checkpoints(home: Home, rows: Sequence[Mapping[str, Any]]) -> N
     """Append the rows of one committed batch; appends never conflict, so concurrent jobs need no lock."""
     if not rows:
         return
-    from deltalake import write_deltalake
+    from deltalake import CommitProperties
+
+    from pipelines.control.table import COMMIT_RETRIES
+    from pipelines.deltaio import append
 
     path = home.control_table(TABLE)
     data = pa.Table.from_pylist(list(rows), schema=STORE_CHECKPOINT_SCHEMA)
-    write_deltalake(str(path), data, mode="append", partition_by=["job"])
+    append(path, data, partition_by=["job"], commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
 
 
 def read_store_checkpoints(home: Home, job: str) -> dict[str, StoreCheckpoint]:
     """Each store's latest checkpoint for ``job`` (empty when it never committed a batch with stores)."""
-    from deltalake import DeltaTable
-
-    from pipelines.deltaio import read_delta
+    from pipelines.deltaio import is_table, read_delta
 
     path = home.control_table(TABLE)
-    if not DeltaTable.is_deltatable(str(path)):
+    if not is_table(path):
         return {}
-    return latest_store_checkpoints(read_delta(str(path), [("job", "=", job)], schema=STORE_CHECKPOINT_SCHEMA))
+    return latest_store_checkpoints(read_delta(path, [("job", "=", job)], schema=STORE_CHECKPOINT_SCHEMA))

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pipelines.control import ControlPlane
@@ -28,10 +27,9 @@ from pipelines.errors import PipelinesError, raised_inside
 from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.planning import carry_forward_on_start
-from pipelines.runtime import schemas
+from pipelines.runtime import requests, schemas
 from pipelines.runtime.lifetime import die_with_parent
 from pipelines.runtime.outputs import ensure_output_tables
-from pipelines.runtime.requests import drain_request, failure_note, stop_request
 
 POLL_S = 0.25
 HEARTBEAT_S = 10.0
@@ -76,7 +74,7 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
     writer = (
         reader.writeStream.format("elastic_delta")
         .queryName(f"{model.job_name}-v{model.version}")
-        .option("checkpointLocation", str(home.spark_checkpoints / model.job_name / f"v{model.version}"))
+        .option("checkpointLocation", home.spark_checkpoint_uri(model.job_name, model.version))
         .option("home", str(home.root))
         .option("job", model.job_name)
         .option("modelVersion", str(model.version))
@@ -107,7 +105,6 @@ def run_job(
 ) -> int:
     """Run until done (available-now), stopped, or ``max_seconds``; returns the number of queries run."""
     control = ControlPlane(home)
-    stop_file = stop_request(home, job)
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     queries = 0
     heartbeat = Heartbeat(control, job)
@@ -124,9 +121,9 @@ def run_job(
             progress(
                 f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks"
             )
-            switch = _supervise(query, control, job, model, stop_file, deadline, progress, started, heartbeat)
+            switch = _supervise(query, control, job, model, deadline, progress, started, heartbeat)
             if not switch:
-                stop_file.unlink(missing_ok=True)
+                requests.clear_stop(home, job)
                 return queries
     finally:
         heartbeat.halt.set()
@@ -217,7 +214,6 @@ def _supervise(
     control: ControlPlane,
     job: str,
     model: JobModel,
-    stop_file: Path,
     deadline: float | None,
     progress: Callable[[str], None],
     started: float,
@@ -247,8 +243,8 @@ def _supervise(
         heartbeat.progress()
         durations.record(query)
         now = time.monotonic()
-        if stop_file.exists() or (deadline is not None and now > deadline):
-            _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
+        if requests.stop_asked(control.home, job) or (deadline is not None and now > deadline):
+            _stop_at_batch_boundary(query, control.home, job, model.version)
             _lifecycle(control, model, "query_stopped")
             durations.record(query)
             progress(f"[{job}] stopped at a batch boundary after {now - started:.1f}s")
@@ -256,7 +252,7 @@ def _supervise(
         if now - last_model_check >= POLL_S:  # a Delta read: at most every POLL_S, however fast the loop runs
             last_model_check = now
             if control.job_models.active_version(job) != model.version:
-                _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
+                _stop_at_batch_boundary(query, control.home, job, model.version)
                 _lifecycle(control, model, "query_stopped")  # run_job carries the checkpoints forward, then starts
                 progress(f"[{job}] model v{control.job_models.active_version(job)} is active: switching")
                 return True
@@ -275,21 +271,20 @@ def _await(query: Any, seconds: float) -> None:
         query.awaitTermination(seconds)
 
 
-def _stop_at_batch_boundary(query: Any, drain: Path, timeout: float = 60.0) -> None:
+def _stop_at_batch_boundary(query: Any, home: Home, job: str, version: int, timeout: float = 60.0) -> None:
     """Drain the source, wait for the running micro-batch to finish, then stop.
 
     A batch still running at ``timeout`` is cut short: it is replayed from the
     committed checkpoints, never lost.
     """
-    drain.parent.mkdir(parents=True, exist_ok=True)
-    drain.touch()
+    requests.drain(home, job, version)
     try:
         end = time.monotonic() + timeout
         while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < end:
             time.sleep(0.05)
         query.stop()
     finally:
-        drain.unlink(missing_ok=True)
+        requests.undrain(home, job, version)
 
 
 class BatchDurations:
@@ -370,9 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=lambda m: print(m, file=sys.stderr, flush=True),
         )
     except PipelinesError as e:  # one line for the user; Spark's log above holds the whole trace
-        note = failure_note(home, args.job)
-        note.parent.mkdir(parents=True, exist_ok=True)
-        note.write_text(json.dumps({"error": type(e).__name__, "message": str(e)}))
+        requests.note_failure(home, args.job, type(e).__name__, str(e))
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
     finally:

@@ -9,7 +9,6 @@ boundary, so stopping never cuts a micro-batch short.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -21,9 +20,10 @@ from pathlib import Path
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.errors import PipelinesError, by_name
+from pipelines.runtime import requests
 from pipelines.runtime.lifetime import check_master, tied_command
-from pipelines.runtime.requests import failure_note, stop_request
 from pipelines.runtime.session import spark_confs, spark_env
+from pipelines.storage.hostlocal import host_dir
 
 DRIVER = str(Path(__file__).with_name("driver.py"))
 INTERRUPT_GRACE_S = 60.0  # a Ctrl-C'd driver gets this long to stop at a batch boundary
@@ -58,7 +58,13 @@ def driver_command(
 
 
 def pid_file(home: Home, job: str) -> Path:
-    return home.root / "run" / f"{job}.pid"
+    """The pid of a driver this host started detached: host-local bookkeeping (``storage.hostlocal``)."""
+    return host_dir(home.root, "run") / f"{job}.pid"
+
+
+def driver_log(home: Home, job: str) -> Path:
+    """Where a detached driver started on this host writes its log."""
+    return host_dir(home.root, "run") / f"{job}.log"
 
 
 def run(
@@ -73,13 +79,13 @@ def run(
             f"job {job!r} already has a live driver in this home (pid {live}); stop it first "
             f"(python -m pipelines stop {job}) or let it run"
         )
-    (home.root / "run").mkdir(parents=True, exist_ok=True)
-    stop_request(home, job).unlink(missing_ok=True)
-    failure_note(home, job).unlink(missing_ok=True)
+    requests.clear_stop(home, job)
+    requests.clear_failure(home, job)
     cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
     if not detach:
         return _foreground(home, job, cmd)
-    log = open(home.root / "run" / f"{job}.log", "ab")  # noqa: SIM115 - handed to the child
+    driver_log(home, job).parent.mkdir(parents=True, exist_ok=True)
+    log = open(driver_log(home, job), "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(cmd, env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     pid_file(home, job).write_text(str(proc.pid))
     return proc.pid
@@ -103,9 +109,7 @@ def _foreground(home: Home, job: str, cmd: list[str]) -> int:
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        request = stop_request(home, job)
-        request.parent.mkdir(parents=True, exist_ok=True)
-        request.touch()
+        requests.ask_stop(home, job)
         sys.stderr.write(
             f"interrupted: stopping job {job} at its next batch boundary (Ctrl-C again to kill it at once)\n"
         )
@@ -117,16 +121,14 @@ def _foreground(home: Home, job: str, cmd: list[str]) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         finally:
-            request.unlink(missing_ok=True)
+            requests.clear_stop(home, job)
         raise
 
 
 def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> bool:
     """Ask the job's driver to stop at its next batch boundary; True once it has exited (or none ran)."""
     ControlPlane(home).job_models.active(job)
-    request = stop_request(home, job)
-    request.parent.mkdir(parents=True, exist_ok=True)
-    request.touch()
+    requests.ask_stop(home, job)
     pid = _pid(home, job)
     if not wait or pid is None:
         return pid is None
@@ -175,8 +177,7 @@ def _alive(pid: int) -> bool:
 
 def failure(home: Home, job: str) -> PipelinesError | None:
     """The platform error the job's last driver failed with (``failure_note``), as its own class, or None."""
-    try:
-        note = json.loads(failure_note(home, job).read_text())
-    except (OSError, ValueError):
+    note = requests.read_failure(home, job)
+    if note is None:
         return None
     return by_name(str(note.get("error")), str(note.get("message")))

@@ -70,6 +70,7 @@ class TaskRange(InputPartition):
     ranges: list[SspRange]  # old partitions first
     settings: dict[str, dict[str, Any]]  # the job's input-system settings (never secrets)
     shared: bool  # several virtual tasks read each partition: fetch once, stage, and take a bucket
+    stores: dict[str, Any] | None = None  # the batch's adjunct store versions, from its end offset (None: none)
 
 
 def describe(task: TaskRange) -> bytes:
@@ -97,11 +98,13 @@ def read_described(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
 
 def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
     """The task's records in the partitions' order (old partitions first), then its marker row."""
-    from pathlib import Path
-
-    home = Home(Path(partition.home))
+    home = Home(partition.home)
     target = schemas.arrow(schemas.RECORDS)
-    marker = TaskMarker(partition.task_name)
+    marker = TaskMarker(partition.task_name, stores=partition.stores)
+    if partition.stores is not None:  # the processing step opens the task's store views at these versions
+        from pipelines.adjunct.runtime import remember_batch
+
+        remember_batch(home, partition.job, partition.model_version, _batch_id(), partition.stores)
     for r in partition.ranges:
         ssp = SystemStreamPartition.from_wire(r.ssp)
         system = _executor_system(ssp.system, home, partition.settings.get(ssp.system, {}))
@@ -160,6 +163,14 @@ def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
         [{"virtual_task": partition.task_name, "model_version": partition.model_version, "marker": marker.dumps()}],
         schema=target,
     )
+
+
+def _batch_id() -> int:
+    from pyspark import TaskContext as SparkTaskContext
+
+    ctx = SparkTaskContext.get()
+    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    return int(value) if value is not None else -1
 
 
 def _report_outage(home: Home, job: str, version: int, ssp: SystemStreamPartition, seconds: float) -> None:

@@ -190,9 +190,9 @@ def _decisions(home: Any, job: str) -> list[dict[str, Any]] | None:
     module = _optional("pipelines.control.decisions")
     if module is None or not hasattr(module, "read_decisions"):
         return None
-    from deltalake import DeltaTable
+    from pipelines.deltaio import is_table
 
-    if not DeltaTable.is_deltatable(str(home.control_table("autosize_decisions"))):
+    if not is_table(home.control_table("autosize_decisions")):
         return None
     rows = _records(module.read_decisions(home, job))
     order = next((k for k in ("decided_at", "at", "recorded_at", "created_at") if rows and k in rows[0]), None)

@@ -20,8 +20,8 @@ from pipelines.faults import FAULT_ENV, InjectedFault
 from pipelines.operations import scaling
 from pipelines.operations.scaling import ScalingRequest
 from pipelines.quality.verify import verify_job
+from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.systems.deltalog import DeltaLog
 from tests.integration.runtime.jobs import job, order_violations, sink
 
@@ -193,8 +193,7 @@ def test_a_live_driver_switches_in_place_with_a_short_measured_downtime(spark: A
         stop_producing.set()
         threads[0].join(30)
         time.sleep(3)  # let the driver take the last records in
-        stop_request(home, ran_once).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(home, ran_once).touch()
+        requests.ask_stop(home, ran_once)
         threads[1].join(120)
     assert not failures, failures
     assert result["status"] == "verified", result

@@ -85,7 +85,7 @@ def _driver(home: Home, job_name: str, **env: str) -> subprocess.Popen:
 
 
 def _log_file(home: Home, job_name: str):
-    home.root.mkdir(parents=True, exist_ok=True)
+    home.root.local_path().mkdir(parents=True, exist_ok=True)
     return open(home.root / f"{job_name}-driver.log", "ab")
 
 
@@ -93,7 +93,7 @@ def _restart_and_check(home: Home, config, records: int) -> None:
     """Run the job again to the end: every record exactly once, every key in order."""
     finished = _driver(home, config.name)
     finished.wait(timeout=300)
-    assert finished.returncode == 0, (home.root / f"{config.name}-driver.log").read_text()[-3000:]
+    assert finished.returncode == 0, (home.root.local_path() / f"{config.name}-driver.log").read_text()[-3000:]
     rows = sink(home, config)
     assert len(rows) == records
     assert not rows.duplicated(["partition", "offset"]).any()

@@ -17,8 +17,8 @@ from pipelines.control.home import Home
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
+from pipelines.runtime import requests
 from pipelines.runtime.driver import batch_budget, run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.systems.kafka import KafkaSystem
 from pipelines.systems.kafka_mock import MockKafka
 from tests.integration.kafka_fixtures import unique_topic
@@ -121,8 +121,7 @@ def test_a_kafka_job_rescaled_while_producing_passes_the_data_quality_checks(
                 break
             time.sleep(0.3)
     finally:
-        stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(home, config.name).touch()
+        requests.ask_stop(home, config.name)
         driver.join(timeout=120)
     assert not driver.is_alive()
     assert any("model v2 is active: switching" in m for m in messages), messages
@@ -162,8 +161,7 @@ def test_a_kafka_job_waits_out_a_broker_outage_and_resumes_with_nothing_lost(spa
             while len(sink(home, config)) < events.total and time.monotonic() < deadline:
                 time.sleep(0.2)
         finally:
-            stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-            stop_request(home, config.name).touch()
+            requests.ask_stop(home, config.name)
             driver.join(timeout=120)
         assert not driver.is_alive(), "the driver survived the outage and stopped when asked"
         assert batches_down <= batches_before + 1, "no batch was planned while the broker was down"

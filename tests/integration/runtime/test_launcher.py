@@ -100,6 +100,7 @@ def test_an_unreachable_spark_master_is_one_line_and_quick_and_starts_nothing(tm
         )
         assert (done.returncode, done.stderr) == (2, message), args
         assert time.monotonic() - started < 20, "refused at once, not after Spark's registration retries"
-    assert not (home.root / "run").exists() and not (home.spark_checkpoints / config.name).exists()
+    assert not (home.root.local_path() / "run").exists()
+    assert not (home.spark_checkpoints / config.name).local_path().exists()
     assert ScalingLock(home).state(config.name) == lock_before, "the rescale was refused before it took the lock"
     assert ControlPlane(home).job_models.latest_version(config.name) == 1
