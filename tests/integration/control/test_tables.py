@@ -226,7 +226,8 @@ def test_latest_checkpoints_take_the_highest_batch_per_bucket(cp: ControlPlane) 
     assert cp.checkpoints.latest_batch("orders", 2) == 3
     whole = cp.checkpoints.latest("orders", 1)
     assert whole.offsets == {ssp(0): "99", ssp(1): "99"}
-    stored = DeltaTable(str(cp.home.control_table(CHECKPOINTS.name))).to_pyarrow_table(filters=[("model_version", "=", 1)])
+    table = DeltaTable(str(cp.home.control_table(CHECKPOINTS.name)))
+    stored = table.to_pyarrow_table(filters=[("model_version", "=", 1)])
     assert set(stored.column("key_bucket").to_pylist()) == {-1}
 
 

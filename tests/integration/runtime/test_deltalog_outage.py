@@ -65,4 +65,4 @@ def test_a_job_waits_out_its_embedded_logs_storage_going_away_and_resumes_with_n
 
 def _rows(home: Home, config: JobConfig) -> int:
     table = home.sinks / config.sink_table
-    return len(sink(home, config)) if (table / "_delta_log").exists() else 0
+    return len(sink(home, config)) if (table / "_delta_log").local_path().exists() else 0

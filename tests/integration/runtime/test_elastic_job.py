@@ -121,7 +121,7 @@ def test_kill_9_of_the_driver_mid_run_loses_and_doubles_nothing(home: Home) -> N
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         table = home.sinks / config.sink_table
-        if (table / "_delta_log").exists() and len(sink(home, config)) > 0:
+        if (table / "_delta_log").local_path().exists() and len(sink(home, config)) > 0:
             break
         time.sleep(0.3)
     os.killpg(driver.pid, 9)

@@ -196,4 +196,4 @@ def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_wi
 
 def _rows(home: Home, config: JobConfig) -> int:
     table = home.sinks / config.sink_table
-    return len(sink(home, config)) if (table / "_delta_log").exists() else 0
+    return len(sink(home, config)) if (table / "_delta_log").local_path().exists() else 0

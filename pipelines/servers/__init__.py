@@ -1,0 +1,1 @@
+"""Local servers for tests and demos only (never imported by the platform's own code paths)."""
