@@ -29,6 +29,7 @@ from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.planning import carry_forward_on_start
 from pipelines.runtime import requests, schemas
 from pipelines.runtime.lifetime import die_with_parent
+from pipelines.runtime.outage import STALL_S, record_outage
 from pipelines.runtime.outputs import ensure_output_tables
 
 POLL_S = 0.25
@@ -108,10 +109,15 @@ def run_job(
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     queries = 0
     heartbeat = Heartbeat(control, job)
+    watch = HomeWatch(home, job) if not home.is_local else None
+    if watch is not None:
+        watch.start()
     try:
         while True:
             model = control.job_models.active(job)
             heartbeat.version, heartbeat.batch = model.version, -1
+            if watch is not None:
+                watch.version = model.version
             heartbeat.ensure_started()
             _carry_forward_on_start(control, model, progress)
             started = time.monotonic()
@@ -127,6 +133,45 @@ def run_job(
                 return queries
     finally:
         heartbeat.halt.set()
+        if watch is not None:
+            watch.halt.set()
+
+
+class HomeWatch(threading.Thread):
+    """Whether an object-store home answers: one small read a second, from a thread of its own.
+
+    A store that stops answering holds every call of the job up (planning,
+    reads, commits, the heartbeat), each in its own process and with its own
+    client's timeouts, and the job waits it out: nothing fails, so nothing
+    would say so. This thread asks the store for one small object every
+    ``every_s``; an answer that takes longer than ``STALL_S`` (or does not
+    come) opens an outage, the next prompt answer ends it, and the outage is
+    recorded like an input's (``record_outage``), so the views mark it.
+    """
+
+    def __init__(self, home: Home, job: str, every_s: float = 1.0) -> None:
+        super().__init__(name=f"home-watch-{job}", daemon=True)
+        self.home, self.job, self.every_s = home, job, every_s
+        self.version = 0
+        self.halt = threading.Event()
+        self.down_since: float | None = None
+
+    def run(self) -> None:
+        from pipelines.storage.conditional import MARKER
+
+        probe = self.home.root / MARKER
+        while not self.halt.wait(self.every_s):
+            asked = time.monotonic()
+            try:
+                self.home.store.exists(probe)
+                answered = time.monotonic() - asked <= STALL_S
+            except Exception:  # refused, timed out: down
+                answered = False
+            if not answered and self.down_since is None:
+                self.down_since = asked
+            elif answered and self.down_since is not None:
+                lasted, self.down_since = time.monotonic() - self.down_since, None
+                record_outage(self.home, self.job, self.version, lasted, "the home's store")
 
 
 class Heartbeat(threading.Thread):

@@ -31,6 +31,7 @@ from pipelines.core.ssp import SystemStreamPartition
 from pipelines.runtime import fetch, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.offsets import Offset, Pending
+from pipelines.runtime.outage import record_outage
 from pipelines.systems.base import InputSystem
 
 # Input-system clients opened by ``read_task`` on executors, kept for the life of the (reused) Python worker:
@@ -121,7 +122,8 @@ def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
             shared=partition.shared,
         )
         if got.stats.get("outage_s"):
-            _report_outage(home, partition.job, partition.model_version, ssp.whole(), float(got.stats["outage_s"]))
+            seconds = float(got.stats["outage_s"])
+            record_outage(home, partition.job, partition.model_version, seconds, f"a read of {ssp.whole().wire()}")
         table = got.bucket(ssp.key_bucket) if partition.shared and ssp.key_bucket is not None else got.records
         if r.start != r.fetch_start and table.num_rows:  # this bucket is ahead of its partition's floor
             offsets = table.column("offset").to_pylist()
@@ -171,28 +173,3 @@ def _batch_id() -> int:
     ctx = SparkTaskContext.get()
     value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
     return int(value) if value is not None else -1
-
-
-def _report_outage(home: Home, job: str, version: int, ssp: SystemStreamPartition, seconds: float) -> None:
-    """A read in flight waited out a silent input: recorded as the planner records an outage, so views mark it.
-
-    Two rows, the outage's start (down 0 s so far) and its end (how long it
-    lasted), the same pair the planner writes when it is the one to notice.
-    """
-    from datetime import timedelta
-
-    from pipelines.control import ControlPlane
-    from pipelines.control.table import utc_now
-    from pipelines.observe.series import OUTAGE_BACK, OUTAGE_DOWN
-
-    print(f"[{job}] v{version}: a read of {ssp.wire()} waited {seconds:.1f}s for its input to answer", flush=True)
-    now = utc_now()
-    row = {"job": job, "model_version": version, "batch_id": -1}
-    rows = [
-        {**row, "metric": OUTAGE_DOWN, "value": 0.0, "at": now - timedelta(seconds=seconds)},
-        {**row, "metric": OUTAGE_BACK, "value": seconds, "at": now},
-    ]
-    try:
-        ControlPlane(home).metrics.append(rows)
-    except Exception as e:  # a report must never take the batch down
-        print(f"[{job}] could not record the outage: {e}", flush=True)

@@ -40,6 +40,7 @@ class S3Settings:
     secret_access_key: str | None
     session_token: str | None
     allow_http: bool
+    region_given: bool = True  # False: the default region, which nobody asked for (s3a then uses its own)
 
     @classmethod
     def from_environment(cls, env: dict[str, str] | None = None) -> S3Settings:
@@ -66,6 +67,7 @@ class S3Settings:
             secret_access_key=secret,
             session_token=env.get("AWS_SESSION_TOKEN") or None,
             allow_http=allow_http,
+            region_given=bool(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")),
         )
 
     def identity(self) -> tuple[str, ...]:
@@ -132,22 +134,20 @@ class S3Settings:
         return options
 
     def hadoop_confs(self) -> dict[str, str]:
-        """Spark confs for hadoop-aws (``s3a://``): path-style access where an endpoint is given."""
-        confs = {
-            "spark.hadoop.fs.s3a.endpoint.region": self.region,
-            "spark.hadoop.fs.s3a.connection.ssl.enabled": str(self._scheme == "https").lower(),
-        }
+        """Spark confs for hadoop-aws (``s3a://``): path-style access where an endpoint is given.
+
+        The keys never become confs (a conf is on spark-submit's command line,
+        which ``ps`` shows): s3a's default credential chain reads
+        ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` from the
+        environment of the driver and of each executor's host.
+        """
+        confs: dict[str, str] = {}
         if self.endpoint_url:
             confs["spark.hadoop.fs.s3a.endpoint"] = self.endpoint_url
             confs["spark.hadoop.fs.s3a.path.style.access"] = "true"
-        if self.access_key_id and self.secret_access_key:
-            confs["spark.hadoop.fs.s3a.access.key"] = self.access_key_id
-            confs["spark.hadoop.fs.s3a.secret.key"] = self.secret_access_key
-            provider = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-            if self.session_token:
-                confs["spark.hadoop.fs.s3a.session.token"] = self.session_token
-                provider = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
-            confs["spark.hadoop.fs.s3a.aws.credentials.provider"] = provider
+            confs["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(self._scheme == "https").lower()
+        if self.region_given:
+            confs["spark.hadoop.fs.s3a.endpoint.region"] = self.region
         return confs
 
 
