@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipelines.servers.s3 import S3Server
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.deltaio import read_delta
 from pipelines.runtime import fetch
+from pipelines.servers.s3 import S3Server
 from pipelines.servers.s3_proxy import proxied
 from pipelines.storage.location import parse
 from pipelines.storage.objects import S3Store
@@ -208,10 +208,9 @@ def test_every_coordination_record_has_exactly_one_winner_among_racing_processes
 def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
     spark: Any, s3_server: S3Server, s3_home: Home
 ) -> None:
-    from pipelines.servers.s3 import paused
-
     from pipelines.runtime import requests
     from pipelines.runtime.driver import run_job
+    from pipelines.servers.s3 import paused
 
     producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=16)
     config = job(s3_home, "s3_outage", 2, max_records=100)
