@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -65,7 +67,7 @@ def read_delta(
         if not all(_may_match(action, values, cond) for cond in where):
             continue
         with readable(root):
-            data = pq.read_table(store.arrow_path(root / unquote(action["path"])), filesystem=filesystem)
+            data = _data_file(store, filesystem, root / unquote(action["path"]), int(action.get("size_bytes") or 0))
         for c in partition_cols:
             dtype = schema.field(c).type if c in schema.names else pa.string()
             data = data.append_column(c, pa.array([values[c]] * data.num_rows).cast(dtype))
@@ -74,6 +76,41 @@ def read_delta(
     if where:
         result = result.filter(_expression(where))
     return result.select(list(columns)) if columns is not None else result
+
+
+CACHED_FILE_BYTES = 1 << 20
+"""Data files up to this size are kept parsed, per process: they are immutable (a new commit adds new files), and a
+driver reads the same control-table files again and again; on object storage each read is a request."""
+CACHE_BYTES = 64 << 20
+WHOLE_READ_BYTES = 16 << 20
+"""A data file up to this size is read with one GET on object storage (pyarrow's reader asks HEAD, then ranges)."""
+
+_FILES: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+_FILES_BYTES = 0
+_FILES_LOCK = threading.Lock()
+
+
+def _data_file(store: Any, filesystem: Any, loc: Location, size: int) -> pa.Table:
+    """One data file of a table, parsed; small ones from this process's cache of immutable files."""
+    global _FILES_BYTES
+    key = (str(loc), size)
+    with _FILES_LOCK:
+        cached = _FILES.get(key)
+        if cached is not None:
+            _FILES.move_to_end(key)
+            return cached
+    if not store.is_local() and 0 < size <= WHOLE_READ_BYTES:
+        data = pq.read_table(pa.BufferReader(store.read(loc)))
+    else:
+        data = pq.read_table(store.arrow_path(loc), filesystem=filesystem)
+    if 0 < size <= CACHED_FILE_BYTES:
+        with _FILES_LOCK:
+            _FILES[key] = data
+            _FILES_BYTES += data.nbytes
+            while _FILES_BYTES > CACHE_BYTES and _FILES:
+                _, dropped = _FILES.popitem(last=False)
+                _FILES_BYTES -= dropped.nbytes
+    return data
 
 
 def read_delta_pandas(table: TableRef, where: Sequence[Condition] = ()) -> Any:

@@ -99,6 +99,7 @@ class ControlTable:
         self.path: Location = home.control_table(spec.name)
         self._dt: DeltaTable | None = None
         self._upgraded = False
+        self._reads: dict[tuple[Any, ...], tuple[int, pa.Table]] = {}  # the last answers, by the version they read
 
     def load(self) -> DeltaTable | None:
         """The table at its latest version, or None when nothing was ever written to it."""
@@ -168,7 +169,16 @@ class ControlTable:
         cols = list(columns) if columns is not None else self.spec.schema.names
         if dt is None:
             return self.spec.schema.empty_table().select(cols)
-        return read_delta(dt, [("job", "=", job), *where], columns=cols, schema=self.spec.schema)
+        key = (job, repr(list(where)), tuple(cols))
+        version = dt.version()
+        kept = self._reads.get(key)
+        if kept is not None and kept[0] == version:  # nothing committed since: the same rows (a poll costs a listing)
+            return kept[1]
+        result = read_delta(dt, [("job", "=", job), *where], columns=cols, schema=self.spec.schema)
+        if len(self._reads) >= 32:
+            self._reads.clear()
+        self._reads[key] = (version, result)
+        return result
 
     def jobs(self) -> set[str]:
         dt = self.load()

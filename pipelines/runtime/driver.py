@@ -267,7 +267,10 @@ def _supervise(
     """Watch a query; True when it stopped because another model version became active."""
     last_batch = -1
     durations = BatchDurations(control, model)
-    last_model_check = 0.0
+    last_model_check = last_stop_check = 0.0
+    # On object storage each look is requests (a listing and a read, a HEAD): once a second is enough for an
+    # operator's stop and a rescale's activation (a switch starts up to a second later than on local disk).
+    stop_every = POLL_S if control.home.is_local else 1.0
     resumed = False
     while True:
         if not query.isActive:
@@ -288,13 +291,17 @@ def _supervise(
         heartbeat.progress()
         durations.record(query)
         now = time.monotonic()
-        if requests.stop_asked(control.home, job) or (deadline is not None and now > deadline):
+        asked = False
+        if now - last_stop_check >= stop_every:
+            last_stop_check = now
+            asked = requests.stop_asked(control.home, job)
+        if asked or (deadline is not None and now > deadline):
             _stop_at_batch_boundary(query, control.home, job, model.version)
             _lifecycle(control, model, "query_stopped")
             durations.record(query)
             progress(f"[{job}] stopped at a batch boundary after {now - started:.1f}s")
             return False
-        if now - last_model_check >= POLL_S:  # a Delta read: at most every POLL_S, however fast the loop runs
+        if now - last_model_check >= stop_every:  # a Delta read: at most this often, however fast the loop runs
             last_model_check = now
             if control.job_models.active_version(job) != model.version:
                 _stop_at_batch_boundary(query, control.home, job, model.version)
