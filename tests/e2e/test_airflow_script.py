@@ -84,6 +84,10 @@ def _airflow_sh(tmp_path: Path, sigint: signal.Handlers) -> Iterator[Script]:
 def _cpu_load() -> Iterator[None]:
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
+        deadline = time.monotonic() + 30
+        while any(psutil.Process(hog.pid).cpu_times().user < 0.2 for hog in hogs):  # spinning, past start-up
+            assert time.monotonic() < deadline, "the CPU-bound processes never ran"
+            time.sleep(0.05)
         yield
     finally:
         for hog in hogs:
@@ -193,7 +197,8 @@ def test_airflow_sh_binds_loopback_and_a_signal_stops_everything_it_started(
                 code = script.proc.wait(timeout=STOP_WITHIN_S)
             except subprocess.TimeoutExpired:
                 pytest.fail(f"airflow.sh still runs {STOP_WITHIN_S:.0f}s after {stop_signal.name}:\n{script.text()}")
-            while left := [p for p in started + _started_by(script) if _alive(p)]:
+            exited_after = time.monotonic() - signalled
+            while left := [p for p in {p.pid: p for p in started + _started_by(script)}.values() if _alive(p)]:
                 assert time.monotonic() - signalled < STOP_WITHIN_S, f"still running: {[_cmdline(p) for p in left]}"
                 time.sleep(0.1)
             stopped_after = time.monotonic() - signalled
@@ -205,4 +210,4 @@ def test_airflow_sh_binds_loopback_and_a_signal_stops_everything_it_started(
             assert next_line not in log, f"the signal did not stop the {phase} phase:\n{log}"
         if phase == "db-migrate":  # stopped, not waited for (bash defers a trap until a foreground command ends)
             assert "migration done" not in (tmp_path / "airflow" / "logs" / "db-migrate.log").read_text()
-        print(f"{phase} {stop_signal.name}: stopped after {stopped_after:.1f}s")
+        print(f"{phase} {stop_signal.name}: exited after {exited_after:.1f}s, all stopped after {stopped_after:.1f}s")
