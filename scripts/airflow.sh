@@ -31,8 +31,8 @@ components=()
 STOP_GRACE_S=5   # then SIGKILL; the whole stop stays within 10 s of the signal on a loaded machine
 alive() { local pid; for pid in "$@"; do kill -0 -- "-$pid" 2>/dev/null && return 0; done; return 1; }
 wait_gone() {  # until no group in $2... is left, or $1 seconds have passed
-  local until=$(( ${EPOCHREALTIME//[!0-9]/} + $1 * 1000000 )); shift
-  while alive "$@" && (( ${EPOCHREALTIME//[!0-9]/} < until )); do sleep 0.1; done
+  local deadline=$(( ${EPOCHREALTIME//[!0-9]/} + $1 * 1000000 )); shift
+  while alive "$@" && (( ${EPOCHREALTIME//[!0-9]/} < deadline )); do sleep 0.1; done
 }
 stop() {
   trap '' INT TERM HUP   # a second Ctrl-C must not cut the (bounded) stop short
