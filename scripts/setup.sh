@@ -55,4 +55,25 @@ if [ "$(cat "$emulator/node_modules/.lock.sha" 2>/dev/null)" != "$emulator_want"
   (cd "$emulator" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   echo "$emulator_want" > "$emulator/node_modules/.lock.sha"
 fi
+# JVM jars a pom.xml in jvm/<name>/ lists, copied by the machine's Maven into .jvm/<name>/ (git-ignored), again
+# only when the pom changes: a second set-up runs no Maven at all and works offline.
+fetch_jvm_jars() {
+  local name=$1 pom="jvm/$1/pom.xml" dest=".jvm/$1"
+  local want; want=$(sha256sum "$pom" | cut -d' ' -f1)
+  if [ "$(cat "$dest/.pom.sha" 2>/dev/null)" = "$want" ]; then return 0; fi
+  if ! command -v mvn >/dev/null 2>&1; then
+    log "Maven not found: installing Debian's maven (it fetches the JVM jars in jvm/*/pom.xml)"
+    apt_install maven
+  fi
+  log "fetching the jars of $pom into $dest (Maven Central, first run only)"
+  rm -rf "$dest.tmp"
+  local out  # quiet Maven still prints colour resets: shown only when it fails
+  if ! out=$(mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$dest.tmp" 2>&1); then
+    printf '%s\n' "$out" >&2; log "Maven could not fetch the jars of $pom (above)"; return 1
+  fi
+  echo "$want" > "$dest.tmp/.pom.sha"
+  rm -rf "$dest" && mv "$dest.tmp" "$dest"
+}
+# Apache Kafka (broker + tools) for the tests, the demo and the benchmarks: pipelines/servers/kafka_broker.py.
+fetch_jvm_jars kafka
 log "ready: $(.venv/bin/python --version), pyspark $(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
