@@ -5,7 +5,7 @@
     systems:
       kinesis:
         region: eu-west-1
-        # endpoint_url: http://127.0.0.1:4568   # an emulator (python -m pipelines.systems.kinesis_emulator)
+        # endpoint_url: http://127.0.0.1:4568   # an emulator (python -m pipelines.servers.kinesis_emulator)
         # aws_conn_id: aws_default              # or credentials from an Airflow connection
         # profile: analytics                    # or a named profile of the standard AWS chain
         max_attempts: 8                         # per call, throttling and transient errors
