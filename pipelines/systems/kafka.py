@@ -456,11 +456,7 @@ class KafkaSystem(OffsetOrder):
             code = error.args[0].code() if error.args else None
             if code == KafkaError.TOPIC_ALREADY_EXISTS:
                 raise StreamError(f"Kafka topic {stream!r} already exists on {self.brokers}") from None
-            raise self._error(
-                f"creating topic {stream!r} (a cluster that does not accept CreateTopics, such as librdkafka's "
-                "mock cluster, needs its topics made another way)",
-                error,
-            ) from None
+            raise self._error(f"creating topic {stream!r}", error) from None
         return self._wait_for(stream, count)
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
