@@ -125,7 +125,8 @@ class KafkaBroker:
         self.sasl_bootstrap = f"{HOST}:{self.sasl_port}" if self.sasl_users else None
         self.process: subprocess.Popen[bytes] | None = None
         self._formatted = False
-        self.started_in_s: float | None = None  # the last start, from the JVM's launch to an answered metadata request
+        self.formatted_in_s: float | None = None  # the storage tool's run, part of the first start
+        self.started_in_s: float | None = None  # the last start, from its call to an answered metadata request
         atexit.register(self.close)
 
     # ----------------------------------------------------------- lifecycle
@@ -143,6 +144,7 @@ class KafkaBroker:
                 heap_mb=64,
             )
             self._formatted = True
+            self.formatted_in_s = time.monotonic() - began
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child writes it for its whole life
         try:
             self.process = subprocess.Popen(
