@@ -65,9 +65,11 @@ JVM_OPTIONS = (
 )
 STORAGE_TOOL = "kafka.tools.StorageTool"  # Kafka 4.1 keeps it in the core (Scala) jar
 CONSUMER_GROUPS_TOOL = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+# Warnings and the "started" line onto stderr: the broker's goes to broker.log, a tool's stdout stays its table.
 _LOG4J = """\
 appender.out.type = Console
 appender.out.name = out
+appender.out.target = SYSTEM_ERR
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
