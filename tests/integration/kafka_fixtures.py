@@ -1,6 +1,6 @@
 """The Kafka broker of the integration suite: one real Apache Kafka broker (KRaft, one node) per session.
 
-It starts once (about 5 s here) and every Kafka test makes its own topics on
+It starts once (7-8 s here, a restart 5 s) and every Kafka test makes its own topics on
 it. Its PLAINTEXT listener is a super user; its SASL_PLAINTEXT listener knows
 one user, ``SASL_USER``, who may use only topics and groups whose names start
 with ``SASL_PREFIX`` (ACLs): what the tests of credentials and authorization
