@@ -223,8 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--input",
         choices=("deltalog", "kafka", "kinesis"),
         default="deltalog",
-        help="the embedded log; kafka: a local Kafka-protocol broker (librdkafka's mock cluster) started by the "
-        "demo; kinesis: kinesis-mock started on loopback",
+        help="the embedded log; kafka: a local Apache Kafka broker (KRaft, one node) started by the demo, with "
+        "the expansion done by CreatePartitions on the live topic; kinesis: kinesis-mock started on loopback",
     )
     p.set_defaults(func=cmd_demo)
     p = groups.add_parser(
