@@ -65,6 +65,8 @@ def test_status_json_shows_the_run_and_its_rescale(spark: Any, home: Home, tmp_p
     assert series(data, "lag", "records behind")[-1][1] == 0  # available-now read everything
     assert len(data["tasks"]) == 8 and sum(t["records"] for t in data["tasks"]) == 300  # v2's last batches
     assert {t["key_bucket"] for t in data["tasks"]} == {0, 1, 2, 3}
+    assert sum(t["keys"] for t in data["tasks"]) == 12  # each of the 12 keys in one task of v2's one batch
+    assert not [t for t in data["tasks"] if t["skewed"]]  # 12 keys over 8 tasks: uneven, not hot
     (events,) = data["inputs"]
     assert events["reachable"] and [p["records_behind"] for p in events["partitions"]] == [0, 0]
 
