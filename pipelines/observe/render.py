@@ -117,6 +117,9 @@ def text(obs: Mapping[str, Any], *, width: int = 40) -> str:
         f"{obs.get('batches', 0)} micro-batches in the last {_minutes(window.get('minutes'))} "
         f"(until {str(window.get('until', ''))[:19].replace('T', ' ')} UTC)"
     ]
+    driver = obs.get("driver")
+    if driver:
+        lines.append(("DOWN: " if driver.get("down") else "driver ") + str(driver.get("summary")))
     latest = obs.get("latest")
     if latest:
         lag = latest.get("lag_records")

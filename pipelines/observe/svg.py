@@ -56,7 +56,7 @@ MIN_PIECE_PX = 24.0
 BADGE_PX = 16.0
 DRAWN_POINTS = 60
 """Up to this many points per series are drawn as dots with their own tooltip; more get tooltip strips."""
-MAX_STRIPS = 150
+MAX_STRIPS = 80
 CHAR_PX = 6.2  # the width of a character of the 11 px tick font, to keep tick labels apart
 OVERLAP = 0.005
 """Two series overlap where they differ by less than this share of the plot's top value."""
