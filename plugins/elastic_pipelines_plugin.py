@@ -9,6 +9,8 @@
 * ``external_views``: a "Elastic pipelines" entry in the UI's Browse menu that shows the
   page inside Airflow (at ``/plugin/elastic-pipelines``); the iframe is same-origin, so
   the UI's ``_token`` cookie authenticates it (``pipelines_airflow.app`` says what its sandbox allows).
+* ``listeners``: ``pipelines_airflow.notes``, which writes a refused ``elastic_rescale`` run's reason into
+  the run's note (called by the scheduler when the run fails).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from airflow.plugins_manager import AirflowPlugin
+from pipelines_airflow import notes
 from pipelines_airflow.app import URL_PREFIX, app
 from pipelines_airflow.page import TITLE
 
@@ -32,3 +35,4 @@ class ElasticPipelinesPlugin(AirflowPlugin):
             "category": "browse",
         }
     ]
+    listeners: ClassVar[list[Any]] = [notes]
