@@ -16,7 +16,7 @@ on an Airflow machine without internet that left the index empty, the pages
 unstyled and ~45 console errors on each. So every page is rewritten as it is
 served (``rewrite_page``):
 
-* scripts and stylesheets from other sites are dropped, and images from
+* scripts, inline event handlers and stylesheets from other sites are dropped, and images from
   other sites point at the same files in the installed ``great_expectations``
   package (``/elastic-pipelines/docs-static/``, its ``render/view/static``:
   GX's own styles, fonts and images), or are dropped when it has none;
@@ -217,7 +217,11 @@ class _Rewriter(HTMLParser):
             attrs = [(k, local if k == "src" else v) for k, v in attrs]
             self.out.append(_tag(tag, attrs))
             return
-        self.out.append(self.get_starttag_text() or _tag(tag, attrs))
+        scripted = [(k, v) for k, v in attrs if k.startswith("on") or (v or "").lower().startswith("javascript:")]
+        if scripted:  # an inline handler or a javascript: link: the CSP would refuse it with a console error
+            self.out.append(_tag(tag, [(k, v) for k, v in attrs if (k, v) not in scripted]))
+        else:
+            self.out.append(self.get_starttag_text() or _tag(tag, attrs))
         if tag == "head":
             self.out.append(self.head)
         elif tag == "body":

@@ -118,6 +118,7 @@ def test_data_docs_pages_are_rewritten_to_need_nothing_from_elsewhere(validated:
         html = datadocs.rewrite_page(original, page, known)
         up = "../" * (page.count("/") + 1)
         assert "<script" not in html and "cdn" not in html and "great-expectations-web-assets" not in html
+        assert not re.search(r"\son[a-z]+=", html) and "javascript:" not in html  # no inline handler left
         assert f'href="{up}docs-static/styles/data_docs_default_styles.css"' in html
         assert f'src="{up}docs-static/images/logo-long.png"' in html  # the logo, from the installed package
         assert f'<a href="{up}docs/">Data Docs index</a>' in html
