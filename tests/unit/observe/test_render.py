@@ -39,7 +39,14 @@ def observation() -> dict:
         "markers": [marker(event).to_dict()],
         "tasks": [t.to_dict() for t in task_table(model, {}, rows, points)],
         "inputs": [
-            {"input": "kafka.orders", "system": "kafka", "stream": "orders", "reachable": False, "error": "timeout"}
+            {"input": "kafka.orders", "system": "kafka", "stream": "orders", "reachable": False, "error": "timeout"},
+            {
+                "input": "deltalog.events",
+                "system": "deltalog",
+                "stream": "events",
+                "reachable": True,
+                "partitions": [{"partition": 0, "earliest": "0", "end": "9", "checkpoint": "4", "records_behind": 5}],
+            },
         ],
         "errors": {},
     }
@@ -54,6 +61,8 @@ def test_the_html_section_has_every_plot_its_markers_and_the_task_rows() -> None
     assert html.count("<tr data-task=") == 4
     assert 'class="skewed"' in html and "skew " in html
     assert "unreachable" in html and "timeout" in html
+    partitions = html.split('data-input="deltalog.events"', 1)[1]  # a partitioned input: its partitions, no shards
+    assert 'class="obs-partitions"' in partitions and "obs-shards" not in partitions and "<td>5</td>" in partitions
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
 
 
