@@ -28,6 +28,7 @@ served (``rewrite_page``):
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -190,7 +191,7 @@ _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "me
 class _Rewriter(HTMLParser):
     """Re-emits a page token by token, minus scripts and remote stylesheets; remote images made local."""
 
-    def __init__(self, static: str, known: set[str], head: str, bar: str) -> None:
+    def __init__(self, static: str, known: Iterable[str], head: str, bar: str) -> None:
         super().__init__(convert_charrefs=False)
         self.static, self.head, self.bar = static, head, bar
         self.by_name = {p.rsplit("/", 1)[-1]: p for p in sorted(known, reverse=True)}
@@ -270,12 +271,13 @@ def _tag(tag: str, attrs: list[tuple[str, str | None]]) -> str:
     return f"<{tag}{rendered}>"
 
 
-def static_files(static: Path) -> set[str]:
-    """The GX static folder's files, relative to it (``images/logo-long.png``, ...)."""
-    return {p.relative_to(static).as_posix() for p in static.rglob("*") if p.is_file()}
+@functools.cache
+def static_files(static: Path) -> frozenset[str]:
+    """The GX static folder's files, relative to it (``images/logo-long.png``, ...); the package does not change."""
+    return frozenset(p.relative_to(static).as_posix() for p in static.rglob("*") if p.is_file())
 
 
-def rewrite_page(html: str, page: str, known: set[str]) -> str:
+def rewrite_page(html: str, page: str, known: Iterable[str]) -> str:
     """A GX page that needs nothing from another site and runs no script, with a bar back to the page."""
     from pipelines_airflow.page import render
 
