@@ -14,7 +14,7 @@ Rules, each with a property test in ``tests/unit/core/test_batchplan.py``:
   whenever the budget covers one record per such partition; when it does
   not, the partitions that go without rotate from batch to batch.
 * **A new partition is never read before its source is past the expansion
-  point** (``expansion_holds``; DESIGN "Order across repartitioning").
+  point** (``expansion_holds``; docs/design.md, "Order across repartitioning").
 * **The buckets of a partition advance together**: every bucket moves to its
   partition's end, and a bucket already past it stays where it is; so a
   bucket that never receives a record cannot pin its checkpoint in the past.

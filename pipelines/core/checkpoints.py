@@ -1,20 +1,12 @@
 """Checkpoints per (SSP, key bucket) and their migration from one job model to the next.
 
 A checkpoint is the *next* position to read for one key bucket of one partition
-under one elasticity factor. Positions are opaque strings (a Kafka offset, a
-Kinesis slot's composite of sequence numbers) ordered only by the input
-system's ``position_key``, which every function here takes as ``offset_key``.
-
-The migration rule (DESIGN.md): for every partition p the new model reads,
-``new(p, b', X') = min{ old(p, b, X) : b ≡ b' (mod gcd(X, X')) }``.
-
-Why it is safe for *any* pair of factors: a key with hash h lands in bucket
-``h mod X`` before and ``h mod X'`` after; both are congruent to h modulo
-``g = gcd(X, X')``, so every old bucket that may have held one of the new
-bucket's keys satisfies ``b ≡ b' (mod g)``. Starting from the minimum of those
-re-reads some records (at-least-once) but skips none. When X divides X' there
-is exactly one such b (inheritance from the parent bucket); when X' divides X
-it is the minimum over the merged buckets (SEP-32's merge).
+under one elasticity factor. Positions are opaque strings ordered only by the
+input system's ``position_key``, which every function here takes as
+``offset_key``. Migration is ``new(p, b', X') = min{ old(p, b, X) : b ≡ b'
+(mod gcd(X, X')) }``: inheritance on a split, the minimum on a merge, and
+at-least-once for any other change. Why it is safe for every pair of factors:
+docs/design.md, "Checkpoints and their migration".
 """
 
 from __future__ import annotations

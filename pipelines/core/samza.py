@@ -1,13 +1,16 @@
 """Samza's own serialized forms of job models and SSPs, read and written.
 
-Users come from Samza with job models its ``SamzaObjectMapper`` wrote:
-hyphenated keys (``task-name``, ``system-stream-partitions``,
-``changelog-partition``, ``processor-id``), SSPs as objects with ``keyBucket``
-(``-1``: no key bucket), and the factor in the config as
-``job.elasticity.factor``. Reading them lets a Samza job continue here with its
-task names and key buckets unchanged; writing them lets a model go back. The
-names (``Partition 0-1-4``) and the bucket rule are the same on both sides
-(SEP-32), so a round trip is exact.
+Samza's ``SamzaObjectMapper`` writes hyphenated keys (``task-name``,
+``system-stream-partitions``, ``changelog-partition``, ``processor-id``), SSPs
+as objects with ``keyBucket`` (``-1``: no key bucket), and the factor in the
+config as ``job.elasticity.factor``. Reading that form keeps a model's
+structure: which task reads which SSP and bucket number, under the task names
+as written (released Samza writes ``Partition 0 1``, we ``Partition 0-1-4``);
+our own models survive a round trip exactly. It does not keep key placement:
+released Samza buckets a key by ``abs(hashCode) % X``, this platform by
+murmur3 of its bytes, so one bucket number holds other keys here. Offsets
+brought from Samza must therefore start every bucket of a partition at the
+minimum over all of its Samza buckets. See docs/samza.md.
 """
 
 from __future__ import annotations

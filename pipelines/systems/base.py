@@ -27,7 +27,7 @@ Positions are opaque
       or a ``Bounded`` end the system can only name by reading (Kinesis:
       sparse sequence numbers). The runtime pins a bounded end to the
       position the first read of it returned, durably, so a replayed
-      micro-batch reads exactly the same records (ANCHORS: never
+      micro-batch reads exactly the same records (never
       ``end = start + n``; transactions and compaction leave gaps).
 
     A record's own position (the ``offset`` column of ``RECORD_SCHEMA``, the
@@ -40,7 +40,7 @@ Positions are opaque
     read, as in Samza and Kafka.
 
 Holding partitions back
-    Order across repartitioning (DESIGN): a partition created by an expansion
+    Order across repartitioning (docs/design.md): a partition created by an expansion
     may only be read once the partition its keys came from is read past the
     expansion point. Systems say how far each partition may be read now
     (``read_limits``); the embedded log derives it from the expansion points

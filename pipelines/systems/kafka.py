@@ -2,83 +2,11 @@
 
 Spark's own Kafka source is a Maven artifact and cannot split a partition by
 key, so jobs read Kafka through this module from the Python data source.
-
-Positions
-    A position is a decimal offset string, "the next offset to read", as in
-    Kafka's own commits; this module is the only place that turns one into an
-    integer. Offsets of a partition are increasing but not dense: transaction
-    markers, aborted transactions and compaction leave offsets that hold no
-    record a read-committed consumer sees.
-
-Ends are the last stable offset
-    ``end_positions`` asks ``ListOffsets`` with ``isolation_level=READ_COMMITTED``,
-    i.e. the last stable offset, not the high watermark: records of an open
-    transaction are neither read nor counted until it ends, so a micro-batch
-    never waits on, or replays into, a transaction's outcome.
-
-Reads (``read``)
-    One partition is read with ``assign`` + seek (no group membership: the job
-    model decides who reads what) by a consumer with
-    ``isolation.level=read_committed`` and ``enable.partition.eof``. A read of
-    ``[start, end)`` stops at the first record at or after ``end``, or when the
-    partition's end-of-partition event says the fetch position is at or past
-    ``end``: a range whose end lies in a gap (a trailing commit marker, an
-    aborted transaction, a compacted run) still completes, which is the
-    bounded read that hung in Flink (FLINK-34470). A ``Bounded`` read ("at
-    most N records") ends after N records or at the end-of-partition offset
-    the broker reports, so the position after a batch is always what the
-    broker says is next (last record + 1, or the fetch position past markers),
-    never the start plus a count.
-
-How far a micro-batch reads (``advance``)
-    The plan asks for "at most N records" after a floor. Kafka offsets can be
-    added to: ``floor + N`` is an offset below which there are at most N
-    records, because gaps only remove records. So ``advance`` names a plain
-    position, ``min(floor + N, limit)``, with ``limit`` at most the last
-    stable offset: everything below it is decided (committed, aborted or
-    compacted) and stays so, hence a replayed batch reads exactly the same
-    records with no pin to write. The price is that a batch over a gap holds
-    fewer than N records; the next batch catches up. ``records_between`` is
-    the offset difference, an upper bound of the records (what Kafka's own lag
-    tools show).
-
-Progress for Kafka's tools (``acknowledge``)
-    After each committed micro-batch the runtime passes every partition's
-    floor; they are committed to the consumer group ``consumer_group`` (default:
-    the job's name) with a plain ``OffsetCommit`` outside any group generation,
-    as a "simple consumer" does, so ``kafka-consumer-groups --describe`` and
-    Kafka UIs show the job's lag. The Delta checkpoints stay the truth; do not
-    give a group that live subscribers use (the broker refuses commits from
-    outside an active generation).
-
-Producer
-    ``partitioner=murmur2_random``, Java's default: a keyed record lands where a
-    Java producer puts it; null keys are spread randomly. Idempotence is on, so
-    retries never reorder or duplicate a partition's records.
-
-Configuration (the job's ``systems: {kafka: ...}`` section)
-    ``bootstrap_servers`` (required), ``properties`` passed to every librdkafka
-    client the way Spark's ``kafka.``-prefixed options are (``security.protocol``,
-    ``sasl.mechanism``, ``ssl.ca.location``, timeouts, ...), ``timeout_ms`` for
-    metadata and admin requests, ``read_timeout_ms`` for how long a read waits
-    for records it was told exist, ``consumer_group`` and ``commit_progress``.
-    Secrets never sit in the YAML: a property that looks like one
-    (``*password*``, ``*secret*``, ``*.key.pem``, ``sasl.oauthbearer.config``)
-    is refused there, and comes instead from ``secrets_env`` (property ->
-    environment variable) or ``connection_id``, an Airflow connection of the
-    Kafka provider's type, whose extra is a JSON object of client properties
-    (read from ``AIRFLOW_CONN_<ID>`` in JSON form, which executors see without
-    Airflow, or through Airflow's ``BaseHook`` where Airflow is installed).
-
-Partition expansion
-    ``expand`` calls ``CreatePartitions`` to a multiple of the current count.
-    Kafka keeps no record of when a partition count grew, so the platform
-    keeps its own (``kafka_expansions``: the count it first saw, each growth
-    it noticed, and, after a grace period for producers to refresh their
-    metadata, the old partitions' end positions). ``read_limits`` holds a new
-    partition back until its source partition is read past that point, as
-    DESIGN's "Order across repartitioning" asks; ``kafka_expansions`` says
-    exactly what is and is not guaranteed.
+Positions are decimal "next offset to read" strings, ends are the last stable
+offset (reads are ``read_committed``), and the job's progress is mirrored to
+its consumer group for Kafka's own tools; expansion points are kept by
+``kafka_expansions``. What it guarantees and how it is configured:
+docs/systems/kafka.md.
 """
 
 from __future__ import annotations
@@ -396,7 +324,7 @@ class KafkaSystem(OffsetOrder):
         records: Mapping[int, int],
         limits: Mapping[int, Position],
     ) -> dict[int, End]:
-        """``min(floor + N, limit)``: at most N records, since gaps only remove records (module docstring)."""
+        """``min(floor + N, limit)``: at most N records, since gaps only remove records (docs/systems/kafka.md)."""
         return {p: str(min(_offset(floors[p]) + max(n, 0), _offset(limits[p]))) for p, n in records.items()}
 
     def create(self, stream: str, partitions: int) -> StreamMetadata:
@@ -463,7 +391,7 @@ class KafkaSystem(OffsetOrder):
     def read(
         self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
     ) -> ReadResult:
-        """``[start, end)`` or at most ``end.records`` records; ends in gaps complete (module docstring)."""
+        """``[start, end)`` or at most ``end.records`` records; ends in gaps complete (docs/systems/kafka.md)."""
         first = _offset(start)
         if isinstance(end, Bounded):
             stop, budget = None, max(end.records, 0)

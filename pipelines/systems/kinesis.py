@@ -1,65 +1,12 @@
-"""Amazon Kinesis Data Streams as an ``InputSystem``, with boto3 (README: "Reading from Kinesis").
+"""Amazon Kinesis Data Streams as an ``InputSystem``, with boto3.
 
-Slots, not shards
-    The job model's partitions of a Kinesis stream are **slots**: as many as
-    the stream had open shards when the model was planned. Which shards a
-    slot reads is decided by ``pipelines.core.shards.ShardPartitionMapper``
-    from the slots' checkpoints alone: on the driver in ``advance`` (with
-    every slot's floor in view; the decision travels to the executor in
-    ``Bounded.plan``), and in ``relayout`` when the job switches to a new
-    layout (the 1:1 model the repartition watch plans after a reshard).
-    ``describe`` reports the layout a new job would start with: one slot per
-    open shard, the stream's oldest listed shards in them.
-
-Positions (``pipelines.systems.kinesis_positions`` has the formats)
-    A slot's checkpoint is the canonical JSON of its shards' states (the 1:n
-    composite when several shards share it); a record's own position is
-    ``<shard id>:<sequence number>``; ``end_positions`` are times ("everything
-    that arrived before now"), since Kinesis cannot name the end of an open
-    shard. Records cannot be counted without reading them, so
-    ``records_between`` is None and lag is time (``millis_behind_latest``).
-
-Reading (executors)
-    ``read`` reads a slot's unfinished shards in shard order, GetRecords per
-    shard in sequence order, "at most N records" sharing N across the shards
-    (what one shard leaves goes to the next). A shard whose GetRecords answer
-    has no next iterator is at its end (``SHARD_END``); children are never
-    taken over on an executor. A read with a pinned end (the runtime replays a
-    micro-batch with the position the first read returned) reads every shard
-    exactly to its pinned state, so it returns the same records.
-
-    A read from a sequence number asks for an ``AT_SEQUENCE_NUMBER`` iterator
-    and checks that the first record is that very record, then drops it:
-    if it is gone, the records after it may have been trimmed by retention
-    before the job read them, and the read fails with a ``StreamError``
-    naming the stream, the shard and the range (kinesis-mock answers such an
-    iterator request with ResourceNotFoundException "Unable to find record
-    with provided SequenceNumber"; Kinesis has been seen to answer
-    InvalidArgumentException about the StartingSequenceNumber, or to return
-    records from the trim horizon, or empty pages with MillisBehindLatest near
-    the retention period: each of these ends in the same check). Setting
-    ``on_trimmed: skip`` reads on from the trim horizon and counts the loss in
-    ``stats["trimmed"]`` (and logs it); nothing is ever skipped silently.
-
-Limits
-    Per shard and process, GetRecords and GetShardIterator calls are spaced
-    to at most ``get_records_per_second`` (Kinesis: 5/s) and reads to
-    ``read_bytes_per_second`` (2 MB/s); throttling errors
-    (ProvisionedThroughputExceededException, LimitExceededException) are
-    retried with full-jitter exponential back-off and counted in
-    ``stats["throttled"]``; an expired iterator (``ExpiredIteratorException``,
-    iterators live 5 minutes) is re-acquired from the position and counted in
-    ``stats["iterator_renewals"]``. Several executors reading shards of one
-    stream in parallel each keep their own limit, so the real ceiling is the
-    stream's: throttling then shows in the metrics and backs off.
-
-Clients, shard iterators (for a read that continues where this process's
-previous read of the shard stopped) and limiters are cached per process:
-executors call ``read`` once per micro-batch per slot.
-
-Checkpoints live in the platform's Delta tables, not in DynamoDB: the job
-model assigns shards to slots, so KCL's leases are not needed
-(``acknowledge`` does nothing).
+A job model's partitions of a Kinesis stream are slots; which shards a slot
+reads is decided from the slots' checkpoints alone by
+``pipelines.core.shards`` (parent before child, free slots first, then 1:n
+sharing), so no lease table is needed and checkpoints stay in Delta. This
+module lists shards, plans and reads slots within Kinesis's per-shard limits,
+lays slots out again after a reshard (``relayout``), and fails loudly on
+records trimmed before they were read. See docs/systems/kinesis.md.
 """
 
 from __future__ import annotations
@@ -181,7 +128,7 @@ class _ShardRead:
 
 
 class KinesisSystem:
-    """Admin, consumer and producer of Kinesis streams in one region/endpoint (module docstring)."""
+    """Admin, consumer and producer of Kinesis streams in one region/endpoint (docs/systems/kinesis.md)."""
 
     system: str = SYSTEM
 
@@ -290,7 +237,7 @@ class KinesisSystem:
                         hash_start=int(raw["HashKeyRange"]["StartingHashKey"]),
                         shard_id=raw["ShardId"],
                         parents=parents,
-                        # presence only: kinesis-mock's EndingSequenceNumber value is wrong (DESIGN)
+                        # presence only: kinesis-mock's EndingSequenceNumber value is wrong (docs/systems/kinesis.md)
                         open="EndingSequenceNumber" not in raw.get("SequenceNumberRange", {}),
                     )
                 )

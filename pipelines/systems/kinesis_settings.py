@@ -1,27 +1,10 @@
 """The job YAML's ``systems: kinesis:`` section, validated, and the AWS session it resolves to.
 
-::
-
-    systems:
-      kinesis:
-        region: eu-west-1
-        # endpoint_url: http://127.0.0.1:4568   # an emulator (python -m pipelines.systems.kinesis_emulator)
-        # aws_conn_id: aws_default              # or credentials from an Airflow connection
-        # profile: analytics                    # or a named profile of the standard AWS chain
-        max_attempts: 8                         # per call, throttling and transient errors
-        get_records_per_second: 5               # per shard and process (Kinesis allows 5)
-        read_bytes_per_second: 2000000          # per shard and process (Kinesis allows 2 MB/s)
-        on_trimmed: fail                        # or skip: read on from the trim horizon, reporting the loss
-
-Secrets are never in the YAML: credentials come from the standard AWS chain
-(environment, shared config and credentials files, container or instance
-role), from a named ``profile``, or from an Airflow connection
-(``aws_conn_id``: login = access key id, password = secret key, extra
-``aws_session_token`` / ``region_name``), read from ``AIRFLOW_CONN_<ID>`` or
-Airflow's secrets backend where Airflow is installed. Keys that look like
-credentials are refused with the reason. For an emulator on the loopback
-interface with no credentials anywhere, fixed dummy ones are used (kinesis-mock
-accepts any).
+Each setting's meaning is in ``_DESCRIPTIONS``; an unknown key is refused
+with the closest match. Credentials never come from the YAML: the standard
+AWS chain, a named ``profile``, or an Airflow connection (``aws_conn_id``),
+and dummy ones only for an emulator on the loopback interface. See
+docs/systems/kinesis.md, "Settings and credentials".
 """
 
 from __future__ import annotations
