@@ -302,7 +302,11 @@ def run_demo(
             else:
                 _wait_processing(home, config.name)
             model = ControlPlane(home).job_models.active(config.name)
+            step_started = time.time()
             time.sleep(step_seconds)  # the job runs on the new model while records keep arriving
+            behind = falling_behind(home, config.name, model.version, step_started, config.trigger_interval)
+            if behind:
+                say("  " + behind)
             result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
             result.version = model.version
             if event is not None:
@@ -362,6 +366,35 @@ def run_demo(
     say(f"\nsink: {home.sinks / config.sink_table}\ndead letters: {home.sinks / config.dead_letter_table}")
     say(f"data docs: {final.docs_index}")
     return [*results, total], final
+
+
+def falling_behind(home: Home, job: str, version: int, since: float, trigger_interval: str) -> str | None:
+    """One line, in the demo's words, for the batches of a step that took longer than the trigger interval.
+
+    Spark warns once per such trigger ("Current batch is falling behind"), into the log file; a step
+    is summed up here once: how many batches fell behind, the longest, and the lag at the step's end.
+    """
+    from datetime import UTC, datetime
+
+    from pipelines.jobs.config import interval_seconds
+
+    interval = interval_seconds(trigger_interval)
+    metrics = ["batch_duration_s", "lag_records"]
+    start = datetime.fromtimestamp(since, UTC)
+    frame = ControlPlane(home).metrics.read(job, model_version=version, metrics=metrics, since=start)
+    if not len(frame) or interval <= 0:
+        return None
+    durations = frame[frame["metric"] == "batch_duration_s"]["value"]
+    late = durations[durations > interval]
+    if not len(late):
+        return None
+    lag = frame[frame["metric"] == "lag_records"]
+    behind = int(lag[lag["batch_id"] == lag["batch_id"].max()]["value"].sum()) if len(lag) else None
+    lag_text = f"; {behind:,} records behind the input at its last batch" if behind is not None else ""
+    return (
+        f"falling behind: {len(late)} of {len(durations)} batches took longer than the {trigger_interval} trigger "
+        f"(the longest {late.max():.1f} s){lag_text}"
+    )
 
 
 def _check(producer: Producer, driver: Driver | None, *others: Any) -> None:
