@@ -25,10 +25,10 @@ import tempfile
 import time
 from typing import Any
 
+from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.kinesis import KinesisSystem
-from pipelines.systems.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis_positions import decode_record
 
 

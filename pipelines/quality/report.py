@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -72,6 +73,19 @@ class QualityReport:
 def quality_dir(home: Home) -> Path:
     """Where this host's GX project and Data Docs site are: in a local home, or this host's working copy."""
     return home.root.local_path() / "quality" if home.is_local else host_dir(home.root, "quality")
+
+
+_SYNCED: dict[str, float] = {}
+
+
+def sync_docs(home: Home, every_s: float = 0.0) -> Path:
+    """This host's copy of an object-store home's Data Docs site, brought up to date (new and changed pages)."""
+    local = quality_dir(home) / "docs"
+    key = str(home.root)
+    if time.monotonic() - _SYNCED.get(key, -1e9) >= every_s:
+        pull(home.store, home.root / "quality" / "docs", local, changed_only=True)
+        _SYNCED[key] = time.monotonic()
+    return local
 
 
 @contextmanager

@@ -33,12 +33,17 @@ def host_dir(root: Location, *parts: str) -> Path:
     return folder
 
 
-def pull(store: ObjectStore, remote: Location, local: Path) -> dict[str, str]:
-    """Copy what the home holds under ``remote`` into ``local`` (a host's working copy); their digests."""
+def pull(store: ObjectStore, remote: Location, local: Path, *, changed_only: bool = False) -> dict[str, str]:
+    """Copy what the home holds under ``remote`` into ``local`` (a host's working copy); the digests of what was
+    copied. ``changed_only``: skip files whose local copy has the remote's size and is not older than it."""
     digests = {}
     for entry in store.walk(remote):
         rel = entry.location.relative_to(remote)
         target = local / rel
+        if changed_only and target.is_file():
+            stat = target.stat()
+            if stat.st_size == entry.size and entry.modified is not None and stat.st_mtime >= entry.modified:
+                continue
         data = store.read(entry.location)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

@@ -22,9 +22,9 @@ from botocore.stub import Stubber
 
 from pipelines.core.shards import SHARD_END
 from pipelines.errors import ConfigError, StreamError
+from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.base import Bounded, InputSystem, Position
 from pipelines.systems.kinesis import KinesisSystem, position_key, validate_settings
-from pipelines.systems.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis_positions import decode_slot
 from pipelines.systems.registry import open_system
 from tests.integration.systems.contract import check_input_system_contract
