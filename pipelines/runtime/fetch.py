@@ -100,11 +100,14 @@ def fetch(
     *,
     factor: int,
     shared: bool,
+    bucket: int | None = None,
 ) -> Fetched:
     """The records of whole partition ``ssp`` from ``start`` to ``end``, fetched once for all its key buckets.
 
     ``shared``: several virtual tasks read this range (factor > 1), so it is
-    staged for them, grouped by key bucket at ``factor``.
+    staged for them, grouped by key bucket at ``factor``. ``bucket``: the one
+    bucket the caller wants of a staged range (a sibling then reads that
+    bucket's record batch only); ``Fetched.bucket(b)`` gives it either way.
     """
     if not shared:
         t0 = time.perf_counter_ns()
@@ -120,24 +123,28 @@ def fetch(
     stage = staging_root(home, job, version) / _digest(ssp, start, end)
     store = home.store
     waited = 0
-    backoff = 0.002
+    # Each look is a request on object storage: start later and wait longer between looks there.
+    backoff, ceiling = (0.002, 0.05) if store.is_local() else (0.02, 0.2)
     watch = records.Watch(store, stage / "claim", CLAIM_LEASE_S)
     lease = records.take(store, stage / "claim")
+    holder, last_check = 0, time.monotonic()
     while lease is None:
-        staged = _load(home, stage)
+        staged = _load(home, stage, bucket)
         if staged is not None:
             staged.wait_ns = waited
             return staged
-        holder = watch.current()
-        if watch.expired(holder):
-            lease = watch.take_over(holder)  # its holder died: exactly one waiter fetches instead
-            if lease is not None:
-                break
+        if time.monotonic() - last_check >= CLAIM_BEAT_S:  # the holder's beat can only change this often
+            last_check = time.monotonic()
+            holder = watch.current(holder)
+            if watch.expired(holder):
+                lease = watch.take_over(holder)  # its holder died: exactly one waiter fetches instead
+                if lease is not None:
+                    break
         t0 = time.perf_counter_ns()
         time.sleep(backoff)
-        backoff = min(backoff * 2, 0.05 if store.is_local() else 0.2)
+        backoff = min(backoff * 2, ceiling)
         waited += time.perf_counter_ns() - t0
-    staged = _load(home, stage)  # a dead holder may have staged it after all
+    staged = _load(home, stage, bucket)  # a dead holder may have staged it after all
     if staged is not None:
         lease.stop()
         staged.wait_ns = waited
@@ -215,8 +222,8 @@ def _fetch_and_stage(
     )
 
 
-def _load(home: Home, stage: Location) -> Fetched | None:
-    """The staged range, once its index is there; the records of every bucket (``Fetched.bucket`` picks one)."""
+def _load(home: Home, stage: Location, bucket: int | None = None) -> Fetched | None:
+    """The staged range, once its index is there: every bucket's records, or only ``bucket``'s record batch."""
     store = home.store
     try:
         index = json.loads(store.read(stage / "index.json"))
@@ -224,9 +231,18 @@ def _load(home: Home, stage: Location) -> Fetched | None:
         return None
     path = store.arrow_path(stage / "data.arrow")
     source = pa.memory_map(path) if store.is_local() else store.filesystem().open_input_file(path)
-    with contextlib.closing(source):
-        table = pa.ipc.open_file(source).read_all()
     rows = {int(b): (int(r[0]), int(r[1])) for b, r in index["buckets"].items()}
+    with contextlib.closing(source):
+        reader = pa.ipc.open_file(source)
+        batch_of = index.get("batches", {})
+        if bucket is not None and str(bucket) in batch_of:
+            table = pa.Table.from_batches([reader.get_batch(int(batch_of[str(bucket)]))])
+            rows = {bucket: (0, table.num_rows)}  # the one bucket, from the first row of what was read
+        elif bucket is not None and bucket not in rows:
+            table = reader.schema.empty_table()  # no record of this range falls in the bucket
+            rows = {}
+        else:
+            table = reader.read_all()
     return Fetched(
         table.select(RECORD_SCHEMA.names),
         index["next_position"],

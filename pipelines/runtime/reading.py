@@ -132,6 +132,7 @@ def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
             end,
             factor=partition.factor,
             shared=partition.shared,
+            bucket=ssp.key_bucket if partition.shared else None,
         )
         if got.stats.get("outage_s"):
             seconds = float(got.stats["outage_s"])

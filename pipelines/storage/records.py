@@ -138,9 +138,9 @@ class Watch:
         self._seen: tuple[int, bytes | None] | None = None
         self._since = time.monotonic()
 
-    def current(self) -> int:
-        """The newest generation that exists (-1: none)."""
-        generation = -1
+    def current(self, known: int = -1) -> int:
+        """The newest generation that exists (-1: none), looking from ``known`` (one that exists) on."""
+        generation = known
         while self.store.exists(_generation(self.prefix, generation + 1)):
             generation += 1
         return generation
