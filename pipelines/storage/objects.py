@@ -69,6 +69,15 @@ class ObjectStore(ABC):
     def exists(self, loc: Location) -> bool: ...
 
     @abstractmethod
+    def modified(self, loc: Location) -> float:
+        """When the store last wrote the object, in seconds since the epoch by the store's own clock.
+
+        S3's ``Last-Modified``; a file's mtime on a local or network disk (set by the file server, not by the
+        writing host, on NFS). ``FileNotFoundError`` when it is missing. ``storage.clock`` reads the store's
+        time with it.
+        """
+
+    @abstractmethod
     def list(self, loc: Location) -> list[Entry]:
         """The children of a place (objects and "folders"); empty when there is nothing under it."""
 
@@ -136,6 +145,9 @@ class LocalStore(ObjectStore):
 
     def exists(self, loc: Location) -> bool:
         return os.path.exists(loc.path)
+
+    def modified(self, loc: Location) -> float:
+        return os.stat(loc.path).st_mtime
 
     def list(self, loc: Location) -> list[Entry]:
         try:
@@ -246,6 +258,18 @@ class S3Store(ObjectStore):
             if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
                 return False
             raise
+
+    def modified(self, loc: Location) -> float:
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self._client.head_object(Bucket=loc.bucket, Key=loc.key)
+        except ClientError as error:
+            if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                raise FileNotFoundError(str(loc)) from None
+            raise
+        stamp: float = head["LastModified"].timestamp()
+        return stamp
 
     def list(self, loc: Location) -> list[Entry]:
         prefix = loc.key.rstrip("/") + "/" if loc.key else ""
