@@ -70,17 +70,21 @@ def record_outage(home: Any, job: str, version: int, seconds: float, what: str) 
     from datetime import timedelta
 
     from pipelines.control import ControlPlane
-    from pipelines.control.table import utc_now
     from pipelines.observe.series import OUTAGE_BACK, OUTAGE_DOWN
 
     print(f"[{job}] v{version}: {what} waited {seconds:.1f}s for an answer", flush=True)
-    now = utc_now()
+    try:
+        control = ControlPlane(home)
+        now = control.clock.now()  # the store's time, like every row's ``at``
+    except Exception as e:  # a report must never take the batch down
+        print(f"[{job}] could not record the outage: {e}", flush=True)
+        return
     row = {"job": job, "model_version": version, "batch_id": -1}
     rows = [
         {**row, "metric": OUTAGE_DOWN, "value": 0.0, "at": now - timedelta(seconds=seconds)},
         {**row, "metric": OUTAGE_BACK, "value": seconds, "at": now},
     ]
     try:
-        ControlPlane(home).metrics.append(rows)
+        control.metrics.append(rows)
     except Exception as e:  # a report must never take the batch down
         print(f"[{job}] could not record the outage: {e}", flush=True)

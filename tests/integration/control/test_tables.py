@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from pipelines.control import ControlPlane, Home, job_models, resolve_home
+from pipelines.control import ControlPlane, Home, resolve_home
 from pipelines.control.checkpoints import CHECKPOINTS
 from pipelines.control.job_models import JOB_MODELS
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
@@ -19,6 +18,7 @@ from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.errors import ModelError, UnknownJobError
+from tests.skew import SkewedHost
 
 pytestmark = pytest.mark.integration
 
@@ -130,8 +130,9 @@ def test_activation_order_does_not_trust_clocks(cp: ControlPlane, home: Home, mo
     with pytest.raises(ModelError, match="activated a model of job 'orders' at the same time"):
         racer.job_models.activate("orders", 2)
     # a machine whose clock is an hour behind activates version 2 again: it is still the latest activation
-    monkeypatch.setattr(job_models, "utc_now", lambda: datetime.now(UTC) - timedelta(hours=1))
-    cp.job_models.activate("orders", 2, reason="slow clock")
+    slow = SkewedHost(home, wall_offset_s=-3600.0, boot_offset_s=-5000.0)
+    with slow.wall():
+        slow.control().job_models.activate("orders", 2, reason="slow clock")
     assert ControlPlane(home).job_models.active_version("orders") == 2
     assert [h["reason"] for h in cp.job_models.history("orders") if h["active"]] == ["slow clock"]
 
