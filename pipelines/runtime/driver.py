@@ -208,10 +208,11 @@ class Heartbeat(threading.Thread):
     not come round for ``STUCK_S`` (a JVM that hangs a py4j call): a driver
     stuck that long is dead to the scaling steps and the keepalive.
 
-    Each beat is a ``heartbeat`` metric row (what the scaling steps and the
-    keepalive read) and a row of the driver's registration in the ``drivers``
-    table (host, pid, application, model version, last batch: what operators
-    read).
+    Each beat is a row of the driver's registration in the ``drivers`` table
+    (host, pid, application, model version, last batch, and the store's time:
+    what the scaling steps, the keepalive, ``pipelines stop`` and operators
+    read) and a ``heartbeat`` metric row (its value this host's wall time, for
+    the plots; a query's start, which the autosizer skips, is its batch -1).
     """
 
     def __init__(self, control: ControlPlane, job: str, registration: Registration | None = None) -> None:
