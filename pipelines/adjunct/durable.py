@@ -272,6 +272,14 @@ class DurableStore:
             return None
         return rows.sort_by("number")["incarnation"][-1].as_py()
 
+    def incarnation_numbers(self) -> dict[str, int]:
+        """Every incarnation the store had, with its number (1, 2, ... in the order they were made)."""
+        dt = self._load(self.root / "incarnations")
+        if dt is None:
+            return {}
+        rows = read_delta(dt, schema=INCARNATIONS_SCHEMA).to_pylist()
+        return {r["incarnation"]: int(r["number"]) for r in rows}
+
     def new_incarnation(self, first: StoreState, reason: str) -> StoreState:
         """Create a fresh incarnation with its first (empty) segment and put it in force; old ones are deleted."""
         incarnation = uuid.uuid4().hex

@@ -185,6 +185,9 @@ def commit_store_checkpoints(
     configs, _ = _model_stores(home, job, version)
     if not configs:
         return 0
-    rows = checkpoint_rows(job, configs, BatchStores.from_json(dict(stores)), batch_id)
+    from pipelines.storage.clock import store_clock
+
+    now = store_clock(home.root).now()  # the store's time: the validity age is judged on it (``ingest.store_now``)
+    rows = checkpoint_rows(job, configs, BatchStores.from_json(dict(stores)), batch_id, now)
     append_store_checkpoints(home, rows)
     return len(rows)

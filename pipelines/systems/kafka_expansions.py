@@ -9,17 +9,22 @@ the count it first saw, each growth with the time it noticed it, and, once
 once: a change creates the record's next version, which exactly one of racing
 writers (the driver, the repartition watch, on any hosts) can do. What this
 guarantees and what it does not: docs/systems/kafka.md, "Partition expansion".
+
+The grace period is a duration judged across hosts (one process notices the
+growth, another may settle it), so ``detected_at`` and the settling process's
+now are both the store's time (``storage.clock``), never two hosts' clocks.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pipelines.core.batchplan import expansion_holds
 from pipelines.core.positions import Expansion, Position
+from pipelines.storage.clock import StoreClock, store_clock
 from pipelines.storage.location import Location, parse
 from pipelines.storage.objects import store_for
 from pipelines.storage.records import VersionedRecord
@@ -40,6 +45,7 @@ class ExpansionLog:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in cluster) or "cluster"
         self.folder = root / "systems" / "kafka" / safe / topic
         self.record = VersionedRecord(store_for(root), self.folder)
+        self.clock: StoreClock = store_clock(root)
 
     def observe(
         self, count: int, ends: Callable[[], Mapping[int, int]], grace_ms: int, now: datetime | None = None
@@ -48,7 +54,7 @@ class ExpansionLog:
         cached = _SETTLED.get(str(self.folder))
         if cached is not None and cached.get("partitions") == count:
             return [_expansion(e) for e in cached["expansions"]]
-        now = now or datetime.now(UTC)
+        now = now or self.clock.now()
 
         def change(state: dict[str, Any]) -> dict[str, Any]:
             if state.get("partitions") is None:
