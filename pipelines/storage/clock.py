@@ -23,11 +23,17 @@ moves only when a probe proves it wrong, so one process's consecutive stamps
 are as steady as its boot clock. That is good to about a second: plenty for
 leases of minutes and liveness of tens of seconds, and never used to *order*
 rows, which is done by sequence numbers, versions and commit order.
+
+A process the home refuses writes to (a read-only mount, read-only keys)
+cannot probe: it reads times by its own wall clock instead (``borrowed``).
+It cannot write a lease, a beat or a claim either, so nothing another host
+relies on is ever decided on it; it only shows ages (``lock show``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import socket
@@ -101,12 +107,17 @@ class StoreClock:
         self._probed_at = -math.inf
         self._last = -math.inf
         self._lock = threading.Lock()
+        self.borrowed = False  # True: the store refused the probe; times are this host's wall clock
 
     def now_s(self) -> float:
         """Seconds since the epoch by the store's clock; strictly increasing within this process."""
         with self._lock:
             if self._estimate.offset is None or self._boot() - self._probed_at >= self.reprobe_s:
-                before, stamp, after = self._probe()
+                try:
+                    before, stamp, after = self._probe()
+                except PermissionError:
+                    before = after = self._boot()
+                    stamp, self.borrowed = time.time(), True
                 self._estimate.add(before, stamp, after)
                 self._probed_at = after
             assert self._estimate.offset is not None
@@ -127,7 +138,12 @@ def probe_store(store: ObjectStore, folder: Location, boot: Callable[[], float] 
     def probe() -> tuple[float, float, float]:
         where = folder / f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         before = boot()
-        store.write(where, b"")
+        try:
+            store.write(where, b"")
+        except Exception as e:
+            if _refused(e):
+                raise PermissionError(f"{where}: the store refused the clock's probe ({e})") from e
+            raise
         after = boot()
         try:
             stamp = store.modified(where)
@@ -137,6 +153,14 @@ def probe_store(store: ObjectStore, folder: Location, boot: Callable[[], float] 
         return before, stamp, after
 
     return probe
+
+
+def _refused(error: BaseException) -> bool:
+    """A write the store refuses for good (permissions, a read-only file system or keys), not a failure to reach it."""
+    if isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return True
+    response = getattr(error, "response", None)  # botocore's ClientError
+    return isinstance(response, dict) and response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 403
 
 
 _CLOCKS: dict[str, StoreClock] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -78,3 +80,13 @@ def test_a_store_whose_clock_jumped_is_followed_not_fought() -> None:
     estimate.add(100.0, 500.5, 100.1)
     estimate.add(200.0, 900.5, 200.1)  # 300 s off what the first probe proved: the bounds start again
     assert estimate.offset is not None and 700.4 <= estimate.offset <= 700.52
+
+
+def test_a_process_the_store_refuses_writes_to_reads_its_own_wall_clock_and_says_so() -> None:
+    def refused() -> tuple[float, float, float]:
+        raise PermissionError("read-only home")
+
+    clock = StoreClock(refused)
+    before = time.time()
+    now = clock.now_s()
+    assert clock.borrowed and before - 0.01 <= now <= time.time() + 0.01
