@@ -130,9 +130,9 @@ def test_a_driver_keeps_beating_while_it_switches_models(spark, home: Home, monk
     monkeypatch.setattr(driver, "HEARTBEAT_S", 0.5)
     real_stop = driver._stop_at_batch_boundary
 
-    def slow_stop(query, drain, timeout=60.0):  # a batch that takes 12 s to finish, deterministically
+    def slow_stop(query, *args, **kwargs):  # a batch that takes 12 s to finish, deterministically
         time.sleep(12.0)
-        real_stop(query, drain, timeout)
+        real_stop(query, *args, **kwargs)
 
     monkeypatch.setattr(driver, "_stop_at_batch_boundary", slow_stop)
     producer = Producer(home, "events", 2, keys=8)
