@@ -54,6 +54,8 @@ STALE_AFTER_S = 35.0
 """A driver whose last row is older than this is silent: it beats every 10 s (the scaling steps' live limit)."""
 RECENT_S = 3600.0
 """Readers look at this much of the table first; a job with no row in it is looked up by its newest file."""
+RECENT_LIVE_S = 3 * STALE_AFTER_S
+"""How much of the table a liveness question reads: a live driver has a row in the last ``STALE_AFTER_S``."""
 
 DRIVERS = TableSpec(
     "drivers",
@@ -214,6 +216,11 @@ class Drivers:
             last[row["driver_id"]] = row
         drivers = [DriverRow(**r) for r in last.values()]
         return sorted(drivers, key=lambda d: d.started_at, reverse=True)
+
+    def live(self, job: str, *, now: datetime | None = None) -> list[DriverRow]:
+        """The job's live drivers, on any host, newest first (``now``: the store's time, default read now)."""
+        now = now or self.now()
+        return [d for d in self.latest(job, now=now, recent_s=RECENT_LIVE_S) if d.live(now)]
 
     def _rows(self, job: str, since: datetime) -> list[dict[str, Any]]:
         return self.table.read(job, [("at", ">=", since)]).to_pylist()

@@ -45,7 +45,7 @@ from typing import Any
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
 from pipelines.control.dq_results import DagRunRef
-from pipelines.control.drivers import ENDED, STALE_AFTER_S
+from pipelines.control.drivers import ENDED, RECENT_LIVE_S, STALE_AFTER_S
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock, dead_process_owner, process_owner
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.groupers import expansion_grouper, grouper_by_name
@@ -58,8 +58,6 @@ from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.systems.registry import JobSystems
 
 LIVE_AFTER_S = STALE_AFTER_S  # a driver whose last heartbeat is older than this is not live (it beats every 10 s)
-RECENT_LIVE_S = 3 * LIVE_AFTER_S
-"""How much of the drivers table a liveness question reads (a live driver has a row in the last ``LIVE_AFTER_S``)."""
 RESCALE = "rescale"
 EXPANSION = "partition expansion"
 Say = Callable[[str], None]

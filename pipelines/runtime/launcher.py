@@ -93,7 +93,7 @@ def run(
             f"job {job!r} already has a live driver in this home (pid {live}); stop it first "
             f"(python -m pipelines stop {job}) or let it run"
         )
-    elsewhere = [d for d in _live_drivers(home, job) if not d.on_this_host]
+    elsewhere = [d for d in ControlPlane(home).drivers.live(job) if not d.on_this_host]
     if elsewhere:
         d = elsewhere[0]
         raise PipelinesError(
@@ -163,8 +163,11 @@ def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> 
     control = ControlPlane(home)
     control.job_models.active(job)
     requests.ask_stop(home, job)
-    pid = running_pid(home, job)
-    drivers = {d.driver_id for d in _live_drivers(home, job, control)}
+    pid = _pid(home, job)
+    if pid is not None and not _alive(pid):
+        pid_file(home, job).unlink(missing_ok=True)
+        pid = None
+    drivers = {d.driver_id for d in control.drivers.live(job) if not _gone_here(d)}
     if not wait or (pid is None and not drivers):
         return pid is None and not drivers
     poll = 0.2 if home.is_local else 1.0  # on object storage each look is requests
@@ -174,7 +177,7 @@ def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> 
             pid_file(home, job).unlink(missing_ok=True)
             pid = None
         if drivers:
-            drivers &= {d.driver_id for d in _live_drivers(home, job, control) if not _gone_here(d)}
+            drivers &= {d.driver_id for d in control.drivers.live(job) if not _gone_here(d)}
         if pid is None and not drivers:
             return True
         time.sleep(poll)
@@ -202,15 +205,6 @@ def _pid(home: Home, job: str) -> int | None:
         return int(pid) if host == socket.gethostname() else None
     except (FileNotFoundError, ValueError):
         return None
-
-
-def _live_drivers(home: Home, job: str, control: ControlPlane | None = None) -> list[DriverRow]:
-    """The job's drivers the ``drivers`` table shows live (by the store's clock), on any host."""
-    from pipelines.operations.scaling import RECENT_LIVE_S
-
-    drivers = (control or ControlPlane(home)).drivers
-    now = drivers.now()
-    return [d for d in drivers.latest(job, now=now, recent_s=RECENT_LIVE_S) if d.live(now)]
 
 
 def _gone_here(driver: DriverRow) -> bool:
