@@ -27,7 +27,7 @@ from pipelines.errors import ConfigError, PartitionChangeError, StreamError
 from pipelines.jobs.config import JobConfig, _systems
 from pipelines.operations import repartition
 from pipelines.operations.jobs import create_job
-from pipelines.systems.base import Bounded, InputSystem
+from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted
 from pipelines.systems.kafka import KafkaSystem, position_key, validate_settings
 from pipelines.systems.kafka_mock import MockKafka
 from tests.integration.kafka_fixtures import unique_topic
@@ -51,7 +51,7 @@ def _topic(broker: MockKafka, partitions: int, prefix: str = "t") -> str:
 
 def test_kafka_keeps_the_input_system_contract(kafka_broker: MockKafka, kafka: KafkaSystem) -> None:
     assert isinstance(kafka, InputSystem)
-    check_input_system_contract(kafka, _topic(kafka_broker, 3))
+    check_input_system_contract(kafka, _topic(kafka_broker, 3), abilities=frozenset({SupportsCommitted}))
 
 
 def test_keys_land_where_java_producers_put_them_and_records_keep_key_timestamp_headers(

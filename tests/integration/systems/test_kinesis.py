@@ -22,7 +22,14 @@ from botocore.stub import Stubber
 
 from pipelines.core.shards import SHARD_END
 from pipelines.errors import ConfigError, StreamError
-from pipelines.systems.base import Bounded, InputSystem, Position
+from pipelines.systems.base import (
+    Bounded,
+    InputSystem,
+    Position,
+    SupportsLineage,
+    SupportsRecordsRead,
+    SupportsRelayout,
+)
 from pipelines.systems.kinesis import KinesisSystem, position_key, validate_settings
 from pipelines.systems.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis_positions import decode_slot
@@ -97,7 +104,9 @@ def _check_once_and_in_key_order(read: list[tuple[int, str, bytes, bytes]], prod
 def test_the_kinesis_system_keeps_the_input_system_contract(kinesis: KinesisSystem) -> None:
     stream = _stream(kinesis, 2)
     assert isinstance(kinesis, InputSystem)
-    check_input_system_contract(kinesis, stream)
+    check_input_system_contract(
+        kinesis, stream, abilities=frozenset({SupportsRelayout, SupportsRecordsRead, SupportsLineage})
+    )
 
 
 def test_split_and_merge_while_producing_read_every_record_once_in_per_key_order(
