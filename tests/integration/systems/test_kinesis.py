@@ -31,8 +31,8 @@ from pipelines.systems.base import (
     SupportsRelayout,
 )
 from pipelines.systems.kinesis import KinesisSystem, position_key, validate_settings
+from pipelines.systems.kinesis.positions import decode_slot
 from pipelines.systems.kinesis_emulator import KinesisEmulator
-from pipelines.systems.kinesis_positions import decode_slot
 from pipelines.systems.registry import open_system
 from tests.integration.systems.contract import check_input_system_contract
 

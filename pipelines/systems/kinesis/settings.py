@@ -1,22 +1,19 @@
-"""The job YAML's ``systems: kinesis:`` section, validated, and the AWS session it resolves to.
+"""The job YAML's ``systems: kinesis:`` section, validated.
 
 Each setting's meaning is in ``_DESCRIPTIONS``; an unknown key is refused
-with the closest match. Credentials never come from the YAML: the standard
-AWS chain, a named ``profile``, or an Airflow connection (``aws_conn_id``),
-and dummy ones only for an emulator on the loopback interface. See
-docs/systems/kinesis.md, "Settings and credentials".
+with the closest match. Credentials never come from the YAML (``client``
+resolves them): keys that look like credentials are refused with the reason.
+See docs/systems/kinesis.md, "Settings and credentials".
 """
 
 from __future__ import annotations
 
 import difflib
 import ipaddress
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import urlparse
 
 from pipelines.errors import ConfigError
 
@@ -150,67 +147,3 @@ def _check(origin: str, key: str, value: Any, default: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ConfigError(f"{where} must be a number > 0 ({_DESCRIPTIONS[key]}), got {value!r}")
     return float(value)
-
-
-# ------------------------------------------------------------------ credentials
-
-
-def session(settings: KinesisSettings) -> Any:
-    """A boto3 session with the credentials the settings point to; nothing secret is logged or pickled."""
-    import boto3
-
-    if settings.aws_conn_id:
-        conn = airflow_connection(settings.aws_conn_id)
-        extra = conn.get("extra") or {}
-        return boto3.Session(
-            aws_access_key_id=conn.get("login") or None,
-            aws_secret_access_key=conn.get("password") or None,
-            aws_session_token=extra.get("aws_session_token"),
-            region_name=settings.region or extra.get("region_name"),
-        )
-    result = boto3.Session(profile_name=settings.profile, region_name=settings.region)
-    if result.get_credentials() is None and settings.is_local_emulator():
-        # An emulator on this machine accepts any credentials; a real endpoint never gets these.
-        return boto3.Session(
-            aws_access_key_id="emulator", aws_secret_access_key="emulator", region_name=settings.region or "us-east-1"
-        )
-    return result
-
-
-def airflow_connection(conn_id: str) -> dict[str, Any]:
-    """login, password and extra of an Airflow connection: ``AIRFLOW_CONN_<ID>`` first, then Airflow's backends."""
-    raw = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
-    if raw:
-        return _parse_connection(conn_id, raw)
-    try:
-        from airflow.sdk import BaseHook  # only where Airflow runs; executors use the env var or the AWS chain
-    except ImportError:
-        raise ConfigError(
-            f"aws_conn_id {conn_id!r}: no AIRFLOW_CONN_{conn_id.upper()} in the environment and Airflow is not "
-            "installed here; set the variable, or use the standard AWS chain instead"
-        ) from None
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except Exception as error:
-        raise ConfigError(f"aws_conn_id {conn_id!r}: Airflow has no such connection ({error})") from None
-    return {"login": conn.login, "password": conn.password, "extra": conn.extra_dejson}
-
-
-def _parse_connection(conn_id: str, raw: str) -> dict[str, Any]:
-    raw = raw.strip()
-    if raw.startswith("{"):
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            raise ConfigError(f"AIRFLOW_CONN_{conn_id.upper()} is neither a connection URI nor JSON") from None
-        extra = value.get("extra") or {}
-        if isinstance(extra, str):
-            extra = json.loads(extra or "{}")
-        return {"login": value.get("login"), "password": value.get("password"), "extra": extra}
-    url = urlparse(raw)
-    extra = {k: v[-1] for k, v in parse_qs(url.query).items()}
-    return {
-        "login": unquote(url.username) if url.username else None,
-        "password": unquote(url.password) if url.password else None,
-        "extra": extra,
-    }
