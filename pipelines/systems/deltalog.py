@@ -31,6 +31,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
+from pipelines.backoff import Backoff
 from pipelines.core.batchplan import expansion_holds
 from pipelines.core.partitioner import murmur2
 from pipelines.core.ssp import validate_name
@@ -68,8 +69,8 @@ LOG_SCHEMA = pa.schema(
 # Delta keeps partition values in the log, not in the data files.
 _FILE_SCHEMA = pa.schema([f for f in LOG_SCHEMA if f.name != "partition"])
 
-_BACKOFF_BASE_S = 0.005
-_BACKOFF_CAP_S = 0.25
+_COMMIT_RACE = Backoff(base_s=0.005, cap_s=0.25)
+_STORAGE_WAIT = Backoff(base_s=0.05, cap_s=2.0)
 
 
 @dataclass
@@ -561,7 +562,7 @@ class DeltaLog(OffsetOrder):
     def _waiting_for_storage(self, stream: str, read: Any) -> Any:
         """``read()``, waited out while the stream's storage is gone (at most ``read_timeout_s``); damage raises."""
         deadline = time.monotonic() + self.read_timeout_s
-        delay = 0.05
+        attempt = 0
         while True:
             try:
                 return read()
@@ -573,8 +574,8 @@ class DeltaLog(OffsetOrder):
                         f"{self._unavailable(stream, error)}; a read waited {self.read_timeout_s:g}s for it"
                     ) from None
                 self._tables.pop(stream, None)  # the snapshot is re-read when the storage is back
-                time.sleep(min(random.uniform(0, delay), max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 2.0)
+                _STORAGE_WAIT.wait(attempt, deadline)
+                attempt += 1
 
     # ------------------------------------------------------------- snapshots
 
@@ -759,4 +760,4 @@ def _remove(paths: list[Path]) -> None:
 
 def _backoff(attempt: int) -> None:
     # Full jitter: racing producers spread out instead of colliding again in lockstep.
-    time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
+    _COMMIT_RACE.wait(attempt)

@@ -13,17 +13,16 @@ and throttling" and "Settings and credentials".
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
 
-from pipelines.errors import ConfigError, StreamError
+from pipelines.backoff import Backoff
+from pipelines.errors import StreamError
+from pipelines.systems.connections import read_connection
 from pipelines.systems.kinesis.settings import KinesisSettings
 
 THROTTLES = frozenset(
@@ -101,6 +100,8 @@ class KinesisClient:
 
     def __init__(self, settings: KinesisSettings) -> None:
         self.settings = settings
+        self.backoff = Backoff(settings.backoff_base_s, settings.backoff_cap_s, "full")
+        """Between tries of one call: throttling is contention, so full jitter."""
 
     def key(self) -> tuple[Any, ...]:
         """What the per-process caches (clients, limiters, iterators) are keyed by."""
@@ -166,7 +167,7 @@ class KinesisClient:
                     raise Unreachable(
                         f"cannot reach Kinesis at {s.endpoint_url or s.region or 'the default endpoint'}: {error}"
                     ) from None
-            time.sleep(random.uniform(0, min(s.backoff_cap_s, s.backoff_base_s * 2**attempt)))
+            self.backoff.wait(attempt)
         raise AssertionError("unreachable")
 
 
@@ -197,13 +198,12 @@ def session(settings: KinesisSettings) -> Any:
     import boto3
 
     if settings.aws_conn_id:
-        conn = airflow_connection(settings.aws_conn_id)
-        extra = conn.get("extra") or {}
+        conn = read_connection(settings.aws_conn_id, "aws_conn_id", ", or use the standard AWS chain instead")
         return boto3.Session(
-            aws_access_key_id=conn.get("login") or None,
-            aws_secret_access_key=conn.get("password") or None,
-            aws_session_token=extra.get("aws_session_token"),
-            region_name=settings.region or extra.get("region_name"),
+            aws_access_key_id=conn.login or None,
+            aws_secret_access_key=conn.password or None,
+            aws_session_token=conn.extra.get("aws_session_token"),
+            region_name=settings.region or conn.extra.get("region_name"),
         )
     result = boto3.Session(profile_name=settings.profile, region_name=settings.region)
     if result.get_credentials() is None and settings.is_local_emulator():
@@ -212,42 +212,3 @@ def session(settings: KinesisSettings) -> Any:
             aws_access_key_id="emulator", aws_secret_access_key="emulator", region_name=settings.region or "us-east-1"
         )
     return result
-
-
-def airflow_connection(conn_id: str) -> dict[str, Any]:
-    """login, password and extra of an Airflow connection: ``AIRFLOW_CONN_<ID>`` first, then Airflow's backends."""
-    raw = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
-    if raw:
-        return _parse_connection(conn_id, raw)
-    try:
-        from airflow.sdk import BaseHook  # only where Airflow runs; executors use the env var or the AWS chain
-    except ImportError:
-        raise ConfigError(
-            f"aws_conn_id {conn_id!r}: no AIRFLOW_CONN_{conn_id.upper()} in the environment and Airflow is not "
-            "installed here; set the variable, or use the standard AWS chain instead"
-        ) from None
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except Exception as error:
-        raise ConfigError(f"aws_conn_id {conn_id!r}: Airflow has no such connection ({error})") from None
-    return {"login": conn.login, "password": conn.password, "extra": conn.extra_dejson}
-
-
-def _parse_connection(conn_id: str, raw: str) -> dict[str, Any]:
-    raw = raw.strip()
-    if raw.startswith("{"):
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            raise ConfigError(f"AIRFLOW_CONN_{conn_id.upper()} is neither a connection URI nor JSON") from None
-        extra = value.get("extra") or {}
-        if isinstance(extra, str):
-            extra = json.loads(extra or "{}")
-        return {"login": value.get("login"), "password": value.get("password"), "extra": extra}
-    url = urlparse(raw)
-    extra = {k: v[-1] for k, v in parse_qs(url.query).items()}
-    return {
-        "login": unquote(url.username) if url.username else None,
-        "password": unquote(url.password) if url.password else None,
-        "extra": extra,
-    }

@@ -8,8 +8,6 @@ record of the same key in the call succeeded.
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Iterable
 
 from pipelines.errors import StreamError
@@ -96,11 +94,7 @@ class KinesisProducer:
                     "were written; retrying would break those keys' order. Write fewer records per call"
                 )
             pending = failed
-            time.sleep(
-                random.uniform(
-                    0, min(self.client.settings.backoff_cap_s, self.client.settings.backoff_base_s * 2**attempt)
-                )
-            )
+            self.client.backoff.wait(attempt)
         raise StreamError(f"Kinesis stream {stream!r}: {len(pending)} records still failed after retries")
 
 

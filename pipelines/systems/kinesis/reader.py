@@ -14,7 +14,6 @@ counted and logged (``on_trimmed: skip``). See docs/systems/kinesis.md,
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections import Counter
@@ -25,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipelines.backoff import Backoff
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON, SlotPlan, apply_plan
 from pipelines.errors import StreamError
 from pipelines.systems.base import RECORD_SCHEMA, Bounded, End, Position, ReadResult
@@ -64,6 +64,8 @@ class KinesisReader:
         self.client = client
         self.admin = admin
         self.settings = client.settings
+        self.outage = Backoff(self.settings.backoff_base_s, self.settings.backoff_cap_s, "equal")
+        """Between tries of a read whose endpoint stopped answering: waiting out an outage, so equal jitter."""
 
     def read(
         self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
@@ -83,23 +85,21 @@ class KinesisReader:
         so trying it again from ``start`` reads the same records.
         """
         began = time.monotonic()
-        delay = self.settings.backoff_base_s
-        held_up = False
+        deadline = began + self.settings.read_timeout_s
+        attempt = 0
         while True:
             try:
                 result = self._read(stream, partition, start, end)
             except Unreachable as error:
-                held_up = True
-                left = began + self.settings.read_timeout_s - time.monotonic()
-                if left <= 0:
+                if time.monotonic() >= deadline:
                     raise StreamError(
                         f"{error}; a read waited {self.settings.read_timeout_s:g}s for it (check the endpoint and "
                         "the network, or raise systems.kinesis.read_timeout_s to wait out longer outages)"
                     ) from None
-                time.sleep(min(random.uniform(delay / 2, delay), left))
-                delay = min(delay * 2, self.settings.backoff_cap_s)
+                self.outage.wait(attempt, deadline)
+                attempt += 1
                 continue
-            if not held_up:
+            if attempt == 0:
                 return result
             # Held up by a silent endpoint for at most the read's whole time: the task reports it as an outage.
             return replace(result, stats={**result.stats, "outage_s": time.monotonic() - began})

@@ -379,3 +379,17 @@ def test_a_read_waits_out_an_endpoint_that_stops_answering_then_gives_up_after_r
         patient.close()
         impatient.close()
         emulator.stop()
+
+
+def test_credentials_and_region_come_from_an_airflow_connection_in_uri_form(
+    endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.systems.kinesis.client import session
+
+    monkeypatch.setenv("AIRFLOW_CONN_KINESIS_TEST", "aws://AKIDEXAMPLE:wJalr%2FXUtn@/?region_name=us-east-1")
+    system = KinesisSystem({"endpoint_url": endpoint, "aws_conn_id": "kinesis_test"})
+    credentials = session(system.settings).get_credentials()
+    assert (credentials.access_key, credentials.secret_key) == ("AKIDEXAMPLE", "wJalr/XUtn")
+    assert system.client.meta.region_name == "us-east-1"
+    stream = _stream(system, 1)  # the emulator accepts any credentials: the client works with these
+    assert system.describe(stream).partition_count == 1
