@@ -36,7 +36,7 @@ from pipelines.core.batchplan import expansion_holds
 from pipelines.core.partitioner import murmur2
 from pipelines.core.ssp import validate_name
 from pipelines.deltaio import open_table, readable, refresh
-from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError, refuse_unknown
+from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError
 from pipelines.systems.base import (
     RECORD_SCHEMA,
     Bounded,
@@ -611,21 +611,15 @@ class DeltaLog(OffsetOrder):
         return table, snap
 
 
-SETTINGS = ("read_timeout_s",)
-
-
 def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> dict[str, float]:
-    """The ``systems.deltalog`` section: ``read_timeout_s``, how long a read waits for storage that went away."""
-    if not isinstance(settings, Mapping):
-        raise ConfigError(f"{where} must be a mapping of settings")
-    refuse_unknown(where, settings, SETTINGS)
-    clean: dict[str, float] = {}
-    if "read_timeout_s" in settings:
-        value = settings["read_timeout_s"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 86_400:
-            raise ConfigError(f"{where}.read_timeout_s: a number of seconds from 0 to 86400, got {value!r}")
-        clean["read_timeout_s"] = float(value)
-    return clean
+    """The ``systems.deltalog`` section (``deltalog_settings.DeltaLogSettings``), as ``DeltaLog``'s keywords."""
+    if isinstance(settings, Mapping) and not settings:
+        return {}  # nothing to check: the workers that open the log need not load pydantic
+    from pipelines.settings import check
+    from pipelines.systems.deltalog_settings import DeltaLogSettings
+
+    checked: DeltaLogSettings = check(DeltaLogSettings, settings, where)
+    return checked.model_dump(exclude_unset=True)
 
 
 def position_key(position: Position) -> int:

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 from pipelines.control.home import Home
 from pipelines.core.partitioner import kafka_partition
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
-from pipelines.jobs.config import JobConfig, _systems
+from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition
 from pipelines.operations.jobs import create_job
 from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted
@@ -258,7 +258,17 @@ def test_settings_refuse_unknown_fields_and_secrets_in_clear(monkeypatch: pytest
     assert ok.properties["enable.ssl.certificate.verification"] == "false"
     # The job config checks the section through the module, with the field named.
     with pytest.raises(ConfigError, match=r"job: systems\.kafka: unknown field"):
-        _systems({"kafka": {"bootstrap_servers": "x:9092", "tiemout_ms": 5}}, "job")
+        JobConfig.from_dict(
+            {
+                "name": "j",
+                "inputs": [{"system": "kafka", "stream": "t"}],
+                "process": "pipelines.demo.enrich:process",
+                "output_schema": "key STRING",
+                "sink": "out",
+                "systems": {"kafka": {"bootstrap_servers": "x:9092", "tiemout_ms": 5}},
+            },
+            "job",
+        )
 
     system = KafkaSystem({"bootstrap_servers": "x:9092", "secrets_env": {"sasl.password": "KAFKA_TEST_PASSWORD"}})
     monkeypatch.delenv("KAFKA_TEST_PASSWORD", raising=False)
