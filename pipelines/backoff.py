@@ -41,7 +41,7 @@ class Backoff:
 
     def ceiling(self, attempt: int) -> float:
         """``base_s * 2**attempt``, at most ``cap_s`` (the exponent is bounded, so a long outage cannot overflow)."""
-        return min(self.cap_s, self.base_s * 2 ** min(max(attempt, 0), 60))
+        return min(self.cap_s, self.base_s * 2.0 ** min(max(attempt, 0), 60))
 
     def delay(self, attempt: int) -> float:
         """A wait drawn below this attempt's ceiling, with this back-off's jitter."""

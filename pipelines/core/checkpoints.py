@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from math import gcd
-from typing import Any
+from typing import Any, cast
 
 from pipelines.core.bulk import collector_paused
 from pipelines.core.hashing import validate_factor
@@ -79,7 +79,7 @@ class CheckpointMap:
         for whole, offsets in table.items():
             if None in offsets:
                 self.offset(whole, offsets.index(None))  # raises, naming the missing bucket
-        return table  # type: ignore[return-value]  # no None is left
+        return cast(dict[SystemStreamPartition, list[Position]], table)  # no None is left
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -49,6 +49,9 @@ from pipelines.systems.base import (
     StreamMetadata,
 )
 from pipelines.systems.offsets import OffsetOrder, parse_offset
+
+if TYPE_CHECKING:
+    from pipelines.systems.deltalog_settings import DeltaLogOptions
 
 SYSTEM = "deltalog"
 APP_ID = "deltalog-writer"
@@ -611,7 +614,7 @@ class DeltaLog(OffsetOrder):
         return table, snap
 
 
-def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> dict[str, float]:
+def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> DeltaLogOptions:
     """The ``systems.deltalog`` section (``deltalog_settings.DeltaLogSettings``), as ``DeltaLog``'s keywords."""
     if isinstance(settings, Mapping) and not settings:
         return {}  # nothing to check: the workers that open the log need not load pydantic
@@ -619,7 +622,7 @@ def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalo
     from pipelines.systems.deltalog_settings import DeltaLogSettings
 
     checked: DeltaLogSettings = check(DeltaLogSettings, settings, where)
-    return checked.model_dump(exclude_unset=True)
+    return {"read_timeout_s": checked.read_timeout_s} if "read_timeout_s" in checked.model_fields_set else {}
 
 
 def position_key(position: Position) -> int:

@@ -7,11 +7,17 @@ load ``deltalake``, and so that opening the embedded log without settings
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 from pydantic import Field
 
 from pipelines.settings import Number, Section
+
+
+class DeltaLogOptions(TypedDict, total=False):
+    """What the section sets of ``DeltaLog``'s keywords (nothing it leaves out)."""
+
+    read_timeout_s: float
 
 
 class DeltaLogSettings(Section):

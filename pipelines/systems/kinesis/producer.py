@@ -60,7 +60,10 @@ class KinesisProducer:
         mapper, _ = self.admin.listing(stream, max_age_s=0)
         index = {s: i for i, s in enumerate(mapper.open_shards())}
         result = []
-        for shard, sequence in placed:  # type: ignore[misc]
+        for item in placed:
+            if item is None:  # _put places every record of its chunk or raises
+                raise AssertionError("a record was neither written nor refused")
+            shard, sequence = item
             if shard not in index:  # resharded meanwhile
                 mapper, _ = self.admin.listing(stream, max_age_s=0)
                 index = {s: i for i, s in enumerate(mapper.open_shards())}

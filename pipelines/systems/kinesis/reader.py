@@ -232,7 +232,7 @@ class KinesisReader:
                 if target is not None:
                     return _ShardRead(rows, state)  # the caller reports the missed target
                 return _ShardRead(rows, state)
-            iterator = following  # type: ignore[assignment]
+            iterator = following
 
     def _iterator(
         self, stream: str, shard: str, state: str, stats: Counter[str], *, fresh: bool = False
@@ -299,7 +299,7 @@ class KinesisReader:
             self.client.limiter(stream, shard, "records").acquire()
             page = self.client.call(stream, "get_records", stats, ShardIterator=iterator, Limit=1)
             if page.get("Records"):
-                return page["Records"][0]["SequenceNumber"]
+                return str(page["Records"][0]["SequenceNumber"])
             iterator = page.get("NextShardIterator")
             if iterator is None or not page.get("MillisBehindLatest"):
                 return None

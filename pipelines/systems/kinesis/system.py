@@ -30,7 +30,10 @@ class KinesisSystem:
     system: str = SYSTEM
 
     def __init__(self, settings: Mapping[str, Any] | KinesisSettings | None = None, home: Any = None) -> None:
-        self.settings = validate_settings(settings, "systems.kinesis")
+        self._open(validate_settings(settings, "systems.kinesis"), home)
+
+    def _open(self, settings: KinesisSettings, home: Any) -> None:
+        self.settings = settings
         self.home = home
         self._client = KinesisClient(self.settings)
         self.admin = KinesisAdmin(self._client)
@@ -42,7 +45,7 @@ class KinesisSystem:
         return {"settings": self.settings, "home": self.home}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"], state["home"])  # type: ignore[misc]
+        self._open(state["settings"], state["home"])
 
     def __repr__(self) -> str:
         where = self.settings.endpoint_url or self.settings.region or "default region"
