@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from math import gcd, lcm
 from typing import Any
 
 from pipelines.control import ControlPlane, Home
@@ -122,6 +123,39 @@ def plan_next(
         )
         old = control.checkpoints.latest(job, current.version)
         return VersionPlan(current, model, start_positions(systems, old, model))
+
+
+def replay_estimate(home: Home, plan: VersionPlan) -> int | None:
+    """About how many records the plan's model would read again, from the checkpoints in force now.
+
+    A new bucket b' starts at the slowest old bucket b of its partition with
+    ``b ≡ b' (mod gcd)``; of the records between that start and where a
+    faster b stands, those whose key is in both b and b' were processed
+    already. Hashing spreads keys evenly, so that is about one record in
+    ``lcm(X, X')`` of them (for any b ≡ b', exactly one residue modulo the
+    lcm). None when an input cannot count records between two positions.
+    """
+    previous = plan.previous
+    if previous is None:
+        return 0
+    old = ControlPlane(home).checkpoints.latest(previous.job_name, previous.version)
+    new = plan.start
+    g, share = gcd(old.factor, new.factor), lcm(old.factor, new.factor)
+    total = 0.0
+    with JobSystems(home, job_config(plan.model).systems) as systems:
+        for new_ssp, start in new.offsets.items():
+            whole, b_new = new_ssp.whole(), new_ssp.key_bucket or 0
+            system = systems.of(whole.system)
+            for old_ssp, position in old.offsets.items():
+                if old_ssp.whole() != whole or ((old_ssp.key_bucket or 0) - b_new) % g:
+                    continue
+                if system.position_key(position) <= system.position_key(start):
+                    continue
+                count = system.records_between(whole.stream, whole.partition, start, position)
+                if count is None:
+                    return None
+                total += count / share
+    return round(total)
 
 
 def start_positions(systems: JobSystems, old: CheckpointMap | None, model: JobModel) -> CheckpointMap:

@@ -17,6 +17,7 @@ clear. The YAML's JSON schema is ``docs/job-schema.json``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,19 @@ class JobConfig:
         except yaml.YAMLError as e:
             raise ConfigError(f"job config {path} is not valid YAML: {e}") from None
         return cls.from_dict(raw, origin=str(path))
+
+
+_SECONDS_PER = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0}
+_SECONDS_PER |= {"h": 3600.0, "hour": 3600.0}
+
+
+def interval_seconds(text: str) -> float:
+    """A checked ``trigger_interval`` ("1 second", "500 milliseconds", "interval 2 minutes") in seconds."""
+    found = re.match(r"^(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+)$", text.strip().lower())
+    if found is None:
+        raise ConfigError(f"not a trigger interval: {text!r}")
+    unit = found.group(2)
+    return float(found.group(1)) * _SECONDS_PER[unit if unit in _SECONDS_PER else unit.removesuffix("s")]
 
 
 def job_config(model: JobModel) -> JobConfig:

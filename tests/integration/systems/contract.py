@@ -1,7 +1,7 @@
 """The ``InputSystem`` contract, as checks any system's tests run against a real instance of it.
 
 Each system's test module creates a stream on its real backend (the embedded
-log's Delta tables, a Kafka-protocol broker, a Kinesis emulator), produces
+log's Delta tables, a real Kafka broker, a Kinesis emulator), produces
 keyed records through the system's own producer, and calls
 ``check_input_system_contract``. What is checked is what the platform relies
 on (``pipelines.systems.base``): positions opaque but ordered per partition,

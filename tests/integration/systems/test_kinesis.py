@@ -22,6 +22,7 @@ from botocore.stub import Stubber
 
 from pipelines.core.shards import SHARD_END
 from pipelines.errors import ConfigError, StreamError
+from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.base import (
     Bounded,
     InputSystem,
@@ -32,7 +33,6 @@ from pipelines.systems.base import (
 )
 from pipelines.systems.kinesis import KinesisSystem, position_key, validate_settings
 from pipelines.systems.kinesis.positions import decode_slot
-from pipelines.systems.kinesis_emulator import KinesisEmulator
 from pipelines.systems.registry import open_system
 from tests.integration.systems.contract import check_input_system_contract
 
