@@ -162,6 +162,15 @@ def s3a_confs(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return confs
 
 
+def driver_java_options() -> str:
+    """``JVM_OPTIONS`` and, where set-up built one for this JVM and these jars, the class-data archive
+    (``runtime.jvm_archive``): a driver then maps the classes it would otherwise load and verify one by one."""
+    from pipelines.runtime import jvm_archive
+
+    extra = os.environ.get(jvm_archive.ARCHIVE_ENV) or jvm_archive.java_options()
+    return f"{JVM_OPTIONS} {extra}".strip()
+
+
 def spark_confs(master: str) -> dict[str, str]:
     """Confs every session of ours uses; our jars and Delta, small shuffles, loopback in local mode, C1-only JIT."""
     classpath = spark_classpath()
@@ -171,7 +180,7 @@ def spark_confs(master: str) -> dict[str, str]:
         "spark.executor.extraClassPath": classpath,
         **DELTA_CONFS,
         **s3a_confs(),
-        "spark.driver.defaultJavaOptions": JVM_OPTIONS,
+        "spark.driver.defaultJavaOptions": driver_java_options(),
         "spark.executor.defaultJavaOptions": JVM_OPTIONS,
         "spark.executorEnv.PYTHONPATH": spark_env()["PYTHONPATH"],
         "spark.executorEnv.PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
