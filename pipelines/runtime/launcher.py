@@ -78,14 +78,14 @@ def run(
     failure_note(home, job).unlink(missing_ok=True)
     cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
     if not detach:
-        return _foreground(home, job, cmd)
+        return _foreground(home, job, cmd, master)
     log = open(home.root / "run" / f"{job}.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(cmd, env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=spark_env(master), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     pid_file(home, job).write_text(str(proc.pid))
     return proc.pid
 
 
-def _foreground(home: Home, job: str, cmd: list[str]) -> int:
+def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
     """Run the driver tied to this process; Ctrl-C stops it at a batch boundary, then re-raises.
 
     The driver runs in its own session, so a Ctrl-C to the terminal's process
@@ -99,7 +99,7 @@ def _foreground(home: Home, job: str, cmd: list[str]) -> int:
     # spark-submit merges the Python driver's stderr into its stdout: all of it is the driver's log, so it goes
     # to this process's stderr (fd 2: an Airflow task's sys.stderr has no file), and stdout keeps only the CLI's
     # own answer (one JSON object with --json).
-    proc = subprocess.Popen(tied_command(cmd), env=spark_env(), start_new_session=True, stdout=2)
+    proc = subprocess.Popen(tied_command(cmd), env=spark_env(master), start_new_session=True, stdout=2)
     try:
         return proc.wait()
     except KeyboardInterrupt:
