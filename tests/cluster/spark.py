@@ -63,6 +63,9 @@ class SparkCluster:
     workers: list[Host]
     url: str
     procs: list[HostProcess] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to every daemon's environment, e.g. ``S3Server.env()``: executors inherit their worker's, and s3a
+    takes its keys from the environment (they are never confs)."""
 
     def state(self, timeout: float = 10.0) -> dict[str, Any]:
         """The master's ``/json/`` view (``aliveworkers``, ``workers``, ``activeapps``, ``completedapps``, ...).
@@ -91,7 +94,7 @@ class SparkCluster:
         cmd = [_spark_class(), "org.apache.spark.deploy.worker.Worker", self.url, "--host", host.ip]
         cmd += ["--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY]
         cmd += ["--webui-port", str(WORKER_WEB_PORT), "--work-dir", WORK_DIR]
-        proc = host.run(cmd, _daemon_env(host), log_name="spark-worker")
+        proc = host.run(cmd, {**_daemon_env(host), **self.env}, log_name="spark-worker")
         self.procs = [p for p in self.procs if p.host != host.name or p.poll() is None]  # a killed host's are gone
         self.procs.append(proc)
         if host not in self.workers:
@@ -123,17 +126,21 @@ class SparkCluster:
 
 @contextlib.contextmanager
 def start_spark_cluster(
-    master: Host, workers: Sequence[Host], timeout: float = START_TIMEOUT_S
+    master: Host,
+    workers: Sequence[Host],
+    env: Mapping[str, str] | None = None,
+    timeout: float = START_TIMEOUT_S,
 ) -> Iterator[SparkCluster]:
     """Start a master on ``master`` and a worker on each of ``workers``; yield once all registered.
 
-    On the way out every one of these hosts is killed whole and booted again.
+    ``env`` is added to every daemon's environment. On the way out every one of these hosts is killed whole and
+    booted again.
     """
-    cluster = SparkCluster(master, [], f"spark://{master.ip}:{MASTER_PORT}")
+    cluster = SparkCluster(master, [], f"spark://{master.ip}:{MASTER_PORT}", env=dict(env or {}))
     try:
         cmd = [_spark_class(), "org.apache.spark.deploy.master.Master", "--host", master.ip]
         cmd += ["--port", str(MASTER_PORT), "--webui-port", str(MASTER_WEB_PORT)]
-        cluster.procs.append(master.run(cmd, _daemon_env(master), log_name="spark-master"))
+        cluster.procs.append(master.run(cmd, {**_daemon_env(master), **cluster.env}, log_name="spark-master"))
         for host in workers:
             cluster.start_worker(host)
         cluster.wait_for_workers(timeout)
