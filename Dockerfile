@@ -9,6 +9,17 @@ RUN apt-get update \
 WORKDIR /opt/pipelines
 COPY requirements.txt constraints.txt pyproject.toml README.md ./
 RUN pip install --no-cache-dir -r requirements.txt -c constraints.txt psycopg2-binary
+# Spark's JVM libraries (Delta Lake, s3a, Spark's Kafka source): the same Maven step as scripts/setup.sh, into the
+# folder pipelines/runtime/session.py puts on every driver's and executor's class path. Every host of a deployment
+# runs this image, so the jars are at the same path on each. Maven and its download cache leave with the layer.
+COPY jvm ./jvm
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends maven \
+ && mvn -B -q -f jvm/spark/pom.xml -Dmaven.repo.local=/tmp/m2 dependency:copy-dependencies \
+        -DoutputDirectory=/opt/pipelines/.jvm/spark-jars \
+ && rm -rf /tmp/m2 \
+ && apt-get purge -y --auto-remove maven \
+ && rm -rf /var/lib/apt/lists/*
 COPY pipelines ./pipelines
 COPY dags ./dags
 COPY plugins ./plugins

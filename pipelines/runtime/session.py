@@ -16,6 +16,12 @@ pip-installed and the user set no ``SPARK_HOME``, the driver runs with a
 ``SPARK_HOME`` made of links to that installation minus its ``python/``
 folder (``spark_home``): Spark's Python processes then import the installed
 pyspark and py4j. A ``SPARK_HOME`` the user sets is used as it is.
+
+Every session also runs with the JVM libraries ``jvm/spark/pom.xml`` pins
+(Delta Lake, s3a, Spark's Kafka source), copied by ``scripts/setup.sh`` into
+``.jvm/spark-jars`` (``spark_classpath``), with Delta's SQL extension and
+catalog registered, and with s3a configured from the standard AWS variables
+when they are set (``s3a_confs``).
 """
 
 from __future__ import annotations
@@ -26,11 +32,16 @@ import os
 import socket
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from pipelines.errors import PipelinesError
+
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+SPARK_JARS = Path(PACKAGE_ROOT) / ".jvm" / "spark-jars"
+"""Where ``scripts/setup.sh`` (and the Dockerfile) copies the jars ``jvm/spark/pom.xml`` pins."""
 
 
 @functools.cache
@@ -150,14 +161,78 @@ in every cheap-job query of 5 s on 2 cores (a fresh JVM per Airflow run never wa
 user's ``spark.driver.extraJavaOptions`` follow, so ``-XX:TieredStopAtLevel=4`` there brings C2 back."""
 
 
+DELTA_CONFS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+"""Delta's SQL (``DESCRIBE HISTORY``, ``delta.`path` `` tables, ``MERGE``) in every session."""
+
+
+class MissingJarsError(PipelinesError):
+    """The JVM libraries every Spark session needs were never fetched (``scripts/setup.sh`` fetches them)."""
+
+
+def spark_classpath(jars: Path = SPARK_JARS) -> str:
+    """The class path entry for our jars: ``<folder>/*``, which the JVM expands to every jar in it.
+
+    On the class path rather than in ``spark.jars``: the JVM loads them from
+    the install at start, as it loads pyspark's own jars, so no application
+    copies 36 MB to each executor or serves them from the driver, and Hadoop's
+    filesystems and Delta's classes come from the one system class loader (a
+    ``spark.jars`` jar lives in a child loader some Hadoop code does not
+    search). The price: every host of a cluster needs them at the same path,
+    which holds for the image every process of a deployment runs
+    (``Dockerfile``) and for a local master.
+    """
+    if not any(jars.glob("*.jar")):
+        raise MissingJarsError(
+            f"Spark's JVM libraries (Delta Lake, s3a, Spark's Kafka source) are missing from {jars}: "
+            "run scripts/setup.sh, which fetches them with Maven (jvm/spark/pom.xml)"
+        )
+    return str(jars / "*")
+
+
+def s3a_confs(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Hadoop's s3a filesystem set from the standard AWS variables, so a checkpoint can be an ``s3a://`` URI.
+
+    ``AWS_ENDPOINT_URL`` names an S3-compatible store (then path-style
+    requests, which such stores serve without a DNS name per bucket);
+    ``AWS_REGION`` its region; an ``http://`` endpoint needs
+    ``AWS_ALLOW_HTTP=true`` as it does for delta-rs. The keys never become
+    confs (a conf is on spark-submit's command line, which ``ps`` shows): the
+    AWS SDK's default chain reads ``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY`` from the environment of the driver, which
+    ``spark_env`` passes on. No variable set: no confs, AWS's defaults.
+    """
+    confs: dict[str, str] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL", "").strip()
+    if endpoint:
+        if endpoint.startswith("http://") and env.get("AWS_ALLOW_HTTP", "").strip().lower() not in ("1", "true"):
+            raise PipelinesError(
+                f"AWS_ENDPOINT_URL {endpoint} is plain http: set AWS_ALLOW_HTTP=true to allow it, or use https"
+            )
+        confs["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        confs["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        confs["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(not endpoint.startswith("http://")).lower()
+    region = env.get("AWS_REGION", "").strip() or env.get("AWS_DEFAULT_REGION", "").strip()
+    if region:
+        confs["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return confs
+
+
 def spark_confs(master: str) -> dict[str, str]:
-    """Confs every session of ours uses; small shuffles, loopback binding in local mode, C1-only JIT.
+    """Confs every session of ours uses; our jars and Delta, small shuffles, loopback in local mode, C1-only JIT.
 
     A cluster master gets no driver address here: ``spark_env(master)`` sets it, so a ``spark.driver.host`` or
     ``spark.driver.bindAddress`` the user gives Spark (``spark-defaults.conf`` included) wins over it.
     """
+    classpath = spark_classpath()
     confs = {
         "spark.master": master,
+        "spark.driver.extraClassPath": classpath,
+        "spark.executor.extraClassPath": classpath,
+        **DELTA_CONFS,
+        **s3a_confs(),
         "spark.driver.defaultJavaOptions": JVM_OPTIONS,
         "spark.executor.defaultJavaOptions": JVM_OPTIONS,
         "spark.executorEnv.PYTHONPATH": spark_env()["PYTHONPATH"],
@@ -194,10 +269,13 @@ def build_session(master: str = "local[2]", app_name: str = "elastic-pipelines",
             os.environ[key] = value
     from pyspark.sql import SparkSession
 
+    from pipelines.runtime.logs import jvm_stderr
+
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**spark_confs(master), **{k: str(v) for k, v in extra.items()}}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with jvm_stderr():  # the JVM's log on the home's log file unless --verbose (runtime.logs)
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register_sources(spark)
     return spark

@@ -12,7 +12,9 @@ docs/systems/kafka.md.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,6 +72,10 @@ _OWNED = (
 )
 """Client properties this module sets itself: the contract depends on them, so a job may not override them."""
 _FETCH_BATCH = 10_000
+_REFUSALS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
+"""Client errors that mean the brokers answer but refuse us: retrying cannot help, the user must act."""
+_CLIENT_LOG = logging.getLogger(__name__ + ".librdkafka")
+_CLIENT_LOG.addHandler(logging.NullHandler())  # shown where the application configures logging, never raw on stderr
 
 
 @dataclass(frozen=True)
@@ -173,7 +179,8 @@ class KafkaSystem(OffsetOrder):
         self._admin: AdminClient | None = None
         self._producer: Producer | None = None
         self._committers: dict[str, Consumer] = {}
-        self._client_conf: dict[str, str] | None = None
+        self._client_conf: dict[str, Any] | None = None
+        self._refused: str | None = None  # the brokers' last authentication refusal, from any client's error_cb
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self._raw, "home": self.home}
@@ -186,10 +193,20 @@ class KafkaSystem(OffsetOrder):
 
     # --------------------------------------------------------------- clients
 
-    def _conf(self) -> dict[str, str]:
-        """Properties every client gets: bootstrap servers, the job's properties, secrets resolved here."""
+    def _conf(self) -> dict[str, Any]:
+        """Properties every client gets: bootstrap servers, the job's properties, secrets resolved here.
+
+        librdkafka logs through Python's logging (``pipelines.systems.kafka.librdkafka``), not straight onto
+        stderr, and its error callback notes an authentication refusal so that it is reported as one, instead
+        of as a broker that "did not answer" (librdkafka retries a refused login until the request times out).
+        """
         if self._client_conf is None:
-            conf = {"bootstrap.servers": self.brokers, **self.settings.properties}
+            conf: dict[str, Any] = {
+                "bootstrap.servers": self.brokers,
+                **self.settings.properties,
+                "error_cb": self._client_error,
+                "logger": _CLIENT_LOG,
+            }
             conf.update(_connection_properties(self.settings.connection_id))
             for prop, env in self.settings.secrets_env.items():
                 value = os.environ.get(env)
@@ -248,6 +265,24 @@ class KafkaSystem(OffsetOrder):
     def _timeout_s(self) -> float:
         return self.settings.timeout_ms / 1000
 
+    def _client_error(self, error: KafkaError) -> None:
+        if error.code() in _REFUSALS:
+            # "sasl_plaintext://host:port/bootstrap: SASL authentication error: ... (after 301ms in state AUTH_REQ)"
+            reason = re.sub(r"^\S+://\S+: ", "", error.str())
+            self._refused = re.sub(r" \(after \d+ms in state \w+\)$", "", reason)
+
+    def _refusal(self, doing: str) -> StreamError | None:
+        """The brokers refused our credentials (seen by any client so far): the error to raise, else None."""
+        if self._admin is not None:
+            self._admin.poll(0)  # serves the admin client's error callbacks
+        if self._refused is None:
+            return None
+        return StreamError(
+            f"Kafka brokers {self.brokers} refused the connection while {doing}: {self._refused}; check "
+            "systems.kafka.properties (security.protocol, sasl.mechanism, sasl.username, ssl.*) and the secrets in "
+            "systems.kafka.secrets_env / connection_id"
+        )
+
     # ----------------------------------------------------------------- admin
 
     def partition_count(self, stream: str) -> int:
@@ -255,11 +290,20 @@ class KafkaSystem(OffsetOrder):
         return self._metadata(stream)[0]
 
     def _metadata(self, stream: str) -> tuple[int, str]:
-        """(partition count, cluster id) of a topic."""
-        try:
-            meta = self._admin_client().list_topics(topic=stream, timeout=self._timeout_s)
-        except KafkaException as error:
-            raise self._error(f"describing topic {stream!r}", error) from None
+        """(partition count, cluster id) of a topic; asked in slices of at most 1 s, so a refused login ends it."""
+        admin = self._admin_client()
+        doing = f"describing topic {stream!r}"
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                meta = admin.list_topics(topic=stream, timeout=max(0.05, min(1.0, deadline - time.monotonic())))
+                break
+            except KafkaException as error:
+                refused = self._refusal(doing)
+                if refused is not None:
+                    raise refused from None
+                if time.monotonic() >= deadline:
+                    raise self._error(doing, error) from None
         topic = meta.topics.get(stream)
         if topic is None:
             raise StreamError(f"Kafka topic {stream!r} is missing from the metadata of {self.brokers}")
@@ -340,11 +384,7 @@ class KafkaSystem(OffsetOrder):
             code = error.args[0].code() if error.args else None
             if code == KafkaError.TOPIC_ALREADY_EXISTS:
                 raise StreamError(f"Kafka topic {stream!r} already exists on {self.brokers}") from None
-            raise self._error(
-                f"creating topic {stream!r} (a cluster that does not accept CreateTopics, such as librdkafka's "
-                "mock cluster, needs its topics made another way)",
-                error,
-            ) from None
+            raise self._error(f"creating topic {stream!r}", error) from None
         return self._wait_for(stream, count)
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
@@ -449,6 +489,8 @@ class KafkaSystem(OffsetOrder):
                     if (stop is not None and position >= stop) or (budget is not None and len(rows) >= budget):
                         done = True
                         break
+                if not done and self._refused is not None:
+                    raise self._refusal(f"reading topic {stream!r} partition {partition}") or StreamError(self._refused)
                 if not done and time.monotonic() > deadline:
                     target = f"offset {stop}" if stop is not None else "its end"
                     cause = f"; last error: {last_error.str()}" if last_error is not None else ""
@@ -545,6 +587,9 @@ class KafkaSystem(OffsetOrder):
         wait_ms = max(self.settings.timeout_ms, self.settings.read_timeout_ms)
         remaining = producer.flush(wait_ms / 1000)
         if remaining:
+            refused = self._refusal(f"producing to topic {stream!r}")
+            if refused is not None:
+                raise refused
             raise StreamError(
                 f"Kafka topic {stream!r} on {self.brokers}: {remaining} records were not acknowledged within "
                 f"{wait_ms} ms"
@@ -571,6 +616,9 @@ class KafkaSystem(OffsetOrder):
         err = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
         code = err.code() if err is not None else None
         reason = err.str() if err is not None else str(error)
+        refused = self._refusal(doing)
+        if refused is not None:
+            return refused
         if code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
             return StreamError(
                 f"Kafka brokers {self.brokers} did not answer within {self.settings.timeout_ms} ms while {doing}: "

