@@ -11,6 +11,7 @@ _MARK_BY_FOLDER = {
     "integration": pytest.mark.integration,
     "e2e": pytest.mark.e2e,
     "faults": pytest.mark.faults,
+    "cluster": pytest.mark.cluster,
 }
 
 
