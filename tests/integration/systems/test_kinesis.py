@@ -36,7 +36,7 @@ from pipelines.systems.kinesis.positions import decode_slot
 from pipelines.systems.registry import open_system
 from tests.integration.systems.contract import check_input_system_contract
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # the Kinesis emulator (Node)
 
 _names = itertools.count()
 
