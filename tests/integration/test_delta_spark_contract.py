@@ -30,6 +30,7 @@ from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.deltaio import read_delta
 from pipelines.jobs.config import JobConfig
+from pipelines.operations.autosize import evaluate
 from pipelines.operations.jobs import create_job
 from pipelines.operations.scaling import apply_plan
 from pipelines.planning import plan_next
@@ -148,6 +149,20 @@ def test_delta_spark_reads_every_table_after_a_run_a_rescale_an_expansion_and_a_
     log.produce("customers", [(b"key-3", b"renamed", None)])
     events.produce(40)
     _run(spark, home, config.name)  # the bounded store switches to its next version
+    evaluate(home, config.name, record=True)  # an autosize decision
+    verdict = verify_job(home, config.name, sequence="seq")
+    ControlPlane(home).dq_results.append(  # as `pipelines verify` records it (its Great Expectations run aside)
+        [
+            {
+                "job": config.name,
+                "window": "run:contract",
+                "check": "no_loss",
+                "success": verdict.ok,
+                "observed": 0,
+                "checked": verdict.records_expected,
+            }
+        ]
+    )
 
     rows = sink(home, config)
     assert len(rows) == events.total and set(rows["model_version"]) == {1, 2, 3}
@@ -156,7 +171,8 @@ def test_delta_spark_reads_every_table_after_a_run_a_rescale_an_expansion_and_a_
     assert kinds == {"control", "streams", "sinks", "adjunct"}, tables
     named = {t.name for t in tables}
     assert {"events", "customers", "catalog", "contract_out", "contract_dead"} <= named
-    assert {"job_models", "checkpoints", "scaling_events", "metrics", "adjunct_checkpoints"} <= named
+    control = {"job_models", "checkpoints", "scaling_events", "scaling_locks", "metrics", "adjunct_checkpoints"}
+    assert control | {"autosize_decisions", "dq_results"} <= named
     assert {"incarnations", "changes", "snapshots"} <= named, "adjunct state: incarnations, segments, snapshots"
 
     problems = {str(t.relative_to(home.root)): p for t in tables if (p := _compare(spark, t))}
