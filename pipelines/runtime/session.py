@@ -112,8 +112,8 @@ DELTA_CONFS = {
 }
 """Delta's SQL (``DESCRIBE HISTORY``, ``delta.`path` `` tables) in every session. Delta rebuilds a table's state
 with a shuffle into 50 partitions by default, sized for logs of millions of files; the home's tables have
-hundreds. Reading the 20 tables of the delta-spark contract test on a loaded 2-core machine took 40-60 s a table
-with 50 partitions, 6.9 s with 4 and 3.4 s with 1 (same load). A session reading a huge table sets it higher."""
+hundreds, and reading one with 50 took 12.0 s against 1.2 s with 1 (``python -m benchmarks.bench_jvm``, a table
+of 20 commits). A session that reads a huge table sets it higher."""
 
 
 class MissingJarsError(PipelinesError):
