@@ -9,9 +9,9 @@ Figures (records/s of ``run_job`` available-now, Spark session start excluded):
 * raw reads without Spark: one whole-partition ``read`` per partition,
   records/s, Kafka vs the embedded log.
 
-The Kafka broker is librdkafka's mock cluster in a helper process on
-127.0.0.1 (``pipelines.systems.kafka_mock``): a real Kafka-protocol server,
-but not a tuned JVM broker, so absolute Kafka figures say little about a real
+The Kafka broker is a real Apache Kafka broker, one KRaft node on 127.0.0.1
+with a 256 MB heap (``pipelines.servers.kafka_broker``), sharing this
+machine's cores with Spark: absolute Kafka figures say little about a real
 cluster; the ratios say what this module and the runtime cost.
 
 Ends with one JSON line ``{"bench": "kafka", "figures": {...}}``.
@@ -113,16 +113,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipelines.control.home import Home
     from pipelines.runtime.session import build_session
+    from pipelines.servers.kafka_broker import KafkaBroker
     from pipelines.systems.deltalog import DeltaLog
     from pipelines.systems.kafka import KafkaSystem
-    from pipelines.systems.kafka_mock import MockKafka
 
     root = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     home = Home(root.resolve())
-    broker = MockKafka(topics={"cheap": PARTITIONS, "slow": PARTITIONS, "warmup": PARTITIONS})
+    broker = KafkaBroker(partitions=PARTITIONS)
     settings = {"bootstrap_servers": broker.bootstrap}
     kafka, dlog = KafkaSystem(settings), DeltaLog(home.streams)
     try:
+        broker.start()
+        log(f"Kafka broker on {broker.bootstrap}, started in {broker.started_in_s:.1f}s")
+        for topic in ("cheap", "slow", "warmup"):
+            broker.create_topic(topic, PARTITIONS)
         log(f"producing {args.cheap_records:,} + {args.slow_records:,} records into both inputs ({broker.bootstrap})")
         for stream, n, seed in (("cheap", args.cheap_records, 1), ("slow", args.slow_records, 2), ("warmup", 400, 3)):
             batch = records(n, args.keys, seed)
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         kafka.close()
-        broker.stop()
+        broker.close()
         shutil.rmtree(root, ignore_errors=True)
 
 

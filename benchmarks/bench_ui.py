@@ -33,8 +33,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "plugins"))  # what Airflow does for its plugins folder
 
-from pipelines_airflow import observe as observe_hook  # noqa: E402
-from pipelines_airflow import ui  # noqa: E402
+from pipelines_airflow import collect  # noqa: E402
+from pipelines_airflow.app import render_page  # noqa: E402
 
 from pipelines.control import ControlPlane  # noqa: E402
 from pipelines.control.home import Home  # noqa: E402
@@ -115,22 +115,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
         home = Home(Path(tmp) / "home")
         setup = seed(home, args.rows)
-        page = lambda: ui.render_page(ui.collect(JOB, home))  # noqa: E731
+        page = lambda: render_page(collect.collect(JOB, home))  # noqa: E731
         say("warming up (imports)")
         page()
-        section = observe_hook.section
-        observe_hook.section = lambda control, home, job: None  # the page before issue 16
+        section = collect.observe
+        collect.observe = lambda control, home, job: None  # type: ignore[assignment]  # the page before issue 16
         try:
             say(f"baseline: the page without the new sections, {args.repeat} requests")
             base_best, base_median, base_html = timed(page, args.repeat)
         finally:
-            observe_hook.section = section
+            collect.observe = section  # type: ignore[assignment]
         say(f"the page with plots, tasks and inputs, {args.repeat} requests")
         best, median, html = timed(page, args.repeat)
-        api_best, api_median, _ = timed(lambda: json.dumps(ui.collect(JOB, home)), args.repeat)
+        api_best, api_median, _ = timed(lambda: json.dumps(collect.collect(JOB, home)), args.repeat)
         obs_best, obs_median, obs = timed(lambda: observe(home, JOB), args.repeat)
-        assert html.count("class='obs-plot'") == 4 and "data-kind='rescale'" in html, "the page lacks the plots"
-        assert "class='obs-plot'" not in base_html
+        assert html.count('class="obs-plot"') == 4 and 'data-kind="rescale"' in html, "the page lacks the plots"
+        assert 'class="obs-plot"' not in base_html
         read = sum(len(s["points"]) for c in obs["charts"] if c["key"] == "fetch" for s in c["series"][:1])
         print(f"# {setup['rows']:,} metric rows in {setup['commits']} commits; {read} batches in the window")
         print(f"{'':34} {'best':>8} {'median':>8}")

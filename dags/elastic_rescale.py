@@ -6,22 +6,28 @@ checks over the scaling window → record the event (downtime, records replayed,
 The steps are `pipelines.operations.scaling`; `python -m pipelines rescale` runs the same ones.
 
 Trigger with `{"job": "enrichment", "factor": 4}`, or `{"job": "enrichment", "auto": true}` to let the autosizer
-choose. The factor is a number field in the trigger form (1 to `PIPELINES_MAX_FACTOR`, default 1024); "auto" is
-its own switch so that the factor can stay a number. The "Elastic pipelines" page (Browse menu) previews the plan
-of a factor and triggers this DAG with it.
+choose. The "Elastic pipelines" page (Browse menu) previews the plan of a factor and triggers this DAG with it.
+
+The factor is taken as typed, then checked by `validate`: a whole number from 1 to `PIPELINES_MAX_FACTOR` (default
+1024), as a number or as text. Airflow 3.3's trigger form turns an integer Param into a number field that clamps on
+blur (0 became 1, 1025 became 1024: a real rescale nobody asked for) and empties what it cannot parse; a Param it
+must refuse comes back as a "Bad Request" toast. So the Param has no type for the form to enforce (a text field that
+keeps what was typed), and a factor `validate` refuses fails the run with the reason as the run's note
+(`pipelines_airflow.notes`), shown on the run's page and the grid. Nothing is changed by a refused run.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag, get_current_context, task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.notes import REFUSAL
 from pipelines_airflow.scaling import scaling_path
 
 from pipelines.core.groupers import GROUPERS
-from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor
-from pipelines.errors import ConfigError
+from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor, validate_factor
+from pipelines.errors import ConfigError, PipelinesError
 from pipelines.operations import scaling
 
 
@@ -33,16 +39,15 @@ from pipelines.operations import scaling
     tags=["elastic-pipelines", "scaling"],
     params={
         "job": Param("enrichment", type="string", minLength=1, description="the job to rescale"),
-        # ["null", "integer"] with bounds is what Airflow's trigger form renders as a number field; a second
-        # non-null type (the "auto" string it used to accept) would make it a free-text area
+        # No "type": Airflow's form then renders a text field from the default's type (a string) and keeps what was
+        # typed; REST clients may send a number. The validate task checks it and refuses with the reason as the note.
         "factor": Param(
-            2,
-            type=["null", "integer"],
-            minimum=1,
-            maximum=max_factor(),
+            "2",
+            anyOf=[{"type": "integer"}, {"type": "number"}, {"type": "string"}, {"type": "null"}],
             description=(
-                f"target elasticity factor: key buckets per input partition, 1 to {max_factor()} "
-                f"({MAX_FACTOR_ENV}); ignored when auto is on"
+                f"target elasticity factor: key buckets per input partition, a whole number from 1 to {max_factor()} "
+                f"({MAX_FACTOR_ENV}); anything else fails the run's validate task with the reason as the run's note; "
+                "ignored when auto is on"
             ),
         ),
         "auto": Param(
@@ -79,8 +84,16 @@ from pipelines.operations import scaling
 def elastic_rescale() -> None:
     @task
     def validate(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The request, with auto resolved by the autosizer; a bad factor, reason or an unknown job fails here."""
+        """The request, with auto resolved by the autosizer; a bad factor, reason or an unknown job fails here,
+        its reason pushed as the ``refusal`` XCom, which becomes the run's note (``pipelines_airflow.notes``)."""
         assert params is not None
+        try:
+            return _request(params).to_dict()
+        except PipelinesError as e:
+            get_current_context()["ti"].xcom_push(key=REFUSAL, value=str(e))
+            raise
+
+    def _request(params: dict[str, Any]) -> scaling.ScalingRequest:
         factor = params.get("factor")
         reason = params["reason"]
         if params.get("auto"):
@@ -89,11 +102,13 @@ def elastic_rescale() -> None:
             decision = evaluate(PipelinesHook().home(), params["job"])
             print(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
             factor, reason = decision.factor, f"{reason} (auto: {'; '.join(decision.reasons)})"
-        elif factor is None:
-            raise ConfigError(f"give a factor (1 to {max_factor()}) or turn auto on")
-        request = scaling.ScalingRequest(params["job"], factor, reason, grouper=params.get("grouper") or None)
+        elif factor is None or (isinstance(factor, str) and not factor.strip()):
+            raise ConfigError(f"no factor given: give a whole number from 1 to {max_factor()}, or turn auto on")
+        request = scaling.ScalingRequest(
+            params["job"], validate_factor(factor), reason, grouper=params.get("grouper") or None
+        )
         scaling.validate(PipelinesHook().home(), request)  # the factor, the job; the plan task checks the rest
-        return request.to_dict()
+        return request
 
     @task
     def plan(request: dict[str, Any]) -> dict[str, Any]:

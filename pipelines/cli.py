@@ -10,6 +10,7 @@ stdout; progress and notes always go to stderr so stdout stays parseable.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from pipelines.demo.producer import PRODUCE_CHUNK, produce
 from pipelines.errors import ConfigError, ModelError, PartitionChangeError, PipelinesError, StreamError
 
 EMBEDDED_SYSTEM = "deltalog"
+VERBOSE_HELP = "show Spark's and Airflow's own log lines here (default: in <home>/logs/pipelines.log)"
 DEFAULT_STREAM = "events"
 DEFAULT_JOB = "job"
 
@@ -88,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", default=argparse.SUPPRESS, help="state directory (default: $PIPELINES_HOME)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
 
     parser = argparse.ArgumentParser(
         prog="pipelines", description="Elastic stream processing on Spark: streams, job models, control plane."
@@ -98,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="state directory (default: $PIPELINES_HOME, else ./.pipelines-home)",
     )
     parser.add_argument("--json", action="store_true", default=False, help="machine-readable output on stdout")
+    parser.add_argument("--verbose", action="store_true", default=False, help=VERBOSE_HELP)
     groups = parser.add_subparsers(
         dest="group", required=True, metavar="{stream,model,job,status,run,stop,rescale,watch,autosize,verify,demo}"
     )
@@ -223,8 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--input",
         choices=("deltalog", "kafka", "kinesis"),
         default="deltalog",
-        help="the embedded log; kafka: a local Kafka-protocol broker (librdkafka's mock cluster) started by the "
-        "demo; kinesis: kinesis-mock started on loopback",
+        help="the embedded log; kafka: a local Apache Kafka broker (KRaft, one node) started by the demo, with "
+        "the expansion done by CreatePartitions on the live topic; kinesis: kinesis-mock started on loopback",
     )
     p.set_defaults(func=cmd_demo)
     p = groups.add_parser(
@@ -514,7 +518,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         home = resolve_home(args.home)
         if _writes(args):
             check_writable(home)
-        args.func(args, home, output)
+        with _libraries_log(home, args.verbose):  # Spark's and Airflow's own lines: the home's log file
+            args.func(args, home, output)
     except PipelinesError as e:
         return _fail(output, e.code, str(e))
     except OSError as e:  # the home or a file cannot be read or written: the user's to fix, not a bug
@@ -528,6 +533,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return 0
+
+
+def _libraries_log(home: Home, verbose: bool) -> contextlib.AbstractContextManager[object]:
+    """Unless --verbose, the libraries' log lines go to ``<home>/logs/pipelines.log`` (``runtime.logs``)."""
+    if verbose:
+        return contextlib.nullcontext()
+    from pipelines.runtime.logs import quiet
+
+    return quiet(home)
 
 
 def _writes(args: argparse.Namespace) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from math import gcd, lcm
 from typing import Any
 
 from pipelines.control import ControlPlane, Home
@@ -30,6 +31,7 @@ from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.faults import crash_point
 from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
+from pipelines.systems.base import SupportsRelayout
 from pipelines.systems.registry import JobSystems
 
 
@@ -117,10 +119,43 @@ def plan_next(
             containers=config.containers,
             previous=current,
             config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
-            slotted=frozenset(s for s in config.inputs if hasattr(systems.of(s.system), "relayout")),
+            slotted=frozenset(s for s in config.inputs if isinstance(systems.of(s.system), SupportsRelayout)),
         )
         old = control.checkpoints.latest(job, current.version)
         return VersionPlan(current, model, start_positions(systems, old, model))
+
+
+def replay_estimate(home: Home, plan: VersionPlan) -> int | None:
+    """About how many records the plan's model would read again, from the checkpoints in force now.
+
+    A new bucket b' starts at the slowest old bucket b of its partition with
+    ``b ≡ b' (mod gcd)``; of the records between that start and where a
+    faster b stands, those whose key is in both b and b' were processed
+    already. Hashing spreads keys evenly, so that is about one record in
+    ``lcm(X, X')`` of them (for any b ≡ b', exactly one residue modulo the
+    lcm). None when an input cannot count records between two positions.
+    """
+    previous = plan.previous
+    if previous is None:
+        return 0
+    old = ControlPlane(home).checkpoints.latest(previous.job_name, previous.version)
+    new = plan.start
+    g, share = gcd(old.factor, new.factor), lcm(old.factor, new.factor)
+    total = 0.0
+    with JobSystems(home, job_config(plan.model).systems) as systems:
+        for new_ssp, start in new.offsets.items():
+            whole, b_new = new_ssp.whole(), new_ssp.key_bucket or 0
+            system = systems.of(whole.system)
+            for old_ssp, position in old.offsets.items():
+                if old_ssp.whole() != whole or ((old_ssp.key_bucket or 0) - b_new) % g:
+                    continue
+                if system.position_key(position) <= system.position_key(start):
+                    continue
+                count = system.records_between(whole.stream, whole.partition, start, position)
+                if count is None:
+                    return None
+                total += count / share
+    return round(total)
 
 
 def start_positions(systems: JobSystems, old: CheckpointMap | None, model: JobModel) -> CheckpointMap:
@@ -142,15 +177,14 @@ def start_positions(systems: JobSystems, old: CheckpointMap | None, model: JobMo
             old.factor if old else 1,
             {s: o for s, o in (old.offsets.items() if old else ()) if s.system_stream == stream},
         )
-        relayout = getattr(system, "relayout", None)
         old_count = len({s.partition for s in previous.offsets})
-        if relayout is not None and previous.offsets and old_count != len({s.partition for s in mine}):
+        if isinstance(system, SupportsRelayout) and previous.offsets and old_count != len({s.partition for s in mine}):
             # Partitions that are slots over a changing set of shards (Kinesis, after a reshard): the system
             # places every shard's state on the new slot count (one slot per open shard), so nothing is read
             # twice or skipped; every key bucket of a slot starts where the slot's slowest bucket stood.
             floors = partition_floor(previous.offsets.items(), system.position_key)
             count = len({s.partition for s in mine})
-            placed = relayout(stream.stream, {s.partition: o for s, o in floors.items()}, count)
+            placed = system.relayout(stream.stream, {s.partition: o for s, o in floors.items()}, count)
             earliest = {SystemStreamPartition(stream.system, stream.stream, p): o for p, o in placed.items()}
             previous = CheckpointMap(previous.factor, {})
         migrated = migrate_checkpoints(previous, model.elasticity_factor, mine, earliest, system.position_key)

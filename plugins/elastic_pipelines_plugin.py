@@ -1,6 +1,6 @@
 """The ``elastic_pipelines`` Airflow plugin: the "Elastic pipelines" page in the Airflow UI.
 
-* ``fastapi_apps``: the page's FastAPI app (``pipelines_airflow.ui``), mounted by the
+* ``fastapi_apps``: the page's FastAPI app (``pipelines_airflow.app``), mounted by the
   api-server under ``/elastic-pipelines`` (HTML at ``/elastic-pipelines/``, JSON at
   ``/elastic-pipelines/api/jobs``). Every route requires a logged-in Airflow user with
   DAG read access (``requires_access_dag("GET")`` from Airflow's own API security). The same app
@@ -8,7 +8,9 @@
   needs the permission to trigger ``elastic_rescale``.
 * ``external_views``: a "Elastic pipelines" entry in the UI's Browse menu that shows the
   page inside Airflow (at ``/plugin/elastic-pipelines``); the iframe is same-origin, so
-  the UI's ``_token`` cookie authenticates it.
+  the UI's ``_token`` cookie authenticates it (``pipelines_airflow.app`` says what its sandbox allows).
+* ``listeners``: ``pipelines_airflow.notes``, which writes a refused ``elastic_rescale`` run's reason into
+  the run's note (called by the scheduler when the run fails).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from airflow.plugins_manager import AirflowPlugin
-from pipelines_airflow.ui import TITLE, URL_PREFIX, app
+from pipelines_airflow import notes
+from pipelines_airflow.app import URL_PREFIX, app
+from pipelines_airflow.page import TITLE
 
 
 class ElasticPipelinesPlugin(AirflowPlugin):
@@ -31,3 +35,4 @@ class ElasticPipelinesPlugin(AirflowPlugin):
             "category": "browse",
         }
     ]
+    listeners: ClassVar[list[Any]] = [notes]

@@ -7,10 +7,64 @@
 # Not `airflow standalone`: it starts the scheduler's and triggerer's log servers, which bind every
 # interface (:8793, :8794) and have no host setting. Here the api-server binds 127.0.0.1 and the log
 # servers are not started (LocalExecutor on one machine: the api-server reads task logs from disk).
-# Ctrl-C or SIGTERM stops every process this script started.
+#
+# Ctrl-C, SIGTERM or SIGHUP at any moment (setup, db migrate, the wait for the api-server, running) stops
+# every process this script started within a few seconds, and the script exits 130, 143 or 129.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[[ "${SKIP_SETUP:-0}" == 1 ]] || scripts/setup.sh
+
+# A script started in the background by a non-interactive shell (`scripts/test.sh > log &`, CI runners) gets
+# SIGINT ignored, and bash cannot trap a signal that was ignored on entry: Ctrl-C would be dropped and every
+# server left running. So the script starts itself once more with SIGINT and SIGTERM at their defaults.
+# (SIGHUP is left alone: ignored, as under nohup, it is meant to be.)
+if [[ -z "${_AIRFLOW_SH_SIGNALS_RESET:-}" ]]; then
+  export _AIRFLOW_SH_SIGNALS_RESET=1
+  exec env --default-signal=INT,TERM bash "${BASH_SOURCE[0]}" "$@"
+fi
+unset _AIRFLOW_SH_SIGNALS_RESET
+
+# Everything this script starts runs in the background in its own process group (setsid), and the script waits
+# for it with the `wait` builtin: bash runs a trap only once a foreground command has ended, but `wait` returns
+# at once when a trapped signal arrives. Background children ignore SIGINT (bash's rule without job control) and
+# the terminal's Ctrl-C reaches only this script's group, so the trap stops them all: SIGTERM to each group, a
+# few seconds' grace, then SIGKILL. `jobs -p` lists every group, also one forked just before the signal.
+components=()
+STOP_GRACE_S=5   # then SIGKILL; the whole stop stays within 10 s of the signal on a loaded machine
+alive() { local pid; for pid in "$@"; do kill -0 -- "-$pid" 2>/dev/null && return 0; done; return 1; }
+wait_gone() {  # until no group in $2... is left, or $1 seconds have passed
+  local deadline=$(( ${EPOCHREALTIME//[!0-9]/} + $1 * 1000000 )); shift
+  while alive "$@" && (( ${EPOCHREALTIME//[!0-9]/} < deadline )); do sleep 0.1; done
+}
+stop() {
+  trap '' INT TERM HUP   # a second Ctrl-C must not cut the (bounded) stop short
+  trap - EXIT
+  local groups
+  mapfile -t groups < <(jobs -p)
+  echo "[airflow] stopping ${groups[*]:-nothing}" >&2
+  (( ${#groups[@]} )) || return 0
+  kill -TERM -- "${groups[@]/#/-}" 2>/dev/null || true
+  wait_gone "$STOP_GRACE_S" "${groups[@]}"
+  if alive "${groups[@]}"; then
+    echo "[airflow] SIGKILL to what is left after ${STOP_GRACE_S}s" >&2
+    kill -KILL -- "${groups[@]/#/-}" 2>/dev/null || true
+    wait_gone 2 "${groups[@]}"
+  fi
+}
+trap 'stop; exit 130' INT
+trap 'stop; exit 143' TERM
+trap 'stop; exit 129' HUP
+trap stop EXIT
+
+step() {  # step LOG COMMAND...: run COMMAND in its own process group, output to LOG (- for ours), and wait for it
+  local log=$1; shift   # (a redirection of the step itself would also take the trap's messages)
+  if [[ $log == - ]]; then setsid "$@" & else setsid "$@" > "$log" 2>&1 & fi
+  wait "$!"
+}
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ "${SKIP_SETUP:-0}" != 1 ]]; then
+  echo "[airflow] setup: scripts/setup.sh" >&2
+  step - scripts/setup.sh
+fi
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$PWD/.airflow}"
 export PIPELINES_HOME="${PIPELINES_HOME:-$PWD/.pipelines-home}"
 export AIRFLOW__CORE__DAGS_FOLDER="$PWD/dags"
@@ -18,6 +72,9 @@ export AIRFLOW__CORE__PLUGINS_FOLDER="$PWD/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # 2 cores: keep tasks few
+# The scheduled DAGs (repartition_watch, scale_evaluation, elastic_microbatch, quality_report) run as soon as
+# they are registered: Airflow's default pauses new DAGs, and nothing told an operator to unpause them.
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
 PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="$PORT"
@@ -28,67 +85,58 @@ export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MA
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}"
 export SPARK_LOCAL_IP=127.0.0.1
 export PATH="$PWD/.venv/bin:$PATH"
-mkdir -p "$AIRFLOW_HOME/logs"
+LOGS="$AIRFLOW_HOME/logs"
+mkdir -p "$LOGS"
 # One secret for every process, so tokens signed by one are accepted by the others (kept across restarts).
 SECRETS="$AIRFLOW_HOME/pipelines-secrets.env"
 if [[ ! -f "$SECRETS" ]]; then
-  python - > "$SECRETS" <<'EOF'
+  python - > "$SECRETS" <<'PY'
 import secrets
 print(f"AIRFLOW__API_AUTH__JWT_SECRET={secrets.token_urlsafe(64)}")
 print(f"AIRFLOW__API__SECRET_KEY={secrets.token_urlsafe(64)}")
-EOF
+PY
   chmod 600 "$SECRETS"
 fi
 set -a; . "$SECRETS"; set +a
 
-airflow db migrate > "$AIRFLOW_HOME/logs/db-migrate.log" 2>&1
-
-pids=()
-stop() {
-  trap - INT TERM EXIT
-  echo "[airflow] stopping ${pids[*]:-nothing}" >&2
-  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
-  for _ in $(seq 1 50); do
-    alive=0
-    for pid in "${pids[@]}"; do kill -0 -- "-$pid" 2>/dev/null && alive=1; done
-    [[ $alive == 0 ]] && break
-    sleep 0.2
-  done
-  for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+echo "[airflow] db migrate (log $LOGS/db-migrate.log)" >&2
+step "$LOGS/db-migrate.log" airflow db migrate || {
+  echo "[airflow] db migrate failed; see $LOGS/db-migrate.log" >&2
+  exit 1
 }
-trap 'stop; exit 130' INT
-trap 'stop; exit 143' TERM
-trap stop EXIT
 
 start() {  # each component leads its own process group, so a stop reaches its children too
   local name=$1; shift
-  setsid airflow "$@" > "$AIRFLOW_HOME/logs/$name.log" 2>&1 &
-  pids+=("$!")
-  echo "[airflow] $name: pid $! (log $AIRFLOW_HOME/logs/$name.log)" >&2
+  setsid airflow "$@" > "$LOGS/$name.log" 2>&1 &
+  components+=("$!")
+  echo "[airflow] $name: pid $! (log $LOGS/$name.log)" >&2
 }
 start api-server api-server --host 127.0.0.1 --port "$PORT" --workers 1
 start scheduler scheduler --skip-serve-logs
 start dag-processor dag-processor
 start triggerer triggerer --skip-serve-logs
 
-python - "$PORT" <<'EOF'
+echo "[airflow] waiting for the api-server on 127.0.0.1:$PORT" >&2
+# (Not a here-document: a background command's stdin is /dev/null.)
+step - python -c '
 import sys, time, urllib.request
-for _ in range(240):
+deadline = time.monotonic() + 600  # a cold start on a loaded 2-core machine takes minutes
+while time.monotonic() < deadline:
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/v2/monitor/health", timeout=2)
-        break
+        sys.exit(0)
     except OSError:
         time.sleep(0.5)
-EOF
+sys.exit(1)
+' "$PORT" || { echo "[airflow] the api-server did not answer in 10 minutes; see $LOGS" >&2; exit 1; }
 PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 echo "[airflow] ready: http://127.0.0.1:$PORT  (users and passwords: $(cat "$PASSWORDS" 2>/dev/null || echo "see $PASSWORDS"))" >&2
 # Stay up while the components run; a signal interrupts `wait` and runs the trap.
 while true; do
-  wait -n "${pids[@]}" 2>/dev/null || true
-  for pid in "${pids[@]}"; do
+  wait -n "${components[@]}" 2>/dev/null || true
+  for pid in "${components[@]}"; do
     if ! kill -0 "$pid" 2>/dev/null; then
-      echo "[airflow] a component (pid $pid) exited; see $AIRFLOW_HOME/logs; stopping the rest" >&2
+      echo "[airflow] a component (pid $pid) exited; see $LOGS; stopping the rest" >&2
       exit 1
     fi
   done

@@ -43,29 +43,6 @@ fi
 # worker, each query's source runner, each Airflow task (0.09 CPU-s for a worker's imports here). Compiled once
 # here; Python checks each file's mtime, so an edited module is compiled in memory again, never served stale.
 .venv/bin/python -m compileall -q -j 0 pipelines plugins dags include || log "some modules did not compile (above)"
-# Spark's JVM libraries (Delta Lake, s3a, Spark's Kafka source), pinned in jvm/spark/pom.xml, copied by Maven into
-# .jvm/spark-jars without what pyspark's own jars/ already ships. Fetched again only when the pom changes: a second
-# set-up reads the stamp and needs no network. Made beside the folder and renamed, so a failed fetch leaves the
-# previous set (or none) and never half of one.
-jars=.jvm/spark-jars
-jars_want=$(sha256sum jvm/spark/pom.xml | cut -d' ' -f1)
-if [ "$(cat "$jars/.pom.sha" 2>/dev/null)" != "$jars_want" ]; then
-  if ! command -v mvn >/dev/null 2>&1; then
-    log "Maven not found: installing Debian's maven (it fetches Spark's JVM libraries)"
-    apt_install maven
-  fi
-  log "fetching Spark's JVM libraries (jvm/spark/pom.xml) into $jars"
-  mkdir -p "$(dirname "$jars")"
-  rm -rf "$jars.new"
-  if ! mvn -B -f jvm/spark/pom.xml dependency:copy-dependencies -DoutputDirectory="$PWD/$jars.new" >"$jars.log" 2>&1; then
-    tail -n 40 "$jars.log" >&2
-    log "Maven could not fetch Spark's JVM libraries (above; whole log in $jars.log)"
-    exit 1
-  fi
-  echo "$jars_want" > "$jars.new/.pom.sha"
-  rm -rf "$jars"
-  mv "$jars.new" "$jars"
-fi
 # kinesis-mock, the Kinesis emulator the Kinesis tests and `demo.sh --input kinesis` start (Node 18+, npm).
 emulator=tools/kinesis-mock
 emulator_want=$(sha256sum "$emulator/package-lock.json" | cut -d' ' -f1)
@@ -78,4 +55,31 @@ if [ "$(cat "$emulator/node_modules/.lock.sha" 2>/dev/null)" != "$emulator_want"
   (cd "$emulator" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   echo "$emulator_want" > "$emulator/node_modules/.lock.sha"
 fi
+# JVM libraries pinned in a pom.xml under jvm/, copied by the machine's Maven into a folder of .jvm/ (git-ignored).
+# Fetched again only when the pom changes: a second set-up reads the stamp and needs no network. Made beside the
+# folder and renamed, so a failed fetch leaves the previous set (or none) and never half of one.
+fetch_jvm_jars() {
+  local pom=$1 dest=$2 want
+  want=$(sha256sum "$pom" | cut -d' ' -f1)
+  if [ "$(cat "$dest/.pom.sha" 2>/dev/null)" = "$want" ]; then return 0; fi
+  if ! command -v mvn >/dev/null 2>&1; then
+    log "Maven not found: installing Debian's maven (it fetches the JVM libraries jvm/*/pom.xml pin)"
+    apt_install maven
+  fi
+  log "fetching the JVM libraries of $pom into $dest"
+  mkdir -p "$(dirname "$dest")"
+  rm -rf "$dest.new"
+  if ! mvn -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$PWD/$dest.new" >"$dest.log" 2>&1; then
+    tail -n 40 "$dest.log" >&2
+    log "Maven could not fetch the JVM libraries of $pom (above; whole log in $dest.log)"
+    exit 1
+  fi
+  echo "$want" > "$dest.new/.pom.sha"
+  rm -rf "$dest"
+  mv "$dest.new" "$dest"
+}
+# Spark's JVM libraries (Delta Lake, s3a, Spark's Kafka source), without what pyspark's own jars/ already ships.
+fetch_jvm_jars jvm/spark/pom.xml .jvm/spark-jars
+# An Apache Kafka broker and its tools, for the tests, the demo and the benchmarks (pipelines/servers/kafka_broker.py).
+fetch_jvm_jars jvm/kafka/pom.xml .jvm/kafka
 log "ready: $(.venv/bin/python --version), pyspark $(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"

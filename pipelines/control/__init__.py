@@ -18,6 +18,7 @@ module             table
 ``dq_results``     data-quality verdicts per window
 ``locks``          the scaling lock (one operation per job at a time)
 ``decisions``      the autosizer's decisions and what they saw
+``drivers``        job drivers: host, pid, Spark application, heartbeats, stops
 =================  ====================================================
 """
 
@@ -31,6 +32,7 @@ from pipelines.control.home import Home, resolve_home
 if TYPE_CHECKING:
     from pipelines.control.checkpoints import Checkpoints
     from pipelines.control.dq_results import DqResults
+    from pipelines.control.drivers import Drivers
     from pipelines.control.job_models import JobModels
     from pipelines.control.metrics import Metrics
     from pipelines.control.scaling_events import ScalingEvents
@@ -77,3 +79,9 @@ class ControlPlane:
         from pipelines.control.dq_results import DqResults
 
         return DqResults(self.home)
+
+    @cached_property
+    def drivers(self) -> Drivers:
+        from pipelines.control.drivers import Drivers
+
+        return Drivers(self.home)

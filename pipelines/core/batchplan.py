@@ -14,7 +14,7 @@ Rules, each with a property test in ``tests/unit/core/test_batchplan.py``:
   whenever the budget covers one record per such partition; when it does
   not, the partitions that go without rotate from batch to batch.
 * **A new partition is never read before its source is past the expansion
-  point** (``expansion_holds``; DESIGN "Order across repartitioning").
+  point** (``expansion_holds``; docs/design.md, "Order across repartitioning").
 * **The buckets of a partition advance together**: every bucket moves to its
   partition's end, and a bucket already past it stays where it is; so a
   bucket that never receives a record cannot pin its checkpoint in the past.
@@ -49,7 +49,7 @@ def share_budget(backlog: Mapping[K, int | None], budget: int, rotation: int = 0
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     admit = dict.fromkeys(backlog, 0)
-    waiting = [k for k in backlog if backlog[k] is None or backlog[k] > 0]  # type: ignore[operator]
+    waiting = [k for k, n in backlog.items() if n is None or n > 0]
     if not waiting or budget == 0:
         return admit
     if budget < len(waiting):

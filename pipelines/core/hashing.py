@@ -1,25 +1,12 @@
 """The key-bucket hash: which virtual task of a partition a record belongs to.
 
-The rule (DESIGN.md, "Key bucket"): ``bucket = H(key bytes) mod X``.
-
-H is MurmurHash3 x86 32-bit with seed 0, read as an *unsigned* integer, over
-the raw serialized key bytes. Why this hash:
-
-* It is a published, fixed algorithm with reference test vectors, so every
-  process, run and Python version computes the same value (Python's ``hash()``
-  is salted per process and must never be used).
-* It is not Kafka's partitioner. Kafka picks ``murmur2(key) mod N``; if H were
-  murmur2, every key of partition p would share ``H mod N`` and, whenever N and
-  X share a factor, pile into a few buckets. MurmurHash3's finaliser is
-  unrelated to murmur2's, so buckets inside one partition stay balanced
-  (``tests/unit/core/test_hashing.py`` measures it).
-* Read unsigned, ``H mod X`` is always in ``[0, X)``: no ``abs(MIN_VALUE)``
-  trap as in Samza's ``abs(hashCode) % X``.
-
-A null key hashes its offset instead (SEP-32), as the UTF-8 bytes of the
-offset's decimal string, so Kafka offsets and Kinesis sequence numbers are
-treated alike. The bucket is chosen from key bytes alone, before the value is
-deserialized.
+``bucket = H(key bytes) mod X``, H being MurmurHash3 x86 32-bit with seed 0,
+read unsigned: a published algorithm (the same in every process and Python
+version, unlike ``hash()``), always in ``[0, X)`` (no ``abs(MIN_VALUE)``
+trap), and unrelated to Kafka's murmur2 partitioner, so buckets inside one
+partition stay balanced (``tests/unit/core/test_hashing.py`` measures it). A
+null key hashes its record's position string (SEP-32's offset). Why each
+choice: docs/design.md, "Key buckets and the hash".
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
 """Samza's own serialized forms of job models and SSPs, read and written.
 
-Users come from Samza with job models its ``SamzaObjectMapper`` wrote:
-hyphenated keys (``task-name``, ``system-stream-partitions``,
-``changelog-partition``, ``processor-id``), SSPs as objects with ``keyBucket``
-(``-1``: no key bucket), and the factor in the config as
-``job.elasticity.factor``. Reading them lets a Samza job continue here with its
-task names and key buckets unchanged; writing them lets a model go back. The
-names (``Partition 0-1-4``) and the bucket rule are the same on both sides
-(SEP-32), so a round trip is exact.
+Samza's ``SamzaObjectMapper`` writes hyphenated keys (``task-name``,
+``system-stream-partitions``, ``changelog-partition``, ``processor-id``), SSPs
+as objects with ``keyBucket`` (``-1``: no key bucket), and the factor in the
+config as ``job.elasticity.factor``. Reading that form keeps a model's
+structure: which task reads which SSP and bucket number, under the task names
+as written (released Samza writes ``Partition 0 1``, we ``Partition 0-1-4``);
+our own models survive a round trip exactly. It does not keep key placement:
+released Samza buckets a key by ``abs(hashCode) % X``, this platform by
+murmur3 of its bytes, so one bucket number holds other keys here. Offsets
+brought from Samza must therefore start every bucket of a partition at the
+minimum over all of its Samza buckets. See docs/samza.md.
 """
 
 from __future__ import annotations
@@ -64,8 +67,8 @@ def model_from_samza(document: Any, *, job: str | None = None, version: int = 1)
         cid = str(container.get("processor-id", container.get("container-id", key)))
         tasks = {}
         for task_key, task in container["tasks"].items():
-            model = _task_from_samza(task, f"{where}.tasks[{task_key!r}]")
-            tasks[model.task_name] = model
+            task_model = _task_from_samza(task, f"{where}.tasks[{task_key!r}]")
+            tasks[task_model.task_name] = task_model
         parsed[cid] = ContainerModel(cid, tasks)
     factor = _factor(config, parsed)
     grouper = _FACTORIES.get(config.get(GROUPER_KEY, ""), "GroupByPartition")

@@ -16,11 +16,12 @@ verified with the Great Expectations suites over its scaling window, and is
 recorded with its downtime. At the end the producer stops, the job drains its
 backlog, and the whole run is verified.
 
-``--input kafka`` runs the same story on a local Kafka-protocol broker
-(librdkafka's mock cluster, ``pipelines.systems.kafka_mock``), as far as it
-allows: it cannot add partitions, so the expansion step becomes a broker
-outage of a few seconds while the job runs (the job and the producer wait,
-nothing is lost or reordered).
+``--input kafka`` runs the same story on a real Apache Kafka broker (one
+KRaft node on 127.0.0.1, ``pipelines.servers.kafka_broker``) that the demo
+starts and stops. Its expansion step adds partitions to the live topic with
+``CreatePartitions``; the producer refreshes its metadata every second and the
+job holds the new partitions back for ``KAFKA_GRACE_MS`` (``expansion_grace_ms``),
+so every key stays in order across the expansion.
 """
 
 from __future__ import annotations
@@ -56,13 +57,8 @@ STEPS: list[tuple[str, int | None, int | None]] = [  # (step, factor, expand the
     ("expand input 2 -> 4", None, 4),
     ("scale down to 2", 2, None),
 ]
-OUTAGE_S = 4.0
-KAFKA_STEPS: list[tuple[str, int | None, int | None]] = [  # the test broker cannot add partitions: an outage instead
-    ("start at factor 1", 1, None),
-    ("scale up to 4", 4, None),
-    (f"broker down {OUTAGE_S:.0f} s", None, None),
-    ("scale down to 2", 2, None),
-]
+KAFKA_METADATA_REFRESH_MS = 1000  # how soon the demo's producer sees new partitions ...
+KAFKA_GRACE_MS = 3000  # ... well inside the job's hold-back window after it notices them
 HEADERS = [
     "step",
     "factor",
@@ -139,7 +135,7 @@ class Producer(threading.Thread):
                 started = time.monotonic()
                 try:
                     produce(self.log, self.home, STREAM, per_tick, self.keys, seed=None)
-                except StreamError:  # the input does not answer (the Kafka demo's outage): wait, as producers do
+                except StreamError:  # the input does not answer: wait, as producers do
                     self.halt.wait(0.5)  # the next call learns every key's seq from the stream again
                     continue
                 self.produced += per_tick
@@ -244,23 +240,31 @@ def run_demo(
     raw["stores"] = {CUSTOMERS: {"input": CUSTOMERS, "partitioning": "broadcast", "bootstrap": True}}
     raw["output_schema"] += ", customer STRING"
     broker = None
-    custom_steps = steps
-    steps = STEPS
+    steps = steps or STEPS
     system: InputSystem
     if input == "kafka":
+        from pipelines.servers.kafka_broker import KafkaBroker
         from pipelines.systems.kafka import KafkaSystem
-        from pipelines.systems.kafka_mock import MockKafka
 
-        broker = MockKafka(topics={STREAM: 2})
-        say(f"Kafka-protocol broker (librdkafka's mock cluster) on {broker.bootstrap}")
-        settings = {"bootstrap_servers": broker.bootstrap, "timeout_ms": 2000, "properties": {"log_level": 2}}
+        broker = KafkaBroker()
+        try:
+            broker.start()
+        except BaseException:
+            broker.close()
+            raise
+        say(f"Apache Kafka broker (one KRaft node) on {broker.bootstrap}, started in {broker.started_in_s:.1f}s")
+        settings = {
+            "bootstrap_servers": broker.bootstrap,
+            "timeout_ms": 5000,
+            "expansion_grace_ms": KAFKA_GRACE_MS,
+            "properties": {"topic.metadata.refresh.interval.ms": KAFKA_METADATA_REFRESH_MS},
+        }
         raw["inputs"] = [{"system": "kafka", "stream": STREAM}]
         raw["systems"] = {"kafka": settings}
-        system, steps = KafkaSystem(settings), KAFKA_STEPS
+        system = KafkaSystem(settings)
     else:
         system = DeltaLog(home.streams)
-        system.create(STREAM, 2)
-    steps = custom_steps or steps
+    system.create(STREAM, 2)
     config = JobConfig.from_dict(raw, origin=JOB_CONFIG)
     customers = CustomerChanges(home, keys)
     customers.first_names()
@@ -279,18 +283,13 @@ def run_demo(
         for step, factor, expand_to in steps:
             say(f"\n== {step}")
             _check(producer, driver, customers)
-            if broker is not None and factor is None:
-                broker.set_down(True)  # the job and the producer wait; nothing may be lost or reordered
-                say(f"  broker down for {OUTAGE_S:.0f} s while the job runs")
-                time.sleep(OUTAGE_S)
-                broker.set_down(False)
-                say("  broker up again")
             if expand_to is not None:
                 system.expand(STREAM, expand_to)
-                say(f"  input {STREAM} expanded to {expand_to} partitions")
+                how = " (CreatePartitions on the live Kafka topic)" if broker is not None else ""
+                say(f"  input {STREAM} expanded to {expand_to} partitions{how}")
                 changes = repartition.detect(home, [config.name])
                 request = changes[0].request()  # what repartition_watch would absorb
-            elif factor is not None and results:  # the first step starts the job; None: the broker outage step
+            elif factor is not None and results:  # the first step starts the job
                 request = scaling.ScalingRequest(config.name, factor, step)
             else:
                 request = None
@@ -303,7 +302,11 @@ def run_demo(
             else:
                 _wait_processing(home, config.name)
             model = ControlPlane(home).job_models.active(config.name)
+            step_started = time.time()
             time.sleep(step_seconds)  # the job runs on the new model while records keep arriving
+            behind = falling_behind(home, config.name, model.version, step_started, config.trigger_interval)
+            if behind:
+                say("  " + behind)
             result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
             result.version = model.version
             if event is not None:
@@ -347,7 +350,7 @@ def run_demo(
         spark.stop()
         system.close()
         if broker is not None:
-            broker.stop()
+            broker.close()
     total = StepResult("whole run", results[-1].factor, results[-1].partitions, results[-1].tasks)
     v = final.verdict
     total.records = v.rows + v.dead_letters
@@ -363,6 +366,35 @@ def run_demo(
     say(f"\nsink: {home.sinks / config.sink_table}\ndead letters: {home.sinks / config.dead_letter_table}")
     say(f"data docs: {final.docs_index}")
     return [*results, total], final
+
+
+def falling_behind(home: Home, job: str, version: int, since: float, trigger_interval: str) -> str | None:
+    """One line, in the demo's words, for the batches of a step that took longer than the trigger interval.
+
+    Spark warns once per such trigger ("Current batch is falling behind"), into the log file; a step
+    is summed up here once: how many batches fell behind, the longest, and the lag at the step's end.
+    """
+    from datetime import UTC, datetime
+
+    from pipelines.jobs.config import interval_seconds
+
+    interval = interval_seconds(trigger_interval)
+    metrics = ["batch_duration_s", "lag_records"]
+    start = datetime.fromtimestamp(since, UTC)
+    frame = ControlPlane(home).metrics.read(job, model_version=version, metrics=metrics, since=start)
+    if not len(frame) or interval <= 0:
+        return None
+    durations = frame[frame["metric"] == "batch_duration_s"]["value"]
+    late = durations[durations > interval]
+    if not len(late):
+        return None
+    lag = frame[frame["metric"] == "lag_records"]
+    behind = int(lag[lag["batch_id"] == lag["batch_id"].max()]["value"].sum()) if len(lag) else None
+    lag_text = f"; {behind:,} records behind the input at its last batch" if behind is not None else ""
+    return (
+        f"falling behind: {len(late)} of {len(durations)} batches took longer than the {trigger_interval} trigger "
+        f"(the longest {late.max():.1f} s){lag_text}"
+    )
 
 
 def _check(producer: Producer, driver: Driver | None, *others: Any) -> None:

@@ -32,9 +32,10 @@ def observe(
     minutes: float = DEFAULT_MINUTES,
     control: ControlPlane | None = None,
     inputs: bool = True,
+    driver: bool = True,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """Plain JSON-able data: window, batches, charts, markers, tasks, inputs, errors.
+    """Plain JSON-able data: window, driver, batches, charts, markers, tasks, inputs, errors.
 
     The active model is read first and its errors propagate (an unknown job is
     ``UnknownJobError``, which the CLI turns into its refusal); everything
@@ -51,6 +52,12 @@ def observe(
         "factor": model.elasticity_factor,
         "window": {"minutes": minutes, "since": _iso(since), "until": _iso(now)},
     }
+    if driver:
+        result["driver"] = None
+        try:
+            result["driver"] = driver_section(control, model, now)
+        except Exception as e:
+            errors["driver"] = _error(e)
     rows: list[dict[str, Any]] = []
     try:
         start = control.metrics.recent_start(job, datetime.fromtimestamp(since, UTC), MAX_FILES).timestamp()
@@ -94,6 +101,19 @@ def observe(
     result["tasks"] = [r.to_dict() for r in task_table(model, checkpoints, rows, points, held)]
     result["errors"] = errors
     return result
+
+
+def driver_section(control: ControlPlane, model: Any, now: float | None = None) -> dict[str, Any]:
+    """Whether the job's driver runs, where, since when (``observe.drivers``), from the ``drivers`` table."""
+    from pipelines.jobs.config import job_config
+    from pipelines.observe.drivers import driver_view
+
+    at = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    try:
+        trigger: str | None = job_config(model).trigger
+    except Exception:  # a model without a readable config: whether it should run is unknown, not a failure
+        trigger = None
+    return driver_view(control.drivers.latest(model.job_name, now=at), trigger, at)
 
 
 def _iso(t: float) -> str:

@@ -1,9 +1,9 @@
 """An observation (``collect.observe``'s data) as HTML and as text.
 
-* ``html_section``: the plots, the per-task table and the inputs, as a fragment
-  the Airflow page puts in each job's card; it uses the page's classes
-  (``pill ok/warn/bad/info``, ``muted``, ``mono``) and inline SVG only.
-* ``export_page``: the same fragment in a self-contained HTML document
+* ``view``: what the HTML templates draw for one job (``templates/observe/section.html``):
+  the plots' layouts on one shared time axis and the numbered scaling steps;
+  the Airflow page includes that template in each job's card.
+* ``export_page``: the same section in a self-contained HTML document
   (``pipelines status JOB --export FILE.html``): no script, no link, no font.
 * ``text``: the terminal view of ``pipelines status`` (one shot or ``--watch``),
   with a sparkline per plot.
@@ -14,21 +14,18 @@ export show the same figures.
 
 from __future__ import annotations
 
-import html
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pipelines.observe.html import render
 from pipelines.observe.series import Chart, Marker
-from pipelines.observe.svg import WIDTH, compact, plot, time_axis
+from pipelines.observe.svg import WIDTH, MarkerMark, PlotLayout, compact, layout, marker_marks, time_axis
 
 TASKS_SHOWN = 50
 TEXT_TASKS_SHOWN = 12
 SPARK = "▁▂▃▄▅▆▇█"
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _num(value: Any, unit: str = "") -> str:
@@ -46,216 +43,57 @@ def _objects(obs: Mapping[str, Any]) -> tuple[list[Chart], list[Marker]]:
 # ---------------------------------------------------------------------------------------------------- html
 
 
-def html_section(obs: Mapping[str, Any] | None, *, width: int = WIDTH) -> str:
-    """The plots, the per-task table and the inputs of one job."""
-    if not obs:
-        return ""
+@dataclass(frozen=True)
+class MarkerItem:
+    """A numbered scaling step in the list under the plots (its number is its badge's on every plot)."""
+
+    number: int
+    marker: Marker
+    pill: str
+
+
+@dataclass(frozen=True)
+class View:
+    obs: Mapping[str, Any]
+    plots: tuple[PlotLayout, ...]
+    markers: tuple[MarkerItem, ...]
+    cuts: int  # idle stretches cut out of the shared time axis
+    tasks_shown: int = TASKS_SHOWN
+
+
+def view(obs: Mapping[str, Any], *, width: int = WIDTH) -> View:
+    """The plots of one job on one shared time axis, and its scaling steps numbered as on the plots."""
     charts, marks = _objects(obs)
     axis = time_axis(charts, marks, width)
-    window = obs.get("window") or {}
-    parts = [
-        f"<div class='observe' data-job='{_e(obs.get('job'))}'>",
-        f"<h3>Over the last {_e(_minutes(window.get('minutes')))} "
-        f"<span class='muted'>({_e(obs.get('batches'))} micro-batches, "
-        f"{len(marks)} scaling step(s); times UTC)</span></h3>",
-        "<div class='obs-plots' style='display:flex;flex-wrap:wrap;gap:10px'>",
-    ]
-    for chart in charts:
-        parts.append(
-            "<div class='obs-plot-box' style='border:1px solid #e4e7eb;border-radius:6px;overflow:hidden'>"
-            + plot(chart, marks, axis, width=width)
-            + "</div>"
-        )
-    parts.append("</div>")
-    if marks:
-        parts.append(
-            "<div class='obs-markers muted' style='margin-top:4px'>"
-            + " · ".join(
-                f"<span class='pill {_marker_class(m)}' data-event='{_e(m.event_id)}'>"
-                f"{_e(_when(m.at))} {_e(m.label)}</span>"
-                for m in marks
-            )
-            + "</div>"
-        )
-    parts.append(_tasks_table(obs.get("tasks") or []))
-    if obs.get("inputs") is not None:
-        parts.append(_inputs(obs["inputs"]))
-    for section, error in (obs.get("errors") or {}).items():
-        parts.append(f"<div class='err'>{_e(section)}: {_e(error)}</div>")
-    parts.append("</div>")
-    return "".join(parts)
+    numbered: list[MarkerMark] = marker_marks(marks, axis)
+    return View(
+        obs=obs,
+        plots=tuple(layout(c, marks, axis, width=width) for c in charts),
+        markers=tuple(MarkerItem(m.number, m.marker, _marker_class(m.marker)) for m in numbered),
+        cuts=len(axis.breaks),
+    )
+
+
+def plot(chart: Chart, markers: Sequence[Marker], axis: Any, *, width: int = WIDTH) -> str:
+    """One chart as an inline ``<svg>`` element, its markers on it (the template of every plot)."""
+    return render("observe/plot.svg", p=layout(chart, markers, axis, width=width))
+
+
+def html_section(obs: Mapping[str, Any] | None, *, width: int = WIDTH) -> str:
+    """The plots, the per-task table and the inputs of one job, as an HTML fragment."""
+    if not obs:
+        return ""
+    return render("observe/section.html", v=view(obs, width=width))
 
 
 def _marker_class(m: Marker) -> str:
     return "bad" if m.status in ("failed", "dq failed") else "warn" if m.status == "rolled back" else "info"
 
 
-def _tasks_table(tasks: Sequence[Mapping[str, Any]]) -> str:
-    head = (
-        f"<h3>Virtual tasks <span class='muted'>slowest first (busy time per batch over the last batches); "
-        f"{sum(1 for t in tasks if t.get('skewed'))} skewed, {sum(1 for t in tasks if t.get('held'))} held back"
-        "</span></h3>"
-    )
-    if not tasks:
-        return head + "<p class='muted'>No virtual task.</p>"
-    cols = ["task", "key bucket", "reads", "checkpoint", "lag", "records/s", "records (share)", "busy/batch", "held"]
-    rows = []
-    for t in tasks[:TASKS_SHOWN]:
-        share = t.get("share")
-        skew = t.get("skew")
-        bar = (
-            f"<span style='display:inline-block;height:8px;width:{min(100.0, (share or 0) * 100 * 2):.0f}px;"
-            f"background:{'#dc2626' if t.get('skewed') else '#93c5fd'};margin-right:4px'></span>"
-        )
-        share_text = "–" if share is None else f"{share * 100:.1f}%"
-        skew_pill = f" <span class='pill bad skew'>skew {skew:.1f}×</span>" if t.get("skewed") else ""
-        lag = _num(t.get("lag_records"))
-        if t.get("lag_s") is not None:
-            lag = f"{float(t['lag_s']):.1f} s" if t.get("lag_records") is None else f"{lag} · {float(t['lag_s']):.1f} s"
-        held = f"<span class='pill warn held'>{_e(t['held'])}</span>" if t.get("held") else ""
-        bucket = "–" if t.get("key_bucket") is None else f"{t['key_bucket']} of {t['factor']}"
-        checkpoints = "<br>".join(f"{_e(k)} @ {_e(v)}" for k, v in (t.get("checkpoints") or {}).items())
-        style = " style='background:#fff5f5'" if t.get("skewed") else ""
-        rows.append(
-            f"<tr data-task='{_e(t['task'])}'{' class=skewed' if t.get('skewed') else ''}{style}>"
-            f"<td class='mono'>{_e(t['task'])}</td><td>{_e(bucket)}</td>"
-            f"<td class='mono'>{_e(', '.join(t.get('inputs') or []))}</td>"
-            f"<td class='mono'>{checkpoints or '–'}</td><td>{_e(lag)}</td>"
-            f"<td>{_e(_num(t.get('rate')))}</td>"
-            f"<td>{bar}{_e(_num(t.get('records')))} ({_e(share_text)}){skew_pill}</td>"
-            f"<td>{_e(_num(t.get('busy_s'), ' s'))}</td><td>{held}</td></tr>"
-        )
-    more = (
-        f"<p class='muted'>{len(tasks) - TASKS_SHOWN} more tasks in the JSON.</p>" if len(tasks) > TASKS_SHOWN else ""
-    )
-    header = "".join(f"<th>{_e(c)}</th>" for c in cols)
-    return (
-        head + f"<table class='obs-tasks'><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
-    )
-
-
-def _inputs(views: Sequence[Mapping[str, Any]]) -> str:
-    parts = ["<h3>Inputs</h3>"]
-    for v in views:
-        parts.append(f"<div class='obs-input' data-input='{_e(v['input'])}' data-system='{_e(v['system'])}'>")
-        title = {"kafka": "Kafka topic", "kinesis": "Kinesis stream", "deltalog": "embedded log stream"}.get(
-            v["system"], f"{v['system']} stream"
-        )
-        if not v.get("reachable"):
-            parts.append(
-                f"<p><b>{_e(title)} {_e(v['stream'])}</b> <span class='pill bad unreachable'>unreachable</span> "
-                f"<span class='err'>{_e(v.get('error'))}</span></p></div>"
-            )
-            continue
-        details = v.get("details") or {}
-        facts = ", ".join(
-            f"{k} {_e(details[k])}" for k in ("brokers", "cluster_id", "status", "mode") if details.get(k)
-        )
-        parts.append(
-            f"<p><b>{_e(title)} {_e(v['stream'])}</b> <span class='pill ok'>reachable</span> "
-            f"<span class='muted'>{len(v.get('partitions') or [])} partition(s)"
-            f"{'; ' + facts if facts else ''}</span></p>"
-        )
-        group = v.get("consumer_group")
-        if group:
-            parts.append(
-                f"<p class='obs-group'>consumer group <span class='mono'>{_e(group['group'])}</span>: lag "
-                f"<b>{_e(_dash(group.get('lag')))}</b> records"
-                + ("" if group.get("commits_progress") else " <span class='pill warn'>commit_progress is off</span>")
-                + "</p>"
-            )
-        if v["system"] == "kinesis" or v.get("shards") is not None:
-            parts.append(
-                _table(
-                    ["slot (SSP)", "shards", "checkpoint", "held"],
-                    [
-                        [
-                            _e(p["partition"]),
-                            _e(", ".join(p.get("shards") or [])),
-                            f"<span class='mono'>{_e(p.get('checkpoint'))}</span>",
-                            _e(_dash(p.get("held"))),
-                        ]
-                        for p in v.get("partitions") or []
-                    ],
-                    "obs-slots",
-                )
-            )
-            parts.append(
-                _table(
-                    ["shard", "parents", "children", "open", "slot", "state"],
-                    [
-                        [
-                            f"<span class='mono'>{_e(s['shard'])}</span>",
-                            _e(", ".join(s.get("parents") or []) or "–"),
-                            _e(", ".join(s.get("children") or []) or "–"),
-                            "open" if s.get("open") else "closed",
-                            _e(_dash(s.get("slot"))),
-                            _e(s.get("state")),
-                        ]
-                        for s in v.get("shards") or []
-                    ],
-                    "obs-shards",
-                )
-            )
-        else:
-            committed = {r["partition"]: r for r in (group or {}).get("partitions") or []}
-            cols = ["partition", "earliest", "end", "job at", "records behind", "held"]
-            if group:
-                cols += ["group committed", "group lag"]
-            rows = []
-            for p in v.get("partitions") or []:
-                row = [
-                    _e(p["partition"]),
-                    _e(p.get("earliest")),
-                    _e(p.get("end")),
-                    _e(_dash(p.get("checkpoint")) if p.get("read_by_job", True) else "not read by the job"),
-                    _e(_dash(p.get("records_behind"))),
-                    _e(_dash(p.get("held"))),
-                ]
-                if group:
-                    c = committed.get(p["partition"], {})
-                    row += [_e(_dash(c.get("committed"))), _e(_dash(c.get("lag")))]
-                rows.append(row)
-            parts.append(_table(cols, rows, "obs-partitions"))
-        for x in v.get("expansions") or []:
-            parts.append(
-                f"<p class='muted'>expanded {_e(x.get('from_partitions'))} → {_e(x.get('to_partitions'))} "
-                f"partitions at {_e(str(x.get('at'))[:19])}</p>"
-            )
-        parts.append("</div>")
-    return "".join(parts)
-
-
-def _table(cols: Iterable[str], rows: list[list[str]], cls: str) -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-EXPORT_CSS = """
-body { font-family: Helvetica, Arial, sans-serif; margin: 16px 24px; color: #1f2933; font-size: 14px; }
-h1 { font-size: 20px; } h3 { font-size: 14px; margin: 16px 0 6px; }
-table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #eef2f6; vertical-align: top; }
-th { color: #52606d; background: #f5f7fa; }
-.pill { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
-.ok { background: #e3f9e5; color: #0e5814; } .bad { background: #ffe3e3; color: #8a1c1c; }
-.warn { background: #fff3c4; color: #7c5e10; } .info { background: #e6f0ff; color: #1d4f91; }
-.muted { color: #7b8794; } .mono { font-family: monospace; font-size: 12px; }
-.err { color: #8a1c1c; font-family: monospace; font-size: 12px; }
-"""
-
-
 def export_page(obs: Mapping[str, Any]) -> str:
     """A self-contained HTML report of one job: inline CSS and SVG, nothing fetched."""
     title = f"{obs.get('job')}: model v{obs.get('model_version')}, factor {obs.get('factor')}"
-    window = obs.get("window") or {}
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{_e(title)}</title><style>{EXPORT_CSS}</style></head><body>"
-        f"<h1>{_e(title)}</h1><p class='muted'>{_e(window.get('since'))} – {_e(window.get('until'))}</p>"
-        f"{html_section(obs)}</body></html>"
-    )
+    return render("observe/export.html", title=title, v=view(obs))
 
 
 # ---------------------------------------------------------------------------------------------------- text
@@ -279,6 +117,9 @@ def text(obs: Mapping[str, Any], *, width: int = 40) -> str:
         f"{obs.get('batches', 0)} micro-batches in the last {_minutes(window.get('minutes'))} "
         f"(until {str(window.get('until', ''))[:19].replace('T', ' ')} UTC)"
     ]
+    driver = obs.get("driver")
+    if driver:
+        lines.append(("DOWN: " if driver.get("down") else "driver ") + str(driver.get("summary")))
     latest = obs.get("latest")
     if latest:
         lag = latest.get("lag_records")
@@ -304,7 +145,9 @@ def text(obs: Mapping[str, Any], *, width: int = 40) -> str:
             lines.append(f"{c.title:<36} {c.note}")
     if marks:
         lines += ["", "scaling steps:"]
-        lines += [f"  {_when(m.at)}  {m.label}  ({m.status}, event {m.event_id[:12]})" for m in marks]
+        lines += [
+            f"  {i}. {_when(m.at)}  {m.label}  ({m.status}, event {m.event_id[:12]})" for i, m in enumerate(marks, 1)
+        ]
     tasks = obs.get("tasks") or []
     if tasks:
         lines += ["", f"virtual tasks, slowest first ({len(tasks)}; ! = skewed, H = held back):"]

@@ -47,6 +47,8 @@ DURATION = "batch_duration_s"
 TIME_BEHIND = "input.millis_behind_latest"
 """Per task: the input system's own time behind the stream's tip (Kinesis), in milliseconds."""
 LAG = "lag_records"
+KEYS = "keys_in"
+"""Per task and batch: the distinct keys among its records (the skew test's sample, ``pipelines.observe.skew``)."""
 LIFECYCLE = frozenset({"query_started", "first_progress", "query_stopped", "heartbeat"})
 TASK_COUNTS = ("records_in", "records_out", "records_fetched", "bytes_fetched", "dead_letters")
 TASK_TIMES = ("read_s", "key_hash_s", "wait_s", "process_s")
@@ -56,6 +58,7 @@ METRICS_READ = (
     *TASK_COUNTS,
     *TASK_TIMES,
     LAG,
+    KEYS,
     TIME_BEHIND,
     DURATION,
     "batch_replayed",

@@ -28,12 +28,14 @@ def run_rows(
     hot_weight: float = 4.0,
     seed: int = 0,
     first_batch: int = 0,
+    keys_per_task: int = 20,
 ) -> list[dict[str, Any]]:
     """``batches`` committed micro-batches of ``model``, one every ``every_s`` seconds from ``start`` (epoch s).
 
     Each task gets an equal share of ``records_per_batch`` (``hot_task`` gets
-    ``hot_weight`` shares: a skewed key bucket); the lag starts at ``lag``
-    records per partition and shrinks to zero over the run.
+    ``hot_weight`` shares of the records over the same ``keys_per_task``
+    distinct keys: a hot key bucket); the lag starts at ``lag`` records per
+    partition and shrinks to zero over the run.
     """
     rng = random.Random(seed)
     tasks = sorted(model.tasks(), key=lambda t: t.task_name)
@@ -61,6 +63,7 @@ def run_rows(
             fetched = sum(per_partition[p] for p, f in fetcher.items() if f == name)
             values = {
                 "records_in": n,
+                "keys_in": min(n, keys_per_task),
                 "records_fetched": fetched,
                 "bytes_fetched": fetched * 120,
                 "records_out": n,

@@ -9,9 +9,10 @@ batches and the held-back partitions in; rows out, slowest first.
   by lag, then name.
 * **lag** is its partitions' (key buckets of one partition advance together,
   so every bucket of a partition is as far behind as the partition).
-* **skew**: the task's share of the records against a fair share (1 / tasks);
-  at ``SKEW_HIGHLIGHT`` times the fair share or more, with enough records to
-  mean something, the row is flagged: a hot key bucket.
+* **skew**: the task's records against what its keys account for (the
+  distinct keys it saw, ``keys_in``), flagged only when the excess is
+  significant for the sample: a hot key bucket (``pipelines.observe.skew``
+  says how it is decided and why the share of records alone is not enough).
 * **held**: a partition an expansion holds back, or a Kinesis slot still
   reading a closed parent shard whose children wait; the reason is the
   input system's (``pipelines.observe.systems``).
@@ -26,12 +27,10 @@ from typing import Any
 from pipelines.core.model import JobModel
 from pipelines.core.positions import Position
 from pipelines.core.ssp import SystemStreamPartition
-from pipelines.observe.series import LAG, TASK_TIMES, TIME_BEHIND, BatchPoint, latest_values
+from pipelines.observe.series import KEYS, LAG, TASK_TIMES, TIME_BEHIND, BatchPoint, latest_values
+from pipelines.observe.skew import judge
 
 LAST_BATCHES = 5
-SKEW_HIGHLIGHT = 1.5
-MIN_RECORDS_PER_TASK = 10
-"""Below this many records per task on average over the last batches, shares are noise: nothing is flagged."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,9 @@ class TaskRow:
     rate: float | None  # records / s over the last batches' durations
     busy_s: float  # busy time per batch over the last batches
     share: float | None  # of all tasks' records over the last batches
-    skew: float | None  # share / fair share
-    skewed: bool
+    skew: float | None  # records / the records its keys account for (or the fair share, without key counts)
+    skewed: bool  # significantly so (``skew.judge``): a hot key bucket
+    keys: int | None  # distinct keys per batch, summed over the last batches (None: not reported)
     held: str | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -91,16 +91,18 @@ def task_table(
         sums[name] = sums.get(name, 0.0) + value
     tasks = list(model.tasks())
     total = sum(per_task.get(str(t.task_name), {}).get("records_in", 0.0) for t in tasks)
-    meaningful = len(tasks) > 1 and total >= MIN_RECORDS_PER_TASK * len(tasks)
+    counts = [int(per_task.get(str(t.task_name), {}).get("records_in", 0.0)) for t in tasks]
+    known = all(KEYS in per_task.get(str(t.task_name), {}) for t, n in zip(tasks, counts, strict=True) if n)
+    keys = [int(per_task.get(str(t.task_name), {}).get(KEYS, 0.0)) for t in tasks] if known else None
+    verdicts = judge(counts, keys)
     result = []
-    for t in tasks:
+    for t, verdict in zip(tasks, verdicts, strict=True):
         name = str(t.task_name)
         sums = per_task.get(name, {})
         wholes = sorted({s.whole() for s in t.ssps})
         lags = [int(lag_of[w][1]) for w in wholes if w in lag_of]
         records = int(sums.get("records_in", 0.0))
         share = records / total if total else None
-        skew = share * len(tasks) if share is not None else None
         reasons = [f"{partition_label(w)}: {held[w]}" for w in wholes if w in held]
         behind = sums.get(TIME_BEHIND)
         result.append(
@@ -116,8 +118,9 @@ def task_table(
                 rate=records / seconds if seconds else None,
                 busy_s=sum(sums.get(n, 0.0) for n in TASK_TIMES) / len(recent) if recent else 0.0,
                 share=share,
-                skew=skew,
-                skewed=bool(meaningful and skew is not None and skew >= SKEW_HIGHLIGHT),
+                skew=verdict.ratio,
+                skewed=verdict.skewed,
+                keys=int(sums[KEYS]) if KEYS in sums else None,
                 held="; ".join(reasons) or None,
             )
         )

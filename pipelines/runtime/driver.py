@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.control import ControlPlane
+from pipelines.control.drivers import Registration
 from pipelines.control.home import Home, resolve_home
 from pipelines.core.model import JobModel
 from pipelines.errors import PipelinesError, raised_inside
@@ -110,7 +111,10 @@ def run_job(
     stop_file = stop_request(home, job)
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     queries = 0
-    heartbeat = Heartbeat(control, job)
+    control.job_models.active(job)  # an unknown job fails here, before it is registered as a driver
+    registration = Registration(home, job, **_spark_identity(spark))
+    registration.start()
+    heartbeat = Heartbeat(control, job, registration)
     try:
         while True:
             model = control.job_models.active(job)
@@ -127,9 +131,24 @@ def run_job(
             switch = _supervise(query, control, job, model, stop_file, deadline, progress, started, heartbeat)
             if not switch:
                 stop_file.unlink(missing_ok=True)
+                heartbeat.halt.set()
+                registration.end(model_version=heartbeat.version, batch_id=heartbeat.batch)
                 return queries
+    except BaseException as e:
+        heartbeat.halt.set()
+        registration.end(f"{type(e).__name__}: {e}", model_version=heartbeat.version, batch_id=heartbeat.batch)
+        raise
     finally:
         heartbeat.halt.set()
+
+
+def _spark_identity(spark: Any) -> dict[str, str | None]:
+    """The Spark application this driver runs in, as the drivers table names it."""
+    try:
+        context = spark.sparkContext
+        return {"app_id": str(context.applicationId), "master": str(context.master)}
+    except Exception:  # a session without a context (Spark Connect): the host and pid still name the driver
+        return {"app_id": None, "master": None}
 
 
 class Heartbeat(threading.Thread):
@@ -146,11 +165,17 @@ class Heartbeat(threading.Thread):
     ``max.poll.interval.ms`` the beats stop when the driver's own loop has
     not come round for ``STUCK_S`` (a JVM that hangs a py4j call): a driver
     stuck that long is dead to the scaling steps and the keepalive.
+
+    Each beat is a ``heartbeat`` metric row (what the scaling steps and the
+    keepalive read) and a row of the driver's registration in the ``drivers``
+    table (host, pid, application, model version, last batch: what operators
+    read).
     """
 
-    def __init__(self, control: ControlPlane, job: str) -> None:
+    def __init__(self, control: ControlPlane, job: str, registration: Registration | None = None) -> None:
         super().__init__(name=f"heartbeat-{job}", daemon=True)
         self.control, self.job = control, job
+        self.registration = registration
         self.version = 0
         self.batch = -1
         self.halt = threading.Event()
@@ -175,6 +200,8 @@ class Heartbeat(threading.Thread):
         row = {"job": self.job, "model_version": self.version, "batch_id": max(self.batch, -1)}
         with contextlib.suppress(Exception):  # a missed beat must never take the job down
             self.control.metrics.append([{**row, "metric": "heartbeat", "value": time.time()}])
+        if self.registration is not None:  # the drivers table: where it runs, for operators (never raises)
+            self.registration.beat(self.version, max(self.batch, -1))
 
 
 def _lifecycle(control: ControlPlane, model: JobModel, event: str) -> None:
@@ -232,6 +259,7 @@ def _supervise(
         if not query.isActive:
             _lifecycle(control, model, "query_stopped")
             durations.record(query)  # the last batches'
+            heartbeat.batch = _report(query, job, last_batch, progress)  # an available-now run's last batch
             exc = query.exception()
             if exc is not None:
                 cause = raised_inside(str(exc))

@@ -21,6 +21,7 @@ from pathlib import Path
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.errors import PipelinesError, by_name
+from pipelines.runtime import logs
 from pipelines.runtime.lifetime import check_master, tied_command
 from pipelines.runtime.requests import failure_note, stop_request
 from pipelines.runtime.session import spark_confs, spark_env
@@ -96,10 +97,16 @@ def _foreground(home: Home, job: str, cmd: list[str]) -> int:
     sink and the checkpoints survive). If this process is killed, the driver is
     killed with it (``lifetime.tied_command``).
     """
-    # spark-submit merges the Python driver's stderr into its stdout: all of it is the driver's log, so it goes
-    # to this process's stderr (fd 2: an Airflow task's sys.stderr has no file), and stdout keeps only the CLI's
-    # own answer (one JSON object with --json).
-    proc = subprocess.Popen(tied_command(cmd), env=spark_env(), start_new_session=True, stdout=2)
+    # spark-submit forwards the Python driver's stdout and stderr to its stdout: the driver's own lines, which go
+    # to this process's stderr (fd 2: an Airflow task's sys.stderr has no file), so stdout keeps only the CLI's
+    # own answer (one JSON object with --json). Its stderr is the JVM's log: the home's log file unless the
+    # libraries' lines should show (--verbose, an Airflow task: runtime.logs).
+    log = logs.submit_stderr()
+    try:
+        proc = subprocess.Popen(tied_command(cmd), env=spark_env(), start_new_session=True, stdout=2, stderr=log)
+    finally:
+        if log is not None:
+            log.close()  # the child has its own descriptor
     try:
         return proc.wait()
     except KeyboardInterrupt:

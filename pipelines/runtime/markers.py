@@ -21,6 +21,7 @@ class TaskMarker:
     task: str
     ends: dict[str, Position] = field(default_factory=dict)  # SSP wire -> the position after this batch
     records_in: int = 0  # records of the task's key buckets it was given
+    keys_in: int = 0  # distinct keys among them (the skew test's sample)
     records_fetched: int = 0  # records this task fetched from the input system (0 when a sibling fetched)
     bytes_fetched: int = 0
     read_ns: int = 0

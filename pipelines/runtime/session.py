@@ -205,10 +205,13 @@ def build_session(master: str = "local[2]", app_name: str = "elastic-pipelines",
             os.environ[key] = value
     from pyspark.sql import SparkSession
 
+    from pipelines.runtime.logs import jvm_stderr
+
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**spark_confs(master), **{k: str(v) for k, v in extra.items()}}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with jvm_stderr():  # the JVM's log on the home's log file unless --verbose (runtime.logs)
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register_sources(spark)
     return spark

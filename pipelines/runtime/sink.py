@@ -238,7 +238,7 @@ def commit_files(table_path: str, files: list[FileAdd], app_id: str, batch_id: i
 def _task_metrics(markers: list[TaskMarker], job: str, version: int, batch_id: int) -> list[dict[str, Any]]:
     rows = []
     for mk in markers:
-        for name in ("records_in", "records_fetched", "bytes_fetched", "records_out", "dead_letters"):
+        for name in ("records_in", "keys_in", "records_fetched", "bytes_fetched", "records_out", "dead_letters"):
             rows.append(metric(job, version, batch_id, mk.task, name, getattr(mk, name)))
         for name in ("read_ns", "key_hash_ns", "wait_ns", "process_ns"):
             rows.append(metric(job, version, batch_id, mk.task, name.replace("_ns", "_s"), getattr(mk, name) / 1e9))

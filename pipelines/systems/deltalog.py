@@ -1,103 +1,12 @@
 """The embedded input system: a partitioned, append-only Delta table per stream.
 
-It is the input that runs with no server (DESIGN, "embedded input"), so a job,
-its tests and its demos need nothing but a directory. It behaves like a Kafka
-topic where that matters to the platform: records are placed by Kafka's own
-default partitioner, offsets are dense per partition, and the partition count
-can grow by a multiple (SEP-5).
-
-Layout
-    ``<root>/<stream>/`` is a Delta table (written with ``deltalake``, no Spark)
-    with columns ``partition`` (int32), ``offset`` (int64), ``key`` (binary,
-    nullable), ``value`` (binary), ``timestamp`` (timestamp[us, UTC]) and
-    ``headers`` (JSON object of strings, nullable). It is partitioned by
-    ``partition``, and every producer commit adds one parquet file per
-    partition it touched, named ``partition=<p>/<first offset>-<uuid>.parquet``,
-    with Delta statistics (min/max of ``offset``) that this module writes
-    itself. Readers plan from those statistics alone: a range read opens only
-    the files whose offsets overlap the range, and end offsets come from the
-    log, never from data files.
-
-Dense offsets with several producers (processes, machines)
-    A producer reads the table at version ``v``, numbers its records from the
-    end offsets at ``v``, writes its files and commits them with a Delta
-    application transaction ``(app_id="deltalog-writer", version=v + 1)``.
-    delta-rs's conflict checker rejects a commit when a commit that won in the
-    meantime carries an app id this commit also carries ("Concurrent
-    transaction failed", ``CommitFailedError``), so two producers that read the
-    same end offsets cannot both commit; the loser re-reads, renumbers and
-    retries with jittered backoff, and gives up with a ``StreamError`` after
-    ``max_attempts``. Expansions commit the same way, so a producer that
-    numbered its records under the old partition count cannot commit after the
-    expansion. Verified with deltalake 1.6.6 (4 and 8 spawned processes,
-    10 commits of 50 records each, 2 partitions): with the app transaction,
-    offsets were dense and unique and every lost race surfaced as
-    ``CommitFailedError``; without it, the same run committed all 40 blind
-    appends and left 434 duplicate offsets in one partition, because delta-rs
-    lets concurrent appends through unchecked. The mechanism needs only the
-    Delta protocol's atomic "put if absent" of the next log entry, which local
-    and HDFS-like filesystems give; on S3 delta-rs needs its locking or
-    conditional-put configuration, as for any concurrent Delta writer (object
-    stores are not wired in here yet: roots are local paths). Throughput is
-    bounded by Delta's commit rate (tens of commits a second); batch records
-    into few ``produce`` calls. Files of a lost attempt are deleted before the
-    retry, after checking that the commit really did not land.
-
-Stream metadata (partition count and expansion history)
-    Stored as JSON in the field metadata of the ``partition`` column
-    (key ``deltalog.stream``), i.e. inside the Delta ``metaData`` action: it is
-    written atomically with the table's creation, survives checkpoints and log
-    cleanup, and every snapshot carries the partition count that was in force
-    at that version. A table property would be the more usual place, but
-    deltalake 1.6.6 refuses unknown properties when creating a table (only a
-    later ``set_table_properties(raise_if_not_exists=False)`` accepts them),
-    which would make ``create`` two commits and leave a half-created stream
-    after a crash between them.
-
-Expansion point
-    ``expand`` records, for every old partition, its end offset at the
-    snapshot the expansion commits on top of. Because the expansion and all
-    producers share the app id, no producer commit can slip in between: every
-    record of old partition ``p`` below ``end_offsets[p]`` was placed with the
-    old count, every record at or after it with the new count. A consumer that
-    holds back the new partitions until each old partition is consumed past
-    its expansion point therefore sees a key's old records before its new ones
-    (DESIGN, "Order across repartitioning"). The guarantee is per key across
-    producers only as far as producers themselves order a key's records: two
-    producers writing the same key concurrently have no order to preserve.
-
-Null keys
-    Round-robin over the partitions, continuing across calls of one
-    ``DeltaLog`` object, starting at a random partition so that many
-    short-lived producers do not all fill partition 0. Kafka's newer clients
-    stick to one partition per batch instead; round-robin spreads a single
-    large call evenly, which is what the embedded log's users (tests, demos,
-    benchmarks) want.
-
-Storage that goes away
-    A stream whose table directory (its ``_delta_log``) stops being there
-    while this object uses it (a network mount gone, the storage detached) is
-    an outage, not damage: planning calls raise ``StreamError`` at once, so
-    the job's source waits with its back-off and reports the outage, and a
-    read waits for the storage, with jittered back-off up to 2 s, for at most
-    ``read_timeout_s`` (30 s, Kafka's ``read_timeout_ms``) before it fails
-    with a ``StreamError`` that says so. A data file missing from a table
-    whose log is there is damage (``DamagedTableError``), as before.
-
-Record timestamps
-    One timestamp per commit attempt (log append time), truncated to
-    milliseconds so the Delta statistics, which have millisecond precision,
-    are exact.
-
-Limits and future work
-    Every commit adds up to one small file per partition; a long-lived stream
-    fed by small calls accumulates many files and a long log (delta-rs writes
-    a checkpoint every 100 commits). Compaction that keeps files
-    offset-contiguous and retention (which would make ``earliest`` non-zero)
-    are not implemented. The table is created with ``delta.appendOnly=true``.
-    Delta's Rust runtime does not survive ``fork``: use the ``spawn`` start
-    method for processes that use this module. A ``DeltaLog`` object caches
-    table snapshots and is not thread-safe; it pickles without them.
+It is the input that needs no server, so a job, its tests and its demos need
+only a directory. It behaves like a Kafka topic where the platform relies on
+it: keys placed by Kafka's partitioner, dense offsets per partition, growth by
+a multiple with a recorded expansion point. Concurrent producers keep offsets
+dense by committing with one shared Delta application transaction, which
+delta-rs refuses to let two racing commits both carry. What it guarantees, how
+it was verified and its limits: docs/systems/deltalog.md.
 """
 
 from __future__ import annotations
@@ -112,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -122,11 +31,12 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
+from pipelines.backoff import Backoff
 from pipelines.core.batchplan import expansion_holds
 from pipelines.core.partitioner import murmur2
 from pipelines.core.ssp import validate_name
 from pipelines.deltaio import open_table, readable, refresh
-from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError, refuse_unknown
+from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError
 from pipelines.systems.base import (
     RECORD_SCHEMA,
     Bounded,
@@ -139,6 +49,9 @@ from pipelines.systems.base import (
     StreamMetadata,
 )
 from pipelines.systems.offsets import OffsetOrder, parse_offset
+
+if TYPE_CHECKING:
+    from pipelines.systems.deltalog_settings import DeltaLogOptions
 
 SYSTEM = "deltalog"
 APP_ID = "deltalog-writer"
@@ -159,8 +72,8 @@ LOG_SCHEMA = pa.schema(
 # Delta keeps partition values in the log, not in the data files.
 _FILE_SCHEMA = pa.schema([f for f in LOG_SCHEMA if f.name != "partition"])
 
-_BACKOFF_BASE_S = 0.005
-_BACKOFF_CAP_S = 0.25
+_COMMIT_RACE = Backoff(base_s=0.005, cap_s=0.25)
+_STORAGE_WAIT = Backoff(base_s=0.05, cap_s=2.0)
 
 
 @dataclass
@@ -387,7 +300,7 @@ class DeltaLog(OffsetOrder):
         """Append records in one Delta commit; returns ``(partition, offset)`` per record, in input order.
 
         Non-null keys go to ``kafka_partition(key, n)``; null keys round-robin
-        (module docstring). The partition count is re-read on every attempt, so
+        (docs/systems/deltalog.md). The partition count is re-read on every attempt, so
         a producer picks up an expansion made by anyone, anywhere.
         """
         keys: list[bytes | None] = []
@@ -540,7 +453,7 @@ class DeltaLog(OffsetOrder):
         return bool(paths) and all(p in snap.paths for p in paths)
 
     def _commit_properties(self, read_version: int, operation: str) -> CommitProperties:
-        # The shared app id is what makes delta-rs reject a commit that raced another (module docstring).
+        # The shared app id is what makes delta-rs reject a commit that raced another (docs/systems/deltalog.md).
         return CommitProperties(
             app_transactions=[Transaction(app_id=self.app_id, version=read_version + 1)],
             custom_metadata={"deltalog.operation": operation},
@@ -652,7 +565,7 @@ class DeltaLog(OffsetOrder):
     def _waiting_for_storage(self, stream: str, read: Any) -> Any:
         """``read()``, waited out while the stream's storage is gone (at most ``read_timeout_s``); damage raises."""
         deadline = time.monotonic() + self.read_timeout_s
-        delay = 0.05
+        attempt = 0
         while True:
             try:
                 return read()
@@ -664,8 +577,8 @@ class DeltaLog(OffsetOrder):
                         f"{self._unavailable(stream, error)}; a read waited {self.read_timeout_s:g}s for it"
                     ) from None
                 self._tables.pop(stream, None)  # the snapshot is re-read when the storage is back
-                time.sleep(min(random.uniform(0, delay), max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 2.0)
+                _STORAGE_WAIT.wait(attempt, deadline)
+                attempt += 1
 
     # ------------------------------------------------------------- snapshots
 
@@ -701,21 +614,15 @@ class DeltaLog(OffsetOrder):
         return table, snap
 
 
-SETTINGS = ("read_timeout_s",)
+def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> DeltaLogOptions:
+    """The ``systems.deltalog`` section (``deltalog_settings.DeltaLogSettings``), as ``DeltaLog``'s keywords."""
+    if isinstance(settings, Mapping) and not settings:
+        return {}  # nothing to check: the workers that open the log need not load pydantic
+    from pipelines.settings import check
+    from pipelines.systems.deltalog_settings import DeltaLogSettings
 
-
-def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> dict[str, float]:
-    """The ``systems.deltalog`` section: ``read_timeout_s``, how long a read waits for storage that went away."""
-    if not isinstance(settings, Mapping):
-        raise ConfigError(f"{where} must be a mapping of settings")
-    refuse_unknown(where, settings, SETTINGS)
-    clean: dict[str, float] = {}
-    if "read_timeout_s" in settings:
-        value = settings["read_timeout_s"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 86_400:
-            raise ConfigError(f"{where}.read_timeout_s: a number of seconds from 0 to 86400, got {value!r}")
-        clean["read_timeout_s"] = float(value)
-    return clean
+    checked: DeltaLogSettings = check(DeltaLogSettings, settings, where)
+    return {"read_timeout_s": checked.read_timeout_s} if "read_timeout_s" in checked.model_fields_set else {}
 
 
 def position_key(position: Position) -> int:
@@ -850,4 +757,4 @@ def _remove(paths: list[Path]) -> None:
 
 def _backoff(attempt: int) -> None:
     # Full jitter: racing producers spread out instead of colliding again in lockstep.
-    time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
+    _COMMIT_RACE.wait(attempt)

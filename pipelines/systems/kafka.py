@@ -2,89 +2,19 @@
 
 Spark's own Kafka source is a Maven artifact and cannot split a partition by
 key, so jobs read Kafka through this module from the Python data source.
-
-Positions
-    A position is a decimal offset string, "the next offset to read", as in
-    Kafka's own commits; this module is the only place that turns one into an
-    integer. Offsets of a partition are increasing but not dense: transaction
-    markers, aborted transactions and compaction leave offsets that hold no
-    record a read-committed consumer sees.
-
-Ends are the last stable offset
-    ``end_positions`` asks ``ListOffsets`` with ``isolation_level=READ_COMMITTED``,
-    i.e. the last stable offset, not the high watermark: records of an open
-    transaction are neither read nor counted until it ends, so a micro-batch
-    never waits on, or replays into, a transaction's outcome.
-
-Reads (``read``)
-    One partition is read with ``assign`` + seek (no group membership: the job
-    model decides who reads what) by a consumer with
-    ``isolation.level=read_committed`` and ``enable.partition.eof``. A read of
-    ``[start, end)`` stops at the first record at or after ``end``, or when the
-    partition's end-of-partition event says the fetch position is at or past
-    ``end``: a range whose end lies in a gap (a trailing commit marker, an
-    aborted transaction, a compacted run) still completes, which is the
-    bounded read that hung in Flink (FLINK-34470). A ``Bounded`` read ("at
-    most N records") ends after N records or at the end-of-partition offset
-    the broker reports, so the position after a batch is always what the
-    broker says is next (last record + 1, or the fetch position past markers),
-    never the start plus a count.
-
-How far a micro-batch reads (``advance``)
-    The plan asks for "at most N records" after a floor. Kafka offsets can be
-    added to: ``floor + N`` is an offset below which there are at most N
-    records, because gaps only remove records. So ``advance`` names a plain
-    position, ``min(floor + N, limit)``, with ``limit`` at most the last
-    stable offset: everything below it is decided (committed, aborted or
-    compacted) and stays so, hence a replayed batch reads exactly the same
-    records with no pin to write. The price is that a batch over a gap holds
-    fewer than N records; the next batch catches up. ``records_between`` is
-    the offset difference, an upper bound of the records (what Kafka's own lag
-    tools show).
-
-Progress for Kafka's tools (``acknowledge``)
-    After each committed micro-batch the runtime passes every partition's
-    floor; they are committed to the consumer group ``consumer_group`` (default:
-    the job's name) with a plain ``OffsetCommit`` outside any group generation,
-    as a "simple consumer" does, so ``kafka-consumer-groups --describe`` and
-    Kafka UIs show the job's lag. The Delta checkpoints stay the truth; do not
-    give a group that live subscribers use (the broker refuses commits from
-    outside an active generation).
-
-Producer
-    ``partitioner=murmur2_random``, Java's default: a keyed record lands where a
-    Java producer puts it; null keys are spread randomly. Idempotence is on, so
-    retries never reorder or duplicate a partition's records.
-
-Configuration (the job's ``systems: {kafka: ...}`` section)
-    ``bootstrap_servers`` (required), ``properties`` passed to every librdkafka
-    client the way Spark's ``kafka.``-prefixed options are (``security.protocol``,
-    ``sasl.mechanism``, ``ssl.ca.location``, timeouts, ...), ``timeout_ms`` for
-    metadata and admin requests, ``read_timeout_ms`` for how long a read waits
-    for records it was told exist, ``consumer_group`` and ``commit_progress``.
-    Secrets never sit in the YAML: a property that looks like one
-    (``*password*``, ``*secret*``, ``*.key.pem``, ``sasl.oauthbearer.config``)
-    is refused there, and comes instead from ``secrets_env`` (property ->
-    environment variable) or ``connection_id``, an Airflow connection of the
-    Kafka provider's type, whose extra is a JSON object of client properties
-    (read from ``AIRFLOW_CONN_<ID>`` in JSON form, which executors see without
-    Airflow, or through Airflow's ``BaseHook`` where Airflow is installed).
-
-Partition expansion
-    ``expand`` calls ``CreatePartitions`` to a multiple of the current count.
-    Kafka keeps no record of when a partition count grew, so the platform
-    keeps its own (``kafka_expansions``: the count it first saw, each growth
-    it noticed, and, after a grace period for producers to refresh their
-    metadata, the old partitions' end positions). ``read_limits`` holds a new
-    partition back until its source partition is read past that point, as
-    DESIGN's "Order across repartitioning" asks; ``kafka_expansions`` says
-    exactly what is and is not guaranteed.
+Positions are decimal "next offset to read" strings, ends are the last stable
+offset (reads are ``read_committed``), and the job's progress is mirrored to
+its consumer group for Kafka's own tools; expansion points are kept by
+``kafka_expansions``. What it guarantees and how it is configured:
+docs/systems/kafka.md.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -142,6 +72,10 @@ _OWNED = (
 )
 """Client properties this module sets itself: the contract depends on them, so a job may not override them."""
 _FETCH_BATCH = 10_000
+_REFUSALS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
+"""Client errors that mean the brokers answer but refuse us: retrying cannot help, the user must act."""
+_CLIENT_LOG = logging.getLogger(__name__ + ".librdkafka")
+_CLIENT_LOG.addHandler(logging.NullHandler())  # shown where the application configures logging, never raw on stderr
 
 
 @dataclass(frozen=True)
@@ -245,7 +179,8 @@ class KafkaSystem(OffsetOrder):
         self._admin: AdminClient | None = None
         self._producer: Producer | None = None
         self._committers: dict[str, Consumer] = {}
-        self._client_conf: dict[str, str] | None = None
+        self._client_conf: dict[str, Any] | None = None
+        self._refused: str | None = None  # the brokers' last authentication refusal, from any client's error_cb
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self._raw, "home": self.home}
@@ -258,10 +193,20 @@ class KafkaSystem(OffsetOrder):
 
     # --------------------------------------------------------------- clients
 
-    def _conf(self) -> dict[str, str]:
-        """Properties every client gets: bootstrap servers, the job's properties, secrets resolved here."""
+    def _conf(self) -> dict[str, Any]:
+        """Properties every client gets: bootstrap servers, the job's properties, secrets resolved here.
+
+        librdkafka logs through Python's logging (``pipelines.systems.kafka.librdkafka``), not straight onto
+        stderr, and its error callback notes an authentication refusal so that it is reported as one, instead
+        of as a broker that "did not answer" (librdkafka retries a refused login until the request times out).
+        """
         if self._client_conf is None:
-            conf = {"bootstrap.servers": self.brokers, **self.settings.properties}
+            conf: dict[str, Any] = {
+                "bootstrap.servers": self.brokers,
+                **self.settings.properties,
+                "error_cb": self._client_error,
+                "logger": _CLIENT_LOG,
+            }
             conf.update(_connection_properties(self.settings.connection_id))
             for prop, env in self.settings.secrets_env.items():
                 value = os.environ.get(env)
@@ -320,6 +265,24 @@ class KafkaSystem(OffsetOrder):
     def _timeout_s(self) -> float:
         return self.settings.timeout_ms / 1000
 
+    def _client_error(self, error: KafkaError) -> None:
+        if error.code() in _REFUSALS:
+            # "sasl_plaintext://host:port/bootstrap: SASL authentication error: ... (after 301ms in state AUTH_REQ)"
+            reason = re.sub(r"^\S+://\S+: ", "", error.str())
+            self._refused = re.sub(r" \(after \d+ms in state \w+\)$", "", reason)
+
+    def _refusal(self, doing: str) -> StreamError | None:
+        """The brokers refused our credentials (seen by any client so far): the error to raise, else None."""
+        if self._admin is not None:
+            self._admin.poll(0)  # serves the admin client's error callbacks
+        if self._refused is None:
+            return None
+        return StreamError(
+            f"Kafka brokers {self.brokers} refused the connection while {doing}: {self._refused}; check "
+            "systems.kafka.properties (security.protocol, sasl.mechanism, sasl.username, ssl.*) and the secrets in "
+            "systems.kafka.secrets_env / connection_id"
+        )
+
     # ----------------------------------------------------------------- admin
 
     def partition_count(self, stream: str) -> int:
@@ -327,11 +290,20 @@ class KafkaSystem(OffsetOrder):
         return self._metadata(stream)[0]
 
     def _metadata(self, stream: str) -> tuple[int, str]:
-        """(partition count, cluster id) of a topic."""
-        try:
-            meta = self._admin_client().list_topics(topic=stream, timeout=self._timeout_s)
-        except KafkaException as error:
-            raise self._error(f"describing topic {stream!r}", error) from None
+        """(partition count, cluster id) of a topic; asked in slices of at most 1 s, so a refused login ends it."""
+        admin = self._admin_client()
+        doing = f"describing topic {stream!r}"
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                meta = admin.list_topics(topic=stream, timeout=max(0.05, min(1.0, deadline - time.monotonic())))
+                break
+            except KafkaException as error:
+                refused = self._refusal(doing)
+                if refused is not None:
+                    raise refused from None
+                if time.monotonic() >= deadline:
+                    raise self._error(doing, error) from None
         topic = meta.topics.get(stream)
         if topic is None:
             raise StreamError(f"Kafka topic {stream!r} is missing from the metadata of {self.brokers}")
@@ -396,7 +368,7 @@ class KafkaSystem(OffsetOrder):
         records: Mapping[int, int],
         limits: Mapping[int, Position],
     ) -> dict[int, End]:
-        """``min(floor + N, limit)``: at most N records, since gaps only remove records (module docstring)."""
+        """``min(floor + N, limit)``: at most N records, since gaps only remove records (docs/systems/kafka.md)."""
         return {p: str(min(_offset(floors[p]) + max(n, 0), _offset(limits[p]))) for p, n in records.items()}
 
     def create(self, stream: str, partitions: int) -> StreamMetadata:
@@ -412,11 +384,7 @@ class KafkaSystem(OffsetOrder):
             code = error.args[0].code() if error.args else None
             if code == KafkaError.TOPIC_ALREADY_EXISTS:
                 raise StreamError(f"Kafka topic {stream!r} already exists on {self.brokers}") from None
-            raise self._error(
-                f"creating topic {stream!r} (a cluster that does not accept CreateTopics, such as librdkafka's "
-                "mock cluster, needs its topics made another way)",
-                error,
-            ) from None
+            raise self._error(f"creating topic {stream!r}", error) from None
         return self._wait_for(stream, count)
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
@@ -463,7 +431,7 @@ class KafkaSystem(OffsetOrder):
     def read(
         self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
     ) -> ReadResult:
-        """``[start, end)`` or at most ``end.records`` records; ends in gaps complete (module docstring)."""
+        """``[start, end)`` or at most ``end.records`` records; ends in gaps complete (docs/systems/kafka.md)."""
         first = _offset(start)
         if isinstance(end, Bounded):
             stop, budget = None, max(end.records, 0)
@@ -521,6 +489,8 @@ class KafkaSystem(OffsetOrder):
                     if (stop is not None and position >= stop) or (budget is not None and len(rows) >= budget):
                         done = True
                         break
+                if not done and self._refused is not None:
+                    raise self._refusal(f"reading topic {stream!r} partition {partition}") or StreamError(self._refused)
                 if not done and time.monotonic() > deadline:
                     target = f"offset {stop}" if stop is not None else "its end"
                     cause = f"; last error: {last_error.str()}" if last_error is not None else ""
@@ -617,6 +587,9 @@ class KafkaSystem(OffsetOrder):
         wait_ms = max(self.settings.timeout_ms, self.settings.read_timeout_ms)
         remaining = producer.flush(wait_ms / 1000)
         if remaining:
+            refused = self._refusal(f"producing to topic {stream!r}")
+            if refused is not None:
+                raise refused
             raise StreamError(
                 f"Kafka topic {stream!r} on {self.brokers}: {remaining} records were not acknowledged within "
                 f"{wait_ms} ms"
@@ -643,6 +616,9 @@ class KafkaSystem(OffsetOrder):
         err = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
         code = err.code() if err is not None else None
         reason = err.str() if err is not None else str(error)
+        refused = self._refusal(doing)
+        if refused is not None:
+            return refused
         if code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
             return StreamError(
                 f"Kafka brokers {self.brokers} did not answer within {self.settings.timeout_ms} ms while {doing}: "

@@ -1,37 +1,13 @@
 """Kafka partition expansions as the platform saw them: the points the hold-back rule needs.
 
-Kafka records no expansion point, and no single moment is one: every
-producer switches to the new partition count when it next refreshes its
-metadata (``metadata.max.age.ms``, 5 minutes by default). So the platform
-keeps its own record, per cluster and topic, in the home
-(``<home>/systems/kafka/<cluster id>/<topic>.json``):
-
-* the first time it describes a topic it writes the partition count it saw;
-* when it later sees more partitions, it writes an expansion with the time it
-  noticed (``detected_at``) and a *grace* period (``expansion_grace_ms``,
-  default 6 minutes: the default metadata age plus a minute);
-* once the grace period is over, the old partitions' end positions at that
-  moment become the expansion's *points*, written once (the first writer wins).
-
-The runtime holds a new partition back until its source partition
-(``p mod N``) is read past its point; before the points exist it is held
-entirely. What this guarantees: per-key order **per producer**, for every
-producer that switched to the new count before the grace period ended after
-the platform noticed the expansion. Any record such a producer wrote to the
-old partition was written before it switched, so it lies before the point,
-and is processed before any of its records in the new partition. Not
-guaranteed: a producer whose metadata is older than the grace period (raise
-``expansion_grace_ms`` to its ``metadata.max.age.ms``), records of one key
-written concurrently by two producers (no order exists between them), and an
-expansion that happened before the platform first described the topic (there
-is nothing to compare with; the job starts on the expanded topic as it is).
-The cost: new partitions are not read for the grace period after an
-expansion is noticed.
-
-Concurrent describes (the driver, the repartition watch) change the file
-under an exclusive ``flock`` of a lock file beside it, so an observation or a
-point is written once. That needs a home on a filesystem with working
-``flock`` across the processes that plan (one host, or NFSv4).
+Kafka records no expansion point, and each producer switches to a new
+partition count only at its next metadata refresh. So the platform keeps its
+own record per cluster and topic in the home
+(``<home>/systems/kafka/<cluster id>/<topic>.json``): the count it first saw,
+each growth with the time it noticed it, and, once ``expansion_grace_ms`` has
+passed, the old partitions' end positions, written once under ``flock``. What
+this guarantees and what it does not: docs/systems/kafka.md, "Partition
+expansion".
 """
 
 from __future__ import annotations

@@ -1,45 +1,55 @@
-"""Data-quality verdicts on the "Elastic pipelines" page: their Data Docs pages, their DAG runs, their offenders.
+"""Data-quality verdicts on the page, and the home's Data Docs served whole, offline, without scripts.
 
-* ``GET /elastic-pipelines/docs/<page>`` serves the Data Docs site of the home
-  (``<home>/quality/docs``, built by ``pipelines.quality.report``) through the
-  plugin app, so it is behind Airflow's login like the page itself, and a
-  browser on a machine without access to the home's files can read it.
-  Only files inside the site are served; anything else is a 404.
-* Every check of a verdict links to the page of the validation that judged it
+Links (what ``collect.dq`` adds to each verdict):
+
+* every check links to the Data Docs page of the validation that judged it
   (``dq_results.docs_page``); a verdict links to the Airflow run that produced
-  it (``dq_results.dag_id``/``run_id``, Airflow 3's ``/dags/{dag_id}/runs/{run_id}``),
-  or says that the CLI produced it; a failed check lists its first offenders
-  (``dq_results.sample``: key, stream, partition, offset, at most 5).
+  it (``dq_results.dag_id``/``run_id``) or says the CLI produced it; a failed
+  check lists its first offenders (``dq_results.sample``).
 
-The served pages are Great Expectations' HTML. They pull styles and scripts
-from public CDNs (unreachable on many Airflow machines anyway) and run inside
-Airflow's origin here, so they are sent with a Content-Security-Policy that
-lets no script run and loads images only from this server (GX's pages also
-carry a tracking image); styles and fonts may still come from the CDNs when
-they are reachable. The pages' content is plain HTML and reads without them.
+The site (``<home>/quality/docs``, built by ``pipelines.quality.report``) is
+served by the plugin's app under ``/elastic-pipelines/docs/``, behind
+Airflow's login, with a Content-Security-Policy that runs no script and loads
+nothing from elsewhere. Great Expectations' pages pull Bootstrap, jQuery,
+Font Awesome and Vega from public CDNs and fill their index with JavaScript;
+on an Airflow machine without internet that left the index empty, the pages
+unstyled and ~45 console errors on each. So every page is rewritten as it is
+served (``rewrite_page``):
 
-No ``from __future__ import annotations`` here: FastAPI resolves the route
-functions' annotations at definition time, and they name locally imported types.
+* scripts, inline event handlers and stylesheets from other sites are dropped, and images from
+  other sites point at the same files in the installed ``great_expectations``
+  package (``/elastic-pipelines/docs-static/``, its ``render/view/static``:
+  GX's own styles, fonts and images), or are dropped when it has none;
+* GX's own stylesheet and a small layout sheet stand in for Bootstrap's, and
+  a bar leads back to the page and to the index;
+* the index (``/docs/``) is ours: every validation page of the site with its
+  verdict from ``dq_results``, as plain HTML (``site_index``).
 """
 
-import html
+from __future__ import annotations
+
+import functools
+import importlib.util
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 DOCS_ROUTE = "/docs"
+STATIC_ROUTE = "/docs-static"
 SAMPLE_SHOWN = 5
 CSP = (
     "default-src 'self'; script-src 'none'; object-src 'none'; connect-src 'none'; img-src 'self' data:; "
-    "style-src 'self' 'unsafe-inline' https:; font-src 'self' data: https:; frame-ancestors 'self'; "
-    "base-uri 'none'; form-action 'none'"
+    "style-src 'self' 'unsafe-inline'; font-src 'self' data:; frame-ancestors 'self'; base-uri 'none'; "
+    "form-action 'none'"
 )
 
 
-# --- data: what ``ui._dq`` adds to each check and each verdict --------------------------------------------------------
+# --- data: what ``collect.dq`` adds to each check and each verdict ----------------------------------------------------
 
 
 def check_fields(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,54 +85,9 @@ def docs_url(page: str) -> str:
     return DOCS_ROUTE.lstrip("/") + "/" + quote(page, safe="/")
 
 
-def run_url(dag_id: str, run_id: str) -> str:
-    """Airflow 3's page of a DAG run, relative to the plugin page (so it works under a root path too)."""
-    return f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _text(value: Any) -> str | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    text = str(value)
-    return text or None
-
-
-# --- page: the cells of the verdicts table ----------------------------------------------------------------------------
-
-
-def check_cell(check: Mapping[str, Any]) -> str:
-    """The check's pill (a link to its Data Docs page when there is one) and, when it failed, its first offenders."""
-    ok = bool(check["success"])
-    label = f"{_e(check['check'])} {_e(check['observed'])}/{_e(check['checked'])}"
-    title = _e(check.get("examples") or "")
-    page = check.get("docs_page")
-    if page:
-        pill = (
-            f"<a class='pill {'ok' if ok else 'bad'} docs' href='{_e(docs_url(page))}' title='{title}' "
-            f"data-check='{_e(check['check'])}'>{label}</a>"
-        )
-    else:
-        cls = "ok" if ok else "bad"
-        pill = f"<span class='pill {cls}' title='{title}' data-check='{_e(check['check'])}'>{label}</span>"
-    sample = check.get("sample") or []
-    if ok or not sample:
-        return pill
-    items = "".join(f"<li>{_e(describe_offender(s))}</li>" for s in sample)
-    return f"{pill}<ul class='sample mono' data-check='{_e(check['check'])}'>{items}</ul>"
-
-
-def origin_cell(window: Mapping[str, Any]) -> str:
-    """A link to the DAG run that produced the verdict, or why there is none."""
-    if window.get("run_url"):
-        return (
-            f"<a class='dag-run' href='{_e(window['run_url'])}' target='_top'>"
-            f"{_e(window['dag_id'])} · {_e(window['run_id'])}</a>"
-        )
-    return "<span class='muted dag-run'>CLI (no DAG run)</span>"
+def run_url(dag_id: str, run_id: str, depth: int = 1) -> str:
+    """Airflow 3's page of a DAG run, relative to a plugin page ``depth`` folders below the UI's root."""
+    return "../" * depth + f"dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
 def describe_offender(item: Mapping[str, Any]) -> str:
@@ -133,7 +98,14 @@ def describe_offender(item: Mapping[str, Any]) -> str:
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
-# --- app: the Data Docs site ------------------------------------------------------------------------------------------
+def _text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    text = str(value)
+    return text or None
+
+
+# --- the site ---------------------------------------------------------------------------------------------------------
 
 
 def site_root(home: Any = None) -> Path:
@@ -143,8 +115,16 @@ def site_root(home: Any = None) -> Path:
     return quality_dir(home if home is not None else resolve_home()) / "docs"
 
 
+def gx_static() -> Path:
+    """The installed ``great_expectations`` package's static folder (found without importing the package)."""
+    spec = importlib.util.find_spec("great_expectations")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("the great_expectations package is not installed")
+    return Path(spec.origin).parent / "render" / "view" / "static"
+
+
 def resolve_page(root: Path, page: str) -> Path | None:
-    """The file of ``page`` inside the site, or None (outside it, missing, or not a file)."""
+    """The file of ``page`` inside ``root``, or None (outside it, missing, or not a file)."""
     root = root.resolve()
     target = (root / page).resolve() if page else root / "index.html"
     if target.is_dir():
@@ -154,23 +134,156 @@ def resolve_page(root: Path, page: str) -> Path | None:
     return target
 
 
-def add_routes(app: Any) -> None:
-    """``GET /docs/`` and ``GET /docs/<page>``: the home's Data Docs site (the app's own auth applies)."""
-    from fastapi.exceptions import HTTPException
-    from fastapi.responses import FileResponse, RedirectResponse
+def site_index(root: Path, verdicts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Every validation page of the site, newest run first, with its verdict when ``dq_results`` names the page.
 
-    def serve(page: str) -> FileResponse:
-        root = site_root()
-        found = resolve_page(root, page)
-        if found is None:
-            detail = "no such Data Docs page" if root.is_dir() else "no Data Docs yet: no validation has built them"
-            raise HTTPException(status_code=404, detail=detail)
-        return FileResponse(found, headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store"})
+    GX lays validations out as ``validations/<suite as folders>/<run name>/<run time>/<batch>.html``.
+    ``verdicts`` maps a page (relative to the site) to ``{"job", "window", "ok", "checks"}``.
+    """
+    validations = []
+    for path in sorted((root / "validations").rglob("*.html")) if (root / "validations").is_dir() else []:
+        page = path.relative_to(root).as_posix()
+        parts = path.relative_to(root / "validations").parts
+        if len(parts) < 4:
+            continue
+        verdict = verdicts.get(page) or {}
+        validations.append(
+            {
+                "page": page,
+                "url": quote(page, safe="/"),
+                "suite": ".".join(parts[:-3]),
+                "run": unquote(parts[-3]),
+                "run_time": parts[-2],
+                "ok": verdict.get("ok"),
+                "job": verdict.get("job"),
+                "checks": verdict.get("checks") or [],
+            }
+        )
+    validations.sort(key=lambda v: (v["run_time"], v["page"]), reverse=True)
+    suites = []
+    for path in sorted((root / "expectations").rglob("*.html")) if (root / "expectations").is_dir() else []:
+        page = path.relative_to(root).as_posix()
+        suites.append({"page": page, "url": quote(page, safe="/"), "suite": page[len("expectations/") : -5]})
+    return {"validations": validations, "suites": [{**s, "suite": s["suite"].replace("/", ".")} for s in suites]}
 
-    @app.get(DOCS_ROUTE, include_in_schema=False)
-    def docs_root() -> RedirectResponse:
-        return RedirectResponse(DOCS_ROUTE.lstrip("/") + "/")
 
-    @app.get(DOCS_ROUTE + "/{page:path}", include_in_schema=False)
-    def docs(page: str) -> FileResponse:
-        return serve(page)
+def verdicts_by_page(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``dq_results`` rows grouped by their Data Docs page: the latest verdict of each check on it."""
+    pages: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        page = _text(row.get("docs_page"))
+        if not page:
+            continue
+        entry = pages.setdefault(page, {"job": row["job"], "window": row["window"], "checks": {}})
+        entry["checks"][row["check"]] = bool(row["success"])
+    return {
+        page: {**e, "ok": all(e["checks"].values()), "checks": sorted(e["checks"].items())} for page, e in pages.items()
+    }
+
+
+# --- GX's pages, offline ----------------------------------------------------------------------------------------------
+
+_REMOTE = re.compile(r"^(?:https?:)?//", re.IGNORECASE)
+_CSS_URL = re.compile(r"url\(\s*(['\"]?)((?:https?:)?//[^'\")]+)\1\s*\)", re.IGNORECASE)
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class _Rewriter(HTMLParser):
+    """Re-emits a page token by token, minus scripts and remote stylesheets; remote images made local."""
+
+    def __init__(self, static: str, known: Iterable[str], head: str, bar: str) -> None:
+        super().__init__(convert_charrefs=False)
+        self.static, self.head, self.bar = static, head, bar
+        self.by_name = {p.rsplit("/", 1)[-1]: p for p in sorted(known, reverse=True)}
+        self.out: list[str] = []
+        self.skipping = 0  # inside a <script>
+        self.in_style = False
+
+    def local(self, url: str) -> str | None:
+        """The same file (by name) in GX's static folder, served by the plugin; None when it has none."""
+        path = self.by_name.get(url.split("?", 1)[0].rsplit("/", 1)[-1])
+        return self.static + path if path else None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.skipping or tag == "script":
+            self.skipping += tag == "script"
+            return
+        values = dict(attrs)
+        if tag == "link" and _REMOTE.match(values.get("href") or ""):
+            return
+        if tag == "img" and _REMOTE.match(values.get("src") or ""):
+            local = self.local(values["src"] or "")
+            if local is None:
+                return
+            attrs = [(k, local if k == "src" else v) for k, v in attrs]
+            self.out.append(_tag(tag, attrs))
+            return
+        scripted = [(k, v) for k, v in attrs if k.startswith("on") or (v or "").lower().startswith("javascript:")]
+        if scripted:  # an inline handler or a javascript: link: the CSP would refuse it with a console error
+            self.out.append(_tag(tag, [(k, v) for k, v in attrs if (k, v) not in scripted]))
+        else:
+            self.out.append(self.get_starttag_text() or _tag(tag, attrs))
+        if tag == "head":
+            self.out.append(self.head)
+        elif tag == "body":
+            self.out.append(self.bar)
+        self.in_style = tag == "style"
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.skipping:
+            self.skipping -= tag == "script"
+            return
+        if tag in _VOID:
+            return
+        self.in_style = False
+        self.out.append(f"</{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        if self.skipping:
+            return
+        if self.in_style:
+            data = _CSS_URL.sub(lambda m: f"url('{self.local(m.group(2)) or 'data:,'}')", data)
+        self.out.append(data)
+
+    def handle_entityref(self, name: str) -> None:
+        if not self.skipping:
+            self.out.append(f"&{name};")
+
+    def handle_charref(self, name: str) -> None:
+        if not self.skipping:
+            self.out.append(f"&#{name};")
+
+    def handle_comment(self, data: str) -> None:
+        if not self.skipping:
+            self.out.append(f"<!--{data}-->")
+
+    def handle_decl(self, decl: str) -> None:
+        self.out.append(f"<!{decl}>")
+
+
+def _tag(tag: str, attrs: list[tuple[str, str | None]]) -> str:
+    from html import escape
+
+    rendered = "".join(f" {k}" if v is None else f' {k}="{escape(v, quote=True)}"' for k, v in attrs)
+    return f"<{tag}{rendered}>"
+
+
+@functools.cache
+def static_files(static: Path) -> frozenset[str]:
+    """The GX static folder's files, relative to it (``images/logo-long.png``, ...); the package does not change."""
+    return frozenset(p.relative_to(static).as_posix() for p in static.rglob("*") if p.is_file())
+
+
+def rewrite_page(html: str, page: str, known: Iterable[str]) -> str:
+    """A GX page that needs nothing from another site and runs no script, with a bar back to the page."""
+    from pipelines_airflow.page import render
+
+    up = "../" * (page.count("/") + 1)  # from the page's folder to the plugin's root (``/elastic-pipelines/``)
+    head, bar = render("docs_head.html", static=up + STATIC_ROUTE.lstrip("/") + "/"), render("docs_bar.html", up=up)
+    parser = _Rewriter(up + STATIC_ROUTE.lstrip("/") + "/", known, head, bar)
+    parser.feed(html)
+    parser.close()
+    return "".join(parser.out)

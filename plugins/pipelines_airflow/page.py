@@ -1,7 +1,11 @@
-"""What every page of the plugin shares: its title, its base style, and JSON-able values.
+"""How every page of the plugin is drawn: Jinja2 templates with autoescape, and JSON-able values.
 
-Its own module so the job page (``ui``) and the rescale pages (``forms``)
-both build on it without importing each other.
+The templates are in ``templates/`` beside this module; they build on the
+operator's view's own (``pipelines/observe/templates``: the plots, the
+per-task table, the inputs), through the one environment of
+``pipelines.observe.html``, so every value reaches the markup through the
+same autoescape. Nothing in the pages needs JavaScript to be read; the one
+script (``templates/embed.js``) only helps inside Airflow's frame (see it).
 """
 
 from __future__ import annotations
@@ -9,31 +13,41 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 TITLE = "Elastic pipelines"
+TEMPLATES = Path(__file__).with_name("templates")
+REFRESH_S = 30
 
-BASE_CSS = """
-body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0; padding: 16px 24px;
-       color: #1f2933; background: #f7f9fb; font-size: 14px; }
-h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 0; } h3 { font-size: 14px; margin: 16px 0 6px; }
-.sub { color: #616e7c; margin-bottom: 16px; } .sub code { background: #e4e7eb; padding: 1px 4px; border-radius: 3px; }
-.job { background: #fff; border: 1px solid #d9e2ec; border-radius: 8px; padding: 14px 18px; margin-bottom: 18px;
-       box-shadow: 0 1px 2px rgba(0,0,0,.04); }
-.head { display: flex; align-items: baseline; gap: 12px; flex-wrap: wrap; }
-.facts { display: flex; flex-wrap: wrap; gap: 8px; margin-top: 10px; }
-.fact { border: 1px solid #e4e7eb; border-radius: 6px; padding: 6px 10px; min-width: 90px; }
-.fact .k { color: #7b8794; font-size: 11px; text-transform: uppercase; letter-spacing: .04em; }
-.fact .v { font-size: 16px; font-weight: 600; }
-table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #eef2f6; vertical-align: top; }
-th { color: #52606d; font-weight: 600; background: #f5f7fa; }
-.pill { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
-.ok { background: #e3f9e5; color: #0e5814; } .bad { background: #ffe3e3; color: #8a1c1c; }
-.warn { background: #fff3c4; color: #7c5e10; } .info { background: #e6f0ff; color: #1d4f91; }
-.muted { color: #9aa5b1; } .err { color: #8a1c1c; font-family: monospace; font-size: 12px; white-space: pre-wrap; }
-details summary { cursor: pointer; color: #52606d; } .mono { font-family: monospace; font-size: 12px; }
-"""
+
+BAD_STATUSES = {"failed", "dq failed", "error"}
+UNDONE_STATUSES = {"rolled back"}
+
+
+def render(template: str, **context: Any) -> str:
+    """A page of the plugin; ``context`` is plain data (``collect``'s dictionaries and the like)."""
+    from pipelines.observe.html import environment
+    from pipelines.observe.render import view
+    from pipelines_airflow.datadocs import describe_offender, docs_url
+
+    env = environment(TEMPLATES)
+    env.globals.update(TITLE=TITLE, REFRESH_S=REFRESH_S, observe_view=view, status_class=status_class)
+    env.filters.update(docs_url=docs_url, offender=describe_offender, partitions=partitions)
+    return env.get_template(template).render(**context)
+
+
+def status_class(event: Mapping[str, Any]) -> str:
+    """A scaling event's pill: red for a failure, amber for a rollback, blue while in progress, green once done."""
+    if event["status"] in BAD_STATUSES:
+        return "bad"
+    if event["status"] in UNDONE_STATUSES:
+        return "warn"
+    return "info" if event.get("finished_at") is None else "ok"
+
+
+def partitions(counts: Mapping[str, Any]) -> str:
+    return ", ".join(f"{s}: {n}" for s, n in sorted(counts.items())) or "–"
 
 
 def plain(value: Any) -> Any:

@@ -135,9 +135,11 @@ def configure_airflow_environment() -> AirflowEnv:
             "AIRFLOW__CORE__PARALLELISM": "2",
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
             "AIRFLOW__CORE__FERNET_KEY": _fernet_key(),
-            # tests: only triggered runs (no schedules, no asset triggers), quick to notice new files and finished tasks
-            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # AirflowClient.trigger unpauses
+            # tests: every DAG paused at creation (AirflowClient.trigger unpauses the one it triggers, and a test
+            # that triggers a scheduled DAG pauses it again), schedules on (test_schedules unpauses one to see a
+            # scheduled run), quick to notice new files and finished tasks
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
@@ -344,6 +346,12 @@ class AirflowClient:
         run = self.json("POST", f"/api/v2/dags/{dag_id}/dagRuns", expect=(200, 201), json=body)
         print(f"[airflow] triggered {dag_id} run {run['dag_run_id']} with conf {json.dumps(conf or {})}")
         return run["dag_run_id"]
+
+    def pause(self, dag_id: str, paused: bool = True) -> None:
+        self.json("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return self.json("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100})["dag_runs"]
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances"

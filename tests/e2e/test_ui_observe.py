@@ -127,13 +127,20 @@ def test_the_page_plots_the_rescale_and_lists_the_virtual_tasks(
             marker = plots.nth(i).locator(f"g.marker[data-kind='rescale'][data-event='{event.event_id}']")
             assert marker.count() == 1
             assert marker.get_attribute("data-factor") == "1→4"
-            assert "rescale ×1→×4" in marker.locator("text.marker-label").text_content() or ""
+            assert marker.locator("text.marker-label").text_content() == "1"  # its number in the list below
+            assert "rescale ×1→×4" in (marker.locator("title").text_content() or "")
             x = float(marker.get_attribute("data-x") or "nan")
             width = float(plots.nth(i).get_attribute("width") or "0")
             assert 0 < x < width
         throughput = plots.first.locator("g.series[data-series='in']")
         assert throughput.get_attribute("data-points") == "263"  # every batch of both versions
         assert throughput.locator("polyline").count() == 1
+        out = plots.first.locator("g.series[data-series='out']")  # equal to "in" all along: dashed, said so
+        assert out.get_attribute("data-equal-to") == "in" and out.get_attribute("data-dashed") == "1"
+        assert "out = in" in plots.first.locator("text.legend").all_text_contents()[1]
+        step = view.locator("ol.obs-markers li").first
+        assert step.get_attribute("value") == "1" and "rescale ×1→×4" in step.inner_text()
+        assert plots.first.locator("rect.tip title").count() > 0  # tooltips over the points
 
         rows = view.locator("table.obs-tasks tbody tr")
         assert rows.count() == 8  # 2 partitions x factor 4

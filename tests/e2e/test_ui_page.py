@@ -97,6 +97,9 @@ def test_the_page_shows_the_job_its_factor_and_its_rescale(
         verdict = "PASS" if rescaled_job["report"].success else "FAIL"
         assert verdict in card.locator("table.dq").inner_text()
         assert card.locator(".lock").inner_text() == "no scaling lock"
+        driver = card.locator(".obs-driver")  # a continuous job that never ran: marked as missing its driver
+        assert driver.get_attribute("data-down") == "yes" and "DOWN: no driver" in driver.inner_text()
+        assert "never ran in this home" in driver.inner_text()
         decision = card.locator("table.decisions tbody tr").first.locator("td").all_inner_texts()
         expected = rescaled_job["decision"]
         assert decision[2] == expected.action and decision[3] == f"4 → {expected.factor}", decision
@@ -129,6 +132,7 @@ def test_the_json_endpoint_has_the_same_data(running_airflow: AirflowClient, res
     assert job["dq"][0]["window"].startswith("event:") and job["dq"][0]["ok"] is rescaled_job["report"].success
     # the rescale saved model v2 under the scaling lock, then let it go
     assert (job["lock"]["held"], job["lock"]["status"]) == (False, "released")
+    assert (job["driver"]["running"], job["driver"]["down"], job["driver"]["drivers"]) == (False, True, [])
     (decision,) = job["autosize_decisions"]
     expected = rescaled_job["decision"]
     assert (decision["action"], decision["target_factor"]) == (expected.action, expected.factor)

@@ -3,7 +3,7 @@
 * ``spark`` — one ``local[2]`` SparkSession for the whole pytest run, built by
   :func:`pipelines.runtime.session.build_session` and warmed up once, because
   on these 2-core machines a session costs 6-13 s and its first Python task
-  another ~4 s (see /tmp/spark-spike/FINDINGS.md §6).
+  another ~4 s (measured while these fixtures were written).
 * ``home`` — a fresh :class:`~pipelines.control.home.Home` under ``tmp_path``.
 * ``spark_standalone`` — a real standalone master and one worker on loopback,
   started from the installed pyspark with ``spark-class``. Its URL is yielded;

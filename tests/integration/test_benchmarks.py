@@ -34,7 +34,6 @@ RUNS = {
     "quality": "--rows 5000 --keys 200",
     "adjunct": "--entries 5000 --lookups 5000 --batch 1000",
     "ui": "--rows 200 --repeat 1",
-    "jvm": "--rounds 1 --tables 1 --commits 3",
 }
 
 

@@ -286,12 +286,13 @@ def test_cli_and_airflow_page_show_stores_and_verify_a_sample(
     assert code == 0 and json.loads(text) == {"success": True, "checked": 20, "mismatches": 0, "examples": []}
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[3] / "plugins"))  # as Airflow loads it
-    from pipelines_airflow import ui  # the Airflow page's data and HTML, without a running Airflow
+    from pipelines_airflow.app import render_page  # the Airflow page's data and HTML, without a running Airflow
+    from pipelines_airflow.collect import collect
 
-    page = ui.collect(JOB, home)
+    page = collect(JOB, home)
     shown = page["jobs"][0]
     assert shown["errors"] == {} and shown["stores"][0]["store"] == "customers"
-    html = ui.render_page(page)
+    html = render_page(page)
     assert "Adjunct data stores" in html and "deltalog.customers" in html and ">valid<" in html
 
     # a store that serves a wrong value is caught: write a change the stream never had

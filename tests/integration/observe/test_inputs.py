@@ -1,4 +1,4 @@
-"""Inputs as their users know them, against a real Kafka-protocol broker: the job's consumer group and its lag."""
+"""Inputs as their users know them, against a real Kafka broker: the job's consumer group and its lag."""
 
 from __future__ import annotations
 
@@ -9,17 +9,16 @@ from pathlib import Path
 from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.observe.systems import inspect_inputs
+from pipelines.servers.kafka_broker import KafkaBroker
 from pipelines.systems.kafka import KafkaSystem
-from pipelines.systems.kafka_mock import MockKafka
-from tests.integration.kafka_fixtures import unique_topic
+from tests.integration.kafka_fixtures import new_topic
 
 
 def test_kafka_shows_partitions_where_the_job_stands_and_its_consumer_group_lag(
-    kafka_broker: MockKafka, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     home = Home(tmp_path / "home")
-    topic = unique_topic("observe")
-    kafka_broker.create_topic(topic, 2)
+    topic = new_topic(kafka_broker, 2, "observe")
     settings = {"kafka": {"bootstrap_servers": kafka_broker.bootstrap, "timeout_ms": 5000}}
     system = KafkaSystem(settings["kafka"], home)
     try:

@@ -10,8 +10,8 @@ import pytest
 from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.observe.systems import inspect_inputs
+from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis import KinesisSystem
-from pipelines.systems.kinesis_emulator import KinesisEmulator
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,13 @@ CLI does (without); then the plugin's data and HTML are built from that home.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pipelines_airflow import datadocs, ui
+from pipelines_airflow import collect, datadocs
+from pipelines_airflow.app import render_page
 
 from pipelines.control import ControlPlane
 from pipelines.control.dq_results import DagRunRef
@@ -23,6 +25,7 @@ from pipelines.quality.verify import Window
 
 JOB = "linked"
 RUN = DagRunRef("quality_report", "manual__2026-01-01T00:00:00+00:00")
+WINDOWS = ("run:seeded-loss", "run:v1")
 
 
 @pytest.fixture(scope="module")
@@ -70,16 +73,17 @@ def test_every_check_is_recorded_with_its_page_its_run_and_a_bounded_sample(vali
 
 def test_the_page_links_checks_to_data_docs_and_verdicts_to_their_run(validated: dict[str, Any]) -> None:
     home = validated["home"]
-    job = ui.job_status(ControlPlane(home), home, JOB)  # no model in this home: only the verdicts matter here
+    job = collect.job_status(ControlPlane(home), home, JOB)  # no model in this home: only the verdicts matter here
     windows = {w["window"]: w for w in job["dq"]}
     dag, cli = windows["run:v1"], windows["run:seeded-loss"]
     assert dag["run_url"] == "../dags/quality_report/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00"
     assert cli["run_url"] is None and not cli["ok"]
     no_loss = next(c for c in cli["checks"] if c["check"] == "no_loss")
     assert len(no_loss["sample"]) == 2 and no_loss["docs_page"].startswith("validations/")
-    html = ui._dq_table(job["dq"])
-    assert f"href='{datadocs.docs_url(no_loss['docs_page'])}'" in html.replace("&#x27;", "'")
-    assert "CLI (no DAG run)" in html and "href='../dags/quality_report/runs/" in html
+    html = render_page({"home": str(home.root), "generated_at": "2026-01-01T00:00:00", "jobs": [job]})
+    assert f'href="{datadocs.docs_url(no_loss["docs_page"])}"' in html
+    assert "CLI (no DAG run)" in html and 'href="../dags/quality_report/runs/' in html
+    assert 'target="_top" data-airflow="run"' in html  # followed by Airflow's window when framed (embed.js)
     for p, o in zip(validated["lost"]["partition"], validated["lost"]["offset"], strict=True):
         assert f"events/{p}@{o}" in html
 
@@ -99,5 +103,38 @@ def test_rows_written_before_the_new_columns_read_as_no_link() -> None:
     assert datadocs.check_fields(old) == {"docs_page": None, "sample": []}
     assert datadocs.window_fields([old]) == {"dag_id": None, "run_id": None, "run_url": None}
     assert datadocs.parse_sample("not json") == [] and datadocs.parse_sample(json.dumps({"a": 1})) == []
-    cell = datadocs.check_cell({**old, **datadocs.check_fields(old)})
-    assert "href" not in cell and "no_loss 1/9" in cell
+
+
+def test_data_docs_pages_are_rewritten_to_need_nothing_from_elsewhere(validated: dict[str, Any]) -> None:
+    site = quality_dir(validated["home"]) / "docs"
+    known = datadocs.static_files(datadocs.gx_static())
+    assert "styles/data_docs_default_styles.css" in known and "images/logo-long.png" in known
+    pages = sorted(site.glob("validations/**/*.html"))
+    assert len(pages) == 6  # 3 suites x 2 windows
+    for path in pages:
+        page = path.relative_to(site).as_posix()
+        original = path.read_text()
+        assert "<script" in original and "cdn.jsdelivr.net" in original  # what GX writes
+        html = datadocs.rewrite_page(original, page, known)
+        up = "../" * (page.count("/") + 1)
+        assert "<script" not in html and "cdn" not in html and "great-expectations-web-assets" not in html
+        assert not re.search(r"\son[a-z]+=", html) and "javascript:" not in html  # no inline handler left
+        assert f'href="{up}docs-static/styles/data_docs_default_styles.css"' in html
+        assert f'src="{up}docs-static/images/logo-long.png"' in html  # the logo, from the installed package
+        assert f'<a href="{up}docs/">Data Docs index</a>' in html
+        remote = re.findall(r'(?:src|href)="(https?://[^"]+)"', html)
+        assert all("greatexpectations.io" in url for url in remote), remote  # only GX's newsletter link is left
+        assert "Expectation Validation Result" in html and html.count("<table") == original.count("<table")
+
+
+def test_the_index_lists_every_validation_with_its_verdict(validated: dict[str, Any]) -> None:
+    home = validated["home"]
+    rows = ControlPlane(home).dq_results.read(JOB).to_dict("records")
+    index = datadocs.site_index(quality_dir(home) / "docs", datadocs.verdicts_by_page(rows))
+    found = {(v["suite"], v["run"]): v for v in index["validations"]}
+    assert set(found) == {(f"{JOB}.{a}", w) for a in ("input_records", "sink_rows", "dead_letters") for w in WINDOWS}
+    assert found[(f"{JOB}.input_records", "run:seeded-loss")]["ok"] is False
+    assert ("no_loss", False) in found[(f"{JOB}.input_records", "run:seeded-loss")]["checks"]
+    assert found[(f"{JOB}.input_records", "run:v1")]["ok"] is True
+    suites = {f"{JOB}.{a}" for a in ("input_records", "sink_rows", "dead_letters")}
+    assert {s["suite"] for s in index["suites"]} == suites

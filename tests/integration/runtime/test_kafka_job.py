@@ -1,39 +1,46 @@
-"""A job reading Kafka end to end on real Spark and Delta, against a Kafka-protocol broker (librdkafka's mock).
+"""A job reading Kafka end to end on real Spark and Delta, against a real Apache Kafka broker (the session's).
 
 The same checks as the embedded log's (``test_elastic_job``, ``test_rescale``):
-every record once, keys in order, buckets where the hash puts them; plus the
-job's progress visible in its Kafka consumer group. Spark's Python workers
-are other processes: they reach the broker at its 127.0.0.1 address.
+every record once, keys in order, buckets where the hash puts them; plus what
+only a real broker shows: a job logging in over SASL, its progress read back by
+Kafka's own ``kafka-consumer-groups`` tool, partitions added to its topic while
+it runs, and the broker stopped and started again under it. Spark's Python
+workers are other processes: they reach the broker at its 127.0.0.1 address.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
+from pipelines import cli
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
+from pipelines.errors import StreamError
 from pipelines.jobs.config import JobConfig
+from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import batch_budget, run_job
 from pipelines.runtime.requests import stop_request
+from pipelines.servers.kafka_broker import KafkaBroker
 from pipelines.systems.kafka import KafkaSystem
-from pipelines.systems.kafka_mock import MockKafka
-from tests.integration.kafka_fixtures import unique_topic
+from tests.integration.kafka_fixtures import SASL_PREFIX, new_topic, sasl_settings
 
 from .jobs import DEMO, SeqProducer, misrouted, order_violations, sink
-from .test_rescale import rescale
 
 
 class KafkaEvents(SeqProducer):
     """Demo events on a Kafka topic of the test broker with a per-key seq that continues across calls."""
 
-    def __init__(self, broker: MockKafka, partitions: int, keys: int) -> None:
-        self.topic = unique_topic("events")
-        broker.create_topic(self.topic, partitions)
-        self.settings = {"bootstrap_servers": broker.bootstrap, "timeout_ms": 5000, "read_timeout_ms": 10000}
+    def __init__(self, broker: KafkaBroker, partitions: int, keys: int, *, sasl: bool = False, **settings: Any) -> None:
+        self.topic = new_topic(broker, partitions, SASL_PREFIX + "events" if sasl else "events")
+        base = {"timeout_ms": 5000, "read_timeout_ms": 10000, **settings}
+        self.settings = sasl_settings(broker, **base) if sasl else {"bootstrap_servers": broker.bootstrap, **base}
         self.kafka = KafkaSystem(self.settings)
         super().__init__(self.kafka, self.topic, partitions, keys, create=False)
 
@@ -55,14 +62,45 @@ def kafka_job(home: Home, name: str, factor: int, events: KafkaEvents, *, max_re
     return config
 
 
-def test_a_kafka_job_at_factors_1_and_4_gives_the_same_rows_once_in_key_order(
-    spark, home: Home, kafka_broker: MockKafka
+def until(done: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+class Driver(threading.Thread):
+    """The job's continuous driver in this process, stopped at a batch boundary by a stop request."""
+
+    def __init__(self, spark: Any, home: Home, job: str) -> None:
+        super().__init__(name=f"driver-{job}", daemon=True)
+        self.spark, self.home, self.job = spark, home, job
+        self.messages: list[str] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            run_job(self.spark, self.home, self.job, available_now=False, progress=self.messages.append)
+        except BaseException as e:  # the test reports it
+            self.error = e
+
+    def stop(self) -> None:
+        stop_request(self.home, self.job).parent.mkdir(parents=True, exist_ok=True)
+        stop_request(self.home, self.job).touch()
+        self.join(timeout=120)
+        assert not self.is_alive(), "the driver stopped when asked"
+        assert self.error is None, self.error
+
+
+def test_a_kafka_job_over_sasl_at_factors_1_and_4_gives_the_same_rows_once_and_kafkas_tool_sees_its_lag(
+    spark, home: Home, kafka_broker: KafkaBroker
 ) -> None:
-    events = KafkaEvents(kafka_broker, partitions=2, keys=64)
+    events = KafkaEvents(kafka_broker, partitions=2, keys=64, sasl=True)
     events.produce(500)
     outputs = {}
     for factor in (1, 4):
-        config = kafka_job(home, f"kafka-f{factor}", factor, events)
+        config = kafka_job(home, f"{SASL_PREFIX}f{factor}", factor, events)  # its consumer group is its name
         run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
         rows = sink(home, config)
         assert len(rows) == events.total, f"factor {factor}: {len(rows)} rows for {events.total} records"
@@ -73,108 +111,124 @@ def test_a_kafka_job_at_factors_1_and_4_gives_the_same_rows_once_in_key_order(
         budget = batch_budget(100, factor)
         assert rows["batch_id"].nunique() >= math.ceil(events.total / budget) > 1, "admission control splits the input"
         outputs[factor] = set(zip(rows["partition"], rows["offset"], rows["event_key"], rows["seq"], strict=True))
-        # The job's progress is in its consumer group, where Kafka's lag tools look.
-        assert events.kafka.committed(config.name, events.topic) == events.kafka.end_positions(events.topic)
         lag = ControlPlane(home).metrics.read(config.name)
         lag = lag[lag["metric"] == "lag_records"]
         assert lag.groupby("task")["value"].last().eq(0).all()
     assert outputs[1] == outputs[4]
+
+    # The job's progress is in its consumer group, where Kafka's own kafka-consumer-groups tool reads it.
+    done = {p: int(e) for p, e in events.kafka.end_positions(events.topic).items()}
+    events.produce(40)  # not read by the job: the tool must show exactly this as lag
+    now = {p: int(e) for p, e in events.kafka.end_positions(events.topic).items()}
+    rows = kafka_broker.consumer_groups(f"{SASL_PREFIX}f4")
+    assert [(r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag) for r in rows] == [
+        (events.topic, p, done[p], now[p], now[p] - done[p]) for p in (0, 1)
+    ]
+    assert sum(r.lag or 0 for r in rows) == 40
     events.kafka.close()
 
 
-def test_a_kafka_job_rescaled_while_producing_passes_the_data_quality_checks(
-    spark, home: Home, kafka_broker: MockKafka
+def test_partitions_added_to_a_live_topic_are_absorbed_keys_stay_on_their_tasks_and_every_record_verifies(
+    spark, home: Home, kafka_broker: KafkaBroker
 ) -> None:
-    events = KafkaEvents(kafka_broker, partitions=2, keys=24)
-    config = kafka_job(home, "kafka-live", 1, events, max_records=80)
+    """The topic grows 2 -> 4 with CreatePartitions while the job runs at factor 2 and records keep coming.
+
+    The producer refreshes its metadata every 0.5 s, well inside the job's 2 s hold-back window
+    (``expansion_grace_ms``), so each key's records in a new partition follow those in its old one.
+    """
+    refresh = {"topic.metadata.refresh.interval.ms": 500}
+    events = KafkaEvents(kafka_broker, partitions=2, keys=24, expansion_grace_ms=2000, properties=refresh)
+    config = kafka_job(home, "kafka-live", 2, events, max_records=80)
     events.produce(200)
-    messages: list[str] = []
-    driver = threading.Thread(
-        target=lambda: run_job(spark, home, config.name, available_now=False, progress=messages.append)
-    )
+    driver = Driver(spark, home, config.name)
     driver.start()
     control = ControlPlane(home)
-    deadline = time.monotonic() + 180
+    stop_producing = threading.Event()
+
+    def keep_producing() -> None:
+        while not stop_producing.is_set():
+            events.produce(20)
+            time.sleep(0.05)
+
+    producer = threading.Thread(target=keep_producing, daemon=True)
     try:
-        while (control.checkpoints.latest_batch(config.name, 1) or -1) < 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        stop_producing = threading.Event()
-
-        def keep_producing() -> None:
-            while not stop_producing.is_set():
-                events.produce(20)
-                time.sleep(0.05)
-
-        producer = threading.Thread(target=keep_producing)
+        until(lambda: (control.checkpoints.latest_batch(config.name, 1) or -1) >= 1, "the first batches")
         producer.start()
-        rescale(home, config.name, 4, reason="scale up while producing")
-        while not any("switching" in m for m in messages) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.0)  # the new model reads while records keep arriving
+
+        kafka_broker.create_partitions(events.topic, 4)  # the live topic grows under the running job
+        until(lambda: events.kafka.describe(events.topic).partition_count == 4, "the producer's view of 4 partitions")
+        (change,) = repartition.detect(home, [config.name])
+        assert (change.before, change.after, change.error) == (2, 4, None)
+        outcome = scaling.run_all(home, change.request(), catch_up_timeout_s=120, say=lambda m: None)
+        assert outcome["status"] == "verified", outcome
+        until(lambda: (control.checkpoints.latest_batch(config.name, 2) or -1) >= 2, "model v2's batches")
         stop_producing.set()
-        producer.join()
-        while time.monotonic() < deadline:
-            if (
-                len(sink(home, config)) >= events.total
-                and (control.checkpoints.latest_batch(config.name, 2) or -1) >= 0
-            ):
-                break
-            time.sleep(0.3)
+        producer.join(30)
+        until(lambda: len(sink(home, config)) >= events.total, "the job to catch up")
     finally:
-        stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(home, config.name).touch()
-        driver.join(timeout=120)
-    assert not driver.is_alive()
-    assert any("model v2 is active: switching" in m for m in messages), messages
+        stop_producing.set()
+        driver.stop()
     rows = sink(home, config)
     assert len(rows) == events.total
     assert not rows.duplicated(["stream", "partition", "offset"]).any()
     assert order_violations(rows) == []
     assert set(rows["model_version"]) == {1, 2}
-    (event,) = ControlPlane(home).events.history(config.name)
-    verdict = verify_job(home, config.name, sequence="seq", event=event.event_id)
-    assert verdict.ok, verdict.summary()
+    assert set(rows[rows["model_version"] == 2]["partition"]) == {0, 1, 2, 3}, "the new partitions were read"
+    # Keys stayed on their tasks through the expansion (GroupByPartitionFixedTaskNum): one task per key, throughout.
+    tasks_per_key = rows.groupby("event_key")["virtual_task"].nunique()
+    assert tasks_per_key.eq(1).all(), tasks_per_key[tasks_per_key > 1]
+    assert rows[rows["partition"] >= 2]["event_key"].nunique() > 0, "some keys now live in the new partitions"
+    # Every scaling window, and the whole run, verified as an operator would.
+    for event in ControlPlane(home).events.history(config.name):
+        verdict = verify_job(home, config.name, sequence="seq", event=event.event_id)
+        assert verdict.ok, verdict.summary()
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["--home", str(home.root), "verify", config.name, "--sequence", "seq"], out, err)
+    assert code == 0, err.getvalue() + out.getvalue()
     events.kafka.close()
 
 
-def test_a_kafka_job_waits_out_a_broker_outage_and_resumes_with_nothing_lost(spark, home: Home) -> None:
-    with MockKafka() as broker:  # its own broker: this test takes it down
-        events = KafkaEvents(broker, partitions=2, keys=16)
-        events.settings["timeout_ms"] = 1500  # planning gives up on a silent broker quickly, then tries again
-        config = kafka_job(home, "kafka-outage", 2, events, max_records=50)
-        events.produce(150)
-        messages: list[str] = []
-        driver = threading.Thread(
-            target=lambda: run_job(spark, home, config.name, available_now=False, progress=messages.append)
-        )
-        driver.start()
-        control = ControlPlane(home)
-        deadline = time.monotonic() + 180
+def test_a_kafka_job_waits_out_a_stopped_broker_and_resumes_with_nothing_lost(
+    spark, home: Home, kafka_broker: KafkaBroker
+) -> None:
+    """The session broker is stopped for 10 s under a running job, then started again on its ports and data."""
+    events = KafkaEvents(kafka_broker, partitions=2, keys=16, timeout_ms=1500)  # planning gives up on a silent broker
+    config = kafka_job(home, "kafka-outage", 2, events, max_records=50)
+    events.produce(150)
+    driver = Driver(spark, home, config.name)
+    driver.start()
+    control = ControlPlane(home)
+    try:
+        until(lambda: len(sink(home, config)) >= events.total, "the first records")
+        batches_before = control.checkpoints.latest_batch(config.name, 1) or 0
+        kafka_broker.stop()
+        down_at = time.monotonic()
         try:
-            while len(sink(home, config)) < events.total and time.monotonic() < deadline:
-                time.sleep(0.2)
-            batches_before = control.checkpoints.latest_batch(config.name, 1) or 0
-            broker.set_down(True)
-            time.sleep(4.0)  # several triggers find the input silent
+            started = time.monotonic()
+            try:
+                events.kafka.end_positions(events.topic)
+                raise AssertionError("a stopped broker answered")
+            except StreamError as error:
+                assert f"brokers {events.kafka.brokers} did not answer within 1500 ms" in str(error)
+            assert time.monotonic() - started < 5
+            while time.monotonic() - down_at < 10:  # the outage itself lasts 10 s; the job keeps trying
+                time.sleep(0.5)
             batches_down = control.checkpoints.latest_batch(config.name, 1) or 0
-            broker.set_down(False)
-            events.produce(150)
-            while len(sink(home, config)) < events.total and time.monotonic() < deadline:
-                time.sleep(0.2)
         finally:
-            stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-            stop_request(home, config.name).touch()
-            driver.join(timeout=120)
-        assert not driver.is_alive(), "the driver survived the outage and stopped when asked"
-        assert batches_down <= batches_before + 1, "no batch was planned while the broker was down"
-        rows = sink(home, config)
-        assert len(rows) == events.total == 300
-        assert not rows.duplicated(["stream", "partition", "offset"]).any()
-        assert order_violations(rows) == []
-        assert events.kafka.committed(config.name, events.topic) == events.kafka.end_positions(events.topic)
-        reports = control.metrics.read(config.name, metrics=["input_unavailable_s", "input_recovered_s"])
-        down = reports[reports["metric"] == "input_unavailable_s"]
-        back = reports[reports["metric"] == "input_recovered_s"]
-        assert len(down) == 1, "the outage is reported once (then every 30 s), not once per try"
-        assert len(back) == 1 and 2.0 <= back["value"].iloc[0] <= 60.0, f"its length is recorded: {back}"
-        events.kafka.close()
+            kafka_broker.start()  # the same ports and data: what clients see after a broker restart
+        events.produce(150)
+        until(lambda: len(sink(home, config)) >= events.total, "the records written after the restart")
+    finally:
+        driver.stop()
+    assert batches_down <= batches_before + 1, "no batch was planned while the broker was down"
+    rows = sink(home, config)
+    assert len(rows) == events.total == 300
+    assert not rows.duplicated(["stream", "partition", "offset"]).any()
+    assert order_violations(rows) == []
+    assert events.kafka.committed(config.name, events.topic) == events.kafka.end_positions(events.topic)
+    reports = control.metrics.read(config.name, metrics=["input_unavailable_s", "input_recovered_s"])
+    down = reports[reports["metric"] == "input_unavailable_s"]
+    back = reports[reports["metric"] == "input_recovered_s"]
+    assert len(down) == 1, "the outage is reported once (then every 30 s), not once per try"
+    assert len(back) == 1 and 8.0 <= back["value"].iloc[0] <= 60.0, f"its length is recorded: {back}"
+    events.kafka.close()

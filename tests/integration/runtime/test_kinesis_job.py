@@ -24,9 +24,9 @@ from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import run_job
 from pipelines.runtime.requests import stop_request
+from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis import KinesisSystem
-from pipelines.systems.kinesis_emulator import KinesisEmulator
-from pipelines.systems.kinesis_positions import decode_slot
+from pipelines.systems.kinesis.positions import decode_slot
 
 from .jobs import DEMO, SeqProducer, misrouted, order_violations, sink
 from .test_rescale import rescale

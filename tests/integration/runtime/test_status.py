@@ -65,14 +65,23 @@ def test_status_json_shows_the_run_and_its_rescale(spark: Any, home: Home, tmp_p
     assert series(data, "lag", "records behind")[-1][1] == 0  # available-now read everything
     assert len(data["tasks"]) == 8 and sum(t["records"] for t in data["tasks"]) == 300  # v2's last batches
     assert {t["key_bucket"] for t in data["tasks"]} == {0, 1, 2, 3}
+    assert sum(t["keys"] for t in data["tasks"]) == 12  # each of the 12 keys in one task of v2's one batch
+    assert not [t for t in data["tasks"] if t["skewed"]]  # 12 keys over 8 tasks: uneven, not hot
     (events,) = data["inputs"]
     assert events["reachable"] and [p["records_behind"] for p in events["partitions"]] == [0, 0]
+
+    newest, first = ControlPlane(home).drivers.latest(config.name)  # one driver per run_job, each stopped cleanly
+    assert (newest.state, first.state, newest.model_version, first.model_version) == ("stopped", "stopped", 2, 1)
+    assert newest.app_id == spark.sparkContext.applicationId and newest.pid == os.getpid()
+    assert newest.batch_id is not None and newest.batch_id >= 0
+    assert not data["driver"]["running"] and "stopped cleanly" in data["driver"]["summary"]
 
     report = tmp_path / "report.html"
     text = cli(home, "status", config.name, "--export", str(report)).stdout
     assert f"job {config.name}: model v2, factor 4" in text and "rescale ×1→×4" in text
+    assert "not running: its last driver" in text
     html = report.read_text()
-    assert html.count("<svg class='obs-plot'") == 4 and f"data-event='{event.event_id}'" in html
+    assert html.count('<svg class="obs-plot"') == 4 and f'data-event="{event.event_id}"' in html
 
 
 def test_an_unknown_job_is_refused_as_the_cli_does(home: Home) -> None:

@@ -1,21 +1,23 @@
-"""Kafka as an input system against a real Kafka-protocol broker (librdkafka's mock cluster in a helper process).
+"""Kafka as an input system against a real Apache Kafka broker (KRaft, one node, started by the test session).
 
-What the mock broker does not do, and so what these tests cannot show:
-it answers no CreateTopics or CreatePartitions (topics come from the helper,
-expansion is refused before it reaches the broker or checked on a real
-cluster), it keeps the last stable offset equal to the high watermark even
-while a transaction is open, and it returns an aborted transaction's records
-to a read-committed consumer (its Fetch answers carry no aborted-transaction
-list). It does write transaction markers, so offsets have real gaps.
+Everything here is Kafka's own behaviour: topics made and grown by request
+(``CreateTopics``, ``CreatePartitions``), transactions whose aborted records a
+read-committed reader never sees and whose open ones hold the last stable
+offset back, consumer-group commits, SASL logins and ACL refusals.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -24,40 +26,37 @@ from confluent_kafka.admin import AdminClient
 from pipelines.control.home import Home
 from pipelines.core.partitioner import kafka_partition
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
-from pipelines.jobs.config import JobConfig, _systems
+from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition
 from pipelines.operations.jobs import create_job
-from pipelines.systems.base import Bounded, InputSystem
+from pipelines.servers.kafka_broker import KafkaBroker
+from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted
 from pipelines.systems.kafka import KafkaSystem, position_key, validate_settings
-from pipelines.systems.kafka_mock import MockKafka
-from tests.integration.kafka_fixtures import unique_topic
+from pipelines.systems.kafka_expansions import ExpansionLog
+from tests.integration.kafka_fixtures import SASL_PASSWORD_ENV, SASL_PREFIX, new_topic, sasl_settings, unique_topic
 from tests.integration.systems.contract import check_input_system_contract
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[3]
+
 
 @pytest.fixture
-def kafka(kafka_broker: MockKafka) -> Iterator[KafkaSystem]:
+def kafka(kafka_broker: KafkaBroker) -> Iterator[KafkaSystem]:
     system = KafkaSystem({"bootstrap_servers": kafka_broker.bootstrap, "timeout_ms": 5000, "read_timeout_ms": 5000})
     yield system
     system.close()
 
 
-def _topic(broker: MockKafka, partitions: int, prefix: str = "t") -> str:
-    name = unique_topic(prefix)
-    broker.create_topic(name, partitions)
-    return name
-
-
-def test_kafka_keeps_the_input_system_contract(kafka_broker: MockKafka, kafka: KafkaSystem) -> None:
+def test_kafka_keeps_the_input_system_contract(kafka_broker: KafkaBroker, kafka: KafkaSystem) -> None:
     assert isinstance(kafka, InputSystem)
-    check_input_system_contract(kafka, _topic(kafka_broker, 3))
+    check_input_system_contract(kafka, new_topic(kafka_broker, 3), abilities=frozenset({SupportsCommitted}))
 
 
 def test_keys_land_where_java_producers_put_them_and_records_keep_key_timestamp_headers(
-    kafka_broker: MockKafka, kafka: KafkaSystem
+    kafka_broker: KafkaBroker, kafka: KafkaSystem
 ) -> None:
-    topic = _topic(kafka_broker, 4)
+    topic = new_topic(kafka_broker, 4)
     records = [(f"user-{i}".encode(), f"v{i}".encode(), {"n": str(i), "h": "é"}) for i in range(200)]
     before = time.time()
     placed = kafka.produce(topic, records)
@@ -74,12 +73,8 @@ def test_keys_land_where_java_producers_put_them_and_records_keep_key_timestamp_
     assert all(before - 1 <= s <= time.time() + 1 for s in stamps)
 
 
-def _transactional(broker: MockKafka) -> tuple[str, dict[str, list[int]]]:
-    """One partition: a committed transaction, an aborted one, a committed one; markers make gaps."""
-    topic = _topic(broker, 1, "txn")
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{topic}"})
-    producer.init_transactions(10)
-    for name, count, commit in (("a", 5, True), ("x", 3, False), ("b", 2, True)):
+def _transactions(producer: Producer, topic: str, plan: list[tuple[str, int, bool]]) -> None:
+    for name, count, commit in plan:
         producer.begin_transaction()
         for i in range(count):
             producer.produce(topic, key=b"k", value=f"{name}{i}".encode(), partition=0)
@@ -88,29 +83,35 @@ def _transactional(broker: MockKafka) -> tuple[str, dict[str, list[int]]]:
             producer.commit_transaction(10)
         else:
             producer.abort_transaction(10)
-    return topic, {}
 
 
-def test_reads_complete_across_transaction_markers_and_ends_in_gaps(
-    kafka_broker: MockKafka, kafka: KafkaSystem
+def test_reads_skip_aborted_transactions_complete_across_markers_and_stop_at_the_last_stable_offset(
+    kafka_broker: KafkaBroker, kafka: KafkaSystem
 ) -> None:
-    topic, _ = _transactional(kafka_broker)
+    """One partition: committed a0-a4 (offsets 0-4, marker 5), aborted x0-x2 (6-8, marker 9), committed b0-b1
+    (10-11, marker 12)."""
+    topic = new_topic(kafka_broker, 1, "txn")
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(30)
+    _transactions(producer, topic, [("a", 5, True), ("x", 3, False), ("b", 2, True)])
     end = kafka.end_positions(topic)[0]
     whole = kafka.read(topic, 0, "0", end)
     offsets = [int(o) for o in whole.records.column("offset").to_pylist()]
     values = [v.decode() for v in whole.records.column("value").to_pylist()]
-    # 10 records in 13 offsets: the three commit/abort markers are gaps no record fills.
-    assert int(end) == 13 and len(offsets) == 10
-    assert offsets == sorted(offsets) and offsets[-1] == 11
-    assert [v for v in values if v[0] in "ab"] == ["a0", "a1", "a2", "a3", "a4", "b0", "b1"]
+    # 7 records in 13 offsets: the broker filters the aborted transaction, markers are gaps no record fills.
+    assert int(end) == 13
+    assert offsets == [0, 1, 2, 3, 4, 10, 11]
+    assert values == ["a0", "a1", "a2", "a3", "a4", "b0", "b1"]
     # The range ends after a trailing commit marker: it completes, and the next position is the end (not 11+1=12).
     assert whole.next_position == end
     # A range ending on the first marker (offset 5) completes with the first transaction only.
     first = kafka.read(topic, 0, "0", "6")
     assert first.records.column("value").to_pylist() == [b"a0", b"a1", b"a2", b"a3", b"a4"]
     assert first.next_position == "6"
-    # Starting on a marker reads on from the next record.
-    assert kafka.read(topic, 0, "5", "7").records.column("offset").to_pylist() == ["6"]
+    # Starting on a marker, across the aborted records, reads on from the next committed record.
+    assert kafka.read(topic, 0, "5", "11").records.column("offset").to_pylist() == ["10"]
+    # A range holding only aborted records and markers completes, empty.
+    assert kafka.read(topic, 0, "5", "10").records.num_rows == 0
     # Bounded reads of 4 walk the partition without gap or overlap and end past the trailing marker.
     position, seen, rounds = "0", [], 0
     while rounds < 10:
@@ -126,11 +127,20 @@ def test_reads_complete_across_transaction_markers_and_ends_in_gaps(
     assert planned == "6" and kafka.read(topic, 0, "0", planned).records.num_rows == 5
     assert kafka.records_between(topic, 0, "0", end) == 13  # an upper bound: offsets, as Kafka's lag tools count
 
+    # An open transaction holds the last stable offset back: its records are neither counted nor read.
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k", value=b"open0", partition=0)
+    producer.produce(topic, key=b"k", value=b"open1", partition=0)
+    producer.flush(10)
+    assert kafka.end_positions(topic)[0] == end
+    assert kafka.read(topic, 0, "0", end).records.num_rows == 7
+    producer.commit_transaction(10)
+    assert kafka.end_positions(topic)[0] == "16"  # two records and their commit marker
+    assert kafka.read(topic, 0, end, "16").records.column("value").to_pylist() == [b"open0", b"open1"]
 
-def test_a_read_of_records_not_yet_written_times_out_with_a_clear_error(
-    kafka_broker: MockKafka,
-) -> None:
-    topic = _topic(kafka_broker, 1)
+
+def test_a_read_of_records_not_yet_written_times_out_with_a_clear_error(kafka_broker: KafkaBroker) -> None:
+    topic = new_topic(kafka_broker, 1)
     system = KafkaSystem({"bootstrap_servers": kafka_broker.bootstrap, "read_timeout_ms": 500})
     try:
         system.produce(topic, [(b"k", b"v", None)])
@@ -140,8 +150,8 @@ def test_a_read_of_records_not_yet_written_times_out_with_a_clear_error(
         system.close()
 
 
-def test_unknown_topic_and_authorization_failure_name_the_topic_and_brokers(
-    kafka_broker: MockKafka, kafka: KafkaSystem
+def test_unknown_topics_and_topics_the_acls_refuse_name_the_topic_and_brokers(
+    kafka_broker: KafkaBroker, kafka: KafkaSystem
 ) -> None:
     with pytest.raises(StreamError, match=rf"topic 'no-such-topic' does not exist on {kafka_broker.bootstrap}"):
         kafka.describe("no-such-topic")
@@ -150,14 +160,17 @@ def test_unknown_topic_and_authorization_failure_name_the_topic_and_brokers(
     # Describing must not have created it (brokers auto-create topics on metadata requests by default).
     with pytest.raises(StreamError, match="does not exist"):
         kafka.describe("no-such-topic")
-    secret = _topic(kafka_broker, 1, "acl")
-    kafka_broker.topic_error(secret, 29)  # TOPIC_AUTHORIZATION_FAILED, as a broker with ACLs answers
+    # The SASL user's ACLs cover only topics named sasl-*: the broker refuses to describe any other.
+    secret = new_topic(kafka_broker, 1, "acl")
+    user = KafkaSystem(sasl_settings(kafka_broker, timeout_ms=5000))
     try:
-        with pytest.raises(StreamError, match=rf"not authorized to describe Kafka topic '{secret}' on .*ACLs"):
-            kafka.describe(secret)
+        with pytest.raises(
+            StreamError, match=rf"not authorized to describe Kafka topic '{secret}' on {kafka_broker.sasl_bootstrap}"
+        ):
+            user.describe(secret)
     finally:
-        kafka_broker.topic_error(secret, 0)
-    assert kafka.describe(secret).partition_count == 1
+        user.close()
+    assert kafka.describe(secret).partition_count == 1  # the super user (PLAINTEXT) still may
 
 
 def test_an_unreachable_broker_fails_within_the_configured_time_naming_the_brokers() -> None:
@@ -175,24 +188,60 @@ def test_an_unreachable_broker_fails_within_the_configured_time_naming_the_broke
     system.close()
 
 
-def test_a_broker_down_then_up_is_reported_then_served_again() -> None:
-    with MockKafka(topics={"events": 2}) as broker:
-        system = KafkaSystem({"bootstrap_servers": broker.bootstrap, "timeout_ms": 1500, "read_timeout_ms": 1500})
-        try:
-            placed = system.produce("events", [(f"k{i}".encode(), b"v", None) for i in range(20)])
-            ends = system.end_positions("events")
-            broker.set_down(True)
-            with pytest.raises(StreamError, match=rf"brokers {broker.bootstrap} did not answer within 1500 ms"):
-                system.end_positions("events")
-            broker.set_down(False)
-            assert system.end_positions("events") == ends  # nothing lost while it was down
-            assert sum(system.read("events", p, "0", e).records.num_rows for p, e in ends.items()) == len(placed)
-        finally:
-            system.close()
+def test_the_sasl_listener_serves_a_job_s_settings_and_a_wrong_password_is_one_clear_line(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    """The connection settings a job gives (user in ``properties``, password from ``secrets_env``) log in over
+    SASL/PLAIN; a wrong password is refused at once, in one line naming the brokers and the refusal."""
+    topic = new_topic(kafka_broker, 2, SASL_PREFIX.rstrip("-"))
+    system = KafkaSystem(sasl_settings(kafka_broker, timeout_ms=5000, read_timeout_ms=5000))
+    try:
+        placed = system.produce(topic, [(f"k{i}".encode(), b"v", None) for i in range(20)])
+        ends = system.end_positions(topic)
+        assert sum(system.read(topic, p, "0", e).records.num_rows for p, e in ends.items()) == len(placed) == 20
+        system.acknowledge(f"{SASL_PREFIX}job", topic, ends)
+        assert system.committed(f"{SASL_PREFIX}job", topic) == ends
+    finally:
+        system.close()
+
+    wrong = KafkaSystem(sasl_settings(kafka_broker, password_env="PIPELINES_TEST_WRONG_PASSWORD", timeout_ms=8000))
+    os.environ["PIPELINES_TEST_WRONG_PASSWORD"] = "not-" + os.environ[SASL_PASSWORD_ENV]
+    started = time.monotonic()
+    try:
+        with pytest.raises(StreamError) as refused:
+            wrong.describe(topic)
+    finally:
+        wrong.close()
+        del os.environ["PIPELINES_TEST_WRONG_PASSWORD"]
+    assert time.monotonic() - started < 4, "refused at the first answer, not after the 8 s timeout"
+    assert str(refused.value).startswith(f"Kafka brokers {kafka_broker.sasl_bootstrap} refused the connection")
+    assert "Authentication failed: Invalid username or password" in str(refused.value)
+
+    # The same on the command line: exit 2 and exactly one line on stderr (librdkafka's own log stays out of it).
+    settings = json.dumps(sasl_settings(kafka_broker, password_env="PIPELINES_TEST_WRONG_PASSWORD"))
+    env = {**os.environ, "PIPELINES_TEST_WRONG_PASSWORD": "wrong"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines", "stream", "describe", topic, "--system", "kafka", "--settings", settings],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**env, "PIPELINES_HOME": str(tmp_path / "home")},
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: Kafka brokers {kafka_broker.sasl_bootstrap} refused the connection while describing topic "
+        f"'{topic}': SASL authentication error: Authentication failed: Invalid username or password; check "
+        "systems.kafka.properties (security.protocol, sasl.mechanism, sasl.username, ssl.*) and the secrets in "
+        "systems.kafka.secrets_env / connection_id"
+    ]
+    assert done.stdout == ""
 
 
-def test_acknowledge_commits_the_job_floors_to_its_consumer_group(kafka_broker: MockKafka, kafka: KafkaSystem) -> None:
-    topic = _topic(kafka_broker, 2)
+def test_acknowledge_commits_the_job_floors_to_its_consumer_group(
+    kafka_broker: KafkaBroker, kafka: KafkaSystem
+) -> None:
+    topic = new_topic(kafka_broker, 2)
     kafka.produce(topic, [(f"k{i}".encode(), b"v", None) for i in range(30)])
     ends = kafka.end_positions(topic)
     kafka.acknowledge("orders-job", topic, {0: "3", 1: ends[1]})
@@ -216,10 +265,13 @@ def test_acknowledge_commits_the_job_floors_to_its_consumer_group(kafka_broker: 
         off.close()
 
 
-def test_expansion_refuses_shrinking_and_non_multiples_and_the_current_count_is_a_no_op(
-    kafka_broker: MockKafka, kafka: KafkaSystem
+def test_topics_are_created_and_grown_by_request_and_a_bad_count_is_refused_first(
+    kafka_broker: KafkaBroker, kafka: KafkaSystem
 ) -> None:
-    topic = _topic(kafka_broker, 2)
+    topic = unique_topic("made")
+    assert kafka.create(topic, 2).partition_count == 2
+    with pytest.raises(StreamError, match=rf"topic '{topic}' already exists on {kafka_broker.bootstrap}"):
+        kafka.create(topic, 2)
     with pytest.raises(PartitionChangeError, match="cannot shrink"):
         kafka.expand(topic, 1)
     with pytest.raises(PartitionChangeError, match="multiple"):
@@ -227,9 +279,11 @@ def test_expansion_refuses_shrinking_and_non_multiples_and_the_current_count_is_
     assert kafka.expand(topic, 2).partition_count == 2
     with pytest.raises(ConfigError):
         kafka.expand(topic, 0)
-    # The mock answers no CreateTopics: the error says why instead of hanging.
-    with pytest.raises(StreamError, match="creating topic"):
-        KafkaSystem({"bootstrap_servers": kafka_broker.bootstrap, "timeout_ms": 500}).create(unique_topic(), 2)
+    kafka.produce(topic, [(f"k{i}".encode(), b"v", None) for i in range(20)])
+    ends = kafka.end_positions(topic)
+    grown = kafka.expand(topic, 4)  # CreatePartitions on the live topic: old partitions keep their records
+    assert grown.partition_count == 4
+    assert {p: m.end for p, m in grown.partitions.items()} == {**ends, 2: "0", 3: "0"}
 
 
 def test_settings_refuse_unknown_fields_and_secrets_in_clear(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,7 +312,17 @@ def test_settings_refuse_unknown_fields_and_secrets_in_clear(monkeypatch: pytest
     assert ok.properties["enable.ssl.certificate.verification"] == "false"
     # The job config checks the section through the module, with the field named.
     with pytest.raises(ConfigError, match=r"job: systems\.kafka: unknown field"):
-        _systems({"kafka": {"bootstrap_servers": "x:9092", "tiemout_ms": 5}}, "job")
+        JobConfig.from_dict(
+            {
+                "name": "j",
+                "inputs": [{"system": "kafka", "stream": "t"}],
+                "process": "pipelines.demo.enrich:process",
+                "output_schema": "key STRING",
+                "sink": "out",
+                "systems": {"kafka": {"bootstrap_servers": "x:9092", "tiemout_ms": 5}},
+            },
+            "job",
+        )
 
     system = KafkaSystem({"bootstrap_servers": "x:9092", "secrets_env": {"sasl.password": "KAFKA_TEST_PASSWORD"}})
     monkeypatch.delenv("KAFKA_TEST_PASSWORD", raising=False)
@@ -282,11 +346,8 @@ def test_positions_are_offsets_ordered_as_numbers() -> None:
         position_key("-1")
 
 
-def test_the_repartition_watch_sees_a_topic_with_more_partitions_than_the_job_model(
-    kafka_broker: MockKafka, home: Home
-) -> None:
-    """The mock cannot add partitions: the topic is made again with 4, which is what a grown topic looks like."""
-    topic = _topic(kafka_broker, 2, "grow")
+def test_the_repartition_watch_sees_partitions_added_to_a_live_topic(kafka_broker: KafkaBroker, home: Home) -> None:
+    topic = new_topic(kafka_broker, 2, "grow")
     base = JobConfig.load("include/jobs/enrichment.yaml").to_dict()
     base.update(
         name="grow-job",
@@ -295,28 +356,33 @@ def test_the_repartition_watch_sees_a_topic_with_more_partitions_than_the_job_mo
     )
     create_job(home, JobConfig.from_dict(base))
     assert repartition.detect(home, ["grow-job"]) == []
-    kafka_broker.recreate_topic(topic, 4)
+    kafka_broker.create_partitions(topic, 3)  # grown by someone else, to a count the job cannot absorb
     (change,) = repartition.detect(home, ["grow-job"])
-    assert (change.stream, change.before, change.after, change.error) == (f"kafka/{topic}", 2, 4, None)
-    kafka_broker.recreate_topic(topic, 3)
-    (change,) = repartition.detect(home, ["grow-job"])
-    assert change.after == 3 and "multiple" in (change.error or "")
+    assert (change.stream, change.before, change.after) == (f"kafka/{topic}", 2, 3)
+    assert "multiple" in (change.error or "")
+    other = new_topic(kafka_broker, 2, "grow")
+    base.update(
+        name="grow-job-2",
+        inputs=[{"system": "kafka", "stream": other}],
+        sink={"table": "grow_2"},
+        dead_letter={"table": "grow_2_dead"},
+    )
+    create_job(home, JobConfig.from_dict(base))
+    kafka_broker.create_partitions(other, 4)
+    (change,) = repartition.detect(home, ["grow-job-2"])
+    assert (change.stream, change.before, change.after, change.error) == (f"kafka/{other}", 2, 4, None)
 
 
 def test_a_new_partition_is_held_until_its_source_is_read_past_the_point_the_platform_recorded(
-    kafka_broker: MockKafka, tmp_path
+    kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    """The mock cannot add partitions, so the topic is made again with more (its offsets restart at 0)."""
-    from datetime import UTC, datetime, timedelta
-
-    from pipelines.systems.kafka_expansions import ExpansionLog
-
     home = Home(tmp_path / "home")
     settings = {"bootstrap_servers": kafka_broker.bootstrap, "timeout_ms": 5000, "expansion_grace_ms": 0}
     kafka = KafkaSystem(settings, home)
-    topic = _topic(kafka_broker, 2, "grow")
+    topic = new_topic(kafka_broker, 2, "grow")
+    kafka.produce(topic, [(f"a{i}".encode(), b"v", None) for i in range(20)])
     assert kafka.read_limits(topic, {0: "0", 1: "0"}) == {}  # first sight: 2 partitions, nothing to hold
-    kafka_broker.recreate_topic(topic, 4)
+    kafka_broker.create_partitions(topic, 4)
     kafka.produce(topic, [(f"k{i}".encode(), b"v", None) for i in range(40)])
     ends = {p: int(o) for p, o in kafka.end_positions(topic).items()}
     assert ends[0] > 0 and ends[1] > 0

@@ -13,7 +13,8 @@ from pipelines.errors import ModelError
 
 from .strategies import containers, elastic_groupers, factors, inputs
 
-# As SamzaObjectMapper serializes an elastic GroupByPartition job (factor 2, one input of 2 partitions).
+# SamzaObjectMapper's form of an elastic GroupByPartition job (factor 2, one input of 2 partitions), with this
+# platform's task names; released Samza (1.7, 1.8) names these tasks "Partition 0 1" (see docs/samza.md).
 SAMZA_MODEL = {
     "config": {
         "job.name": "orders-enricher",
@@ -55,6 +56,25 @@ def test_a_samza_job_model_is_read_with_its_names_buckets_factor_and_grouper() -
     owner = model.ssp_to_task()
     assert owner[SystemStreamPartition("kafka", "orders", 1, 0)].name == "Partition 1-0-2"
     assert {t.task_name.name: t.changelog_partition for t in model.tasks()}["Partition 1-1-2"] == 1
+
+
+def test_a_model_with_released_samzas_task_names_keeps_them_and_needs_the_factor_from_its_config() -> None:
+    import copy
+
+    document = copy.deepcopy(SAMZA_MODEL)
+    tasks = document["containers"]["0"]["tasks"]
+    document["containers"]["0"]["tasks"] = {
+        f"Partition {p} {b}": {**tasks[f"Partition {p}-{b}-2"], "task-name": f"Partition {p} {b}"}
+        for p in range(2)
+        for b in range(2)
+    }
+    model = model_from_samza(document)
+    assert model.elasticity_factor == 2
+    assert model.ssp_to_task()[SystemStreamPartition("kafka", "orders", 1, 0)].name == "Partition 1 0"
+    # Samza's names carry no factor: without job.elasticity.factor the buckets cannot be placed, so it is refused
+    del document["config"]["job.elasticity.factor"]
+    with pytest.raises(ModelError, match="not a key bucket of factor 1"):
+        model_from_samza(document)
 
 
 def test_key_bucket_minus_one_means_no_key_bucket_as_in_samza() -> None:

@@ -39,7 +39,14 @@ def observation() -> dict:
         "markers": [marker(event).to_dict()],
         "tasks": [t.to_dict() for t in task_table(model, {}, rows, points)],
         "inputs": [
-            {"input": "kafka.orders", "system": "kafka", "stream": "orders", "reachable": False, "error": "timeout"}
+            {"input": "kafka.orders", "system": "kafka", "stream": "orders", "reachable": False, "error": "timeout"},
+            {
+                "input": "deltalog.events",
+                "system": "deltalog",
+                "stream": "events",
+                "reachable": True,
+                "partitions": [{"partition": 0, "earliest": "0", "end": "9", "checkpoint": "4", "records_behind": 5}],
+            },
         ],
         "errors": {},
     }
@@ -48,11 +55,14 @@ def observation() -> dict:
 
 def test_the_html_section_has_every_plot_its_markers_and_the_task_rows() -> None:
     html = html_section(observation())
-    assert html.count("<svg class='obs-plot'") == 4  # throughput, lag, fetch, duration
-    assert html.count("class='marker' data-kind='rescale' data-event='abc123'") == 4
+    assert html.count('<svg class="obs-plot"') == 4  # throughput, lag, fetch, duration
+    assert html.count('class="marker" data-kind="rescale" data-event="abc123" data-number="1"') == 4
+    assert '<li value="1"><span class="pill info" data-event="abc123" data-number="1">' in html
     assert html.count("<tr data-task=") == 4
-    assert "class=skewed" in html and "skew " in html
+    assert 'class="skewed"' in html and "skew " in html
     assert "unreachable" in html and "timeout" in html
+    partitions = html.split('data-input="deltalog.events"', 1)[1]  # a partitioned input: its partitions, no shards
+    assert 'class="obs-partitions"' in partitions and "obs-shards" not in partitions and "<td>5</td>" in partitions
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
 
 
@@ -64,7 +74,7 @@ def test_the_export_is_self_contained() -> None:
 
 def test_the_terminal_view_names_the_steps_and_the_slowest_task() -> None:
     view = text(observation())
-    assert "rescale ×1→×2 · down 1.5 s" in view
+    assert "1. 1970-01-01 00:16:39  rescale ×1→×2 · down 1.5 s" in view
     tasks = view.split("virtual tasks")[1].splitlines()
     assert tasks[2].startswith("!") and "Partition 0-1-2" in tasks[2]
     assert "input kafka.orders: UNREACHABLE: timeout" in view

@@ -1,52 +1,21 @@
-"""Kinesis positions: the three kinds of opaque string the Kinesis system hands out, and their order.
+"""Kinesis positions: the slot position, the record position and the time target, and their order.
 
 Only the Kinesis system's modules read these (``pipelines.systems.base``: no
 one else parses a position). Pure, no boto3, so the formats are unit-tested.
-
-Slot position (a checkpoint; "where this slot's next read starts")
-    Canonical JSON, keys sorted, no spaces::
-
-        {"n":12,"shards":{"shardId-000000000000":"SHARD_END",
-                          "shardId-000000000003":"49680484163048851134747077674646538523245683883926093874",
-                          "shardId-000000000004":"TRIM_HORIZON"}}
-
-    ``shards`` is the slot's state for ``pipelines.core.shards``: per shard
-    the last sequence number read (the next read starts *after* it),
-    ``TRIM_HORIZON`` (taken over, nothing read yet) or ``SHARD_END`` (read to
-    its end, kept until its children are in checkpoints). One shard is 1:1,
-    several are the 1:n composite. ``n`` counts the slot's progress (records
-    read plus shard transitions) so that the positions one slot goes through
-    are totally ordered (``position_key``), which a map of sequence numbers
-    alone is not: a shard leaving the slot would look like going back.
-    Decoding and re-encoding gives the same string (restored exactly).
-
-Record position (a record's own ``offset``; identifies it)
-    ``<shard id>:<sequence number>``, e.g.
-    ``shardId-000000000003:49680484163048851134747077674646538523245683883926093874``.
-    Its key is (shard ordinal, sequence number as an integer): within a shard
-    the sequence order, and across a reshard parent before child, because
-    Kinesis numbers shards in creation order (shardId-<n>, n increasing) and a
-    child is always created after its parents. The mapper's caller checks
-    that a child's ordinal exceeds its parents' (``check_lineage_order``), so
-    a stream where that does not hold fails loudly instead of misordering.
-
-Time target (``end_positions``; "everything that arrived before this moment")
-    ``{"arrived_before_ms":1732346400123}``. Kinesis cannot name the end
-    sequence number of an open shard, so a catch-up target is a time: a slot
-    has reached it when none of its shards has an unread record that arrived
-    before it (``KinesisSystem.reached``).
-
-Sequence numbers are compared as integers (up to 128 digits), never as
-strings; ``TRIM_HORIZON`` sorts before every sequence number of its shard and
-``SHARD_END`` after all of them (KCL's ``ExtendedSequenceNumber`` order).
+A slot position is canonical JSON, restored exactly; sequence numbers compare
+as integers, never as strings; ``TRIM_HORIZON`` sorts first and ``SHARD_END``
+last, as in KCL. The formats and why each is so: docs/systems/kinesis.md,
+"Positions".
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON
@@ -172,3 +141,17 @@ def position_key(position: str) -> tuple[int, ...]:
 def unread_in_shard(sequence: str, state: str) -> bool:
     """Whether a reader whose shard state is ``state`` has yet to read the record ``sequence`` of that shard."""
     return state_key(state) < (1, int(check_sequence(sequence)))
+
+
+def utc(value: datetime) -> datetime:
+    """A record's arrival time in UTC (boto3 answers with the local zone, or none)."""
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def arrival_ms(record: Mapping[str, Any]) -> int:
+    """When Kinesis received a record, in the milliseconds a ``TimeTarget`` is stated in."""
+    return int(utc(record["ApproximateArrivalTimestamp"]).timestamp() * 1000)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

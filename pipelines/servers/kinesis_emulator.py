@@ -9,11 +9,11 @@ Its TLS port is turned off (port 0); the plain HTTP port is picked free.
 
 It is killed, not terminated: it takes 30 s to honour SIGTERM.
 
-What it gets wrong (DESIGN.md): a closed shard's EndingSequenceNumber, so
+What it gets wrong (docs/systems/kinesis.md): a closed shard's EndingSequenceNumber, so
 ``KinesisSystem`` detects a shard's end by ``NextShardIterator`` None; and it
 never throttles, so the throttling path is tested with botocore's Stubber.
 
-Run it by hand with ``python -m pipelines.systems.kinesis_emulator`` (prints the endpoint, Ctrl-C stops it).
+Run it by hand with ``python -m pipelines.servers.kinesis_emulator`` (prints the endpoint, Ctrl-C stops it).
 """
 
 from __future__ import annotations

@@ -1,0 +1,125 @@
+"""Where Spark's and Airflow's own log lines go when a person runs the CLI: a file in the home, not the terminal.
+
+A fresh ``scripts/demo.sh`` printed 76 of Spark's lines between its progress
+lines (55 of them ``WARN ProcessingTimeExecutor: Current batch is falling
+behind``, one per trigger), and ``pipelines run`` printed Spark's INFO log.
+Those are the libraries' diagnostics, for whoever digs into a problem; an
+operator watching a run wants the platform's own lines. So, unless
+``--verbose`` is given, ``quiet(home)`` sends them to ``<home>/logs/pipelines.log``
+and says so once, when the first Spark starts:
+
+* an in-process Spark (the demo): the JVM is started with its standard error on
+  that file (``jvm_stderr``), so its log4j console output, its start-up
+  warnings and its Python workers' errors all land there;
+* a ``spark-submit`` driver (``pipelines run``, a rescale's catch-up run):
+  its standard error (the JVM's log) goes to the file, its standard output
+  (the Python driver's own lines, which Spark's PythonRunner forwards there)
+  stays on the terminal;
+* Python's ``logging`` and ``warnings`` (Airflow's, GX's, py4j's) write to the file too.
+
+Airflow tasks never call ``quiet``: their task log is where everything belongs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from pipelines.control.home import Home
+
+_target: Path | None = None
+_announced = False
+
+
+def log_path(home: Home) -> Path:
+    return home.root / "logs" / "pipelines.log"
+
+
+class _HomeLog(logging.FileHandler):
+    """A file handler that makes its folder and opens its file at the first record: a command that logs
+    nothing leaves nothing behind (a read-only home stays untouched)."""
+
+    def _open(self) -> IO[str]:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+@contextlib.contextmanager
+def quiet(home: Home) -> Iterator[Path]:
+    """While it lasts, the libraries' log lines go to the home's log file; its path. Restored on exit."""
+    global _target, _announced
+    before = (_target, _announced)
+    _target, _announced = log_path(home), False
+    handler = _HomeLog(_target, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    consoles = [
+        h
+        for h in root.handlers
+        if type(h) is logging.StreamHandler and getattr(h, "stream", None) in (sys.stderr, sys.stdout)
+    ]
+    level = root.level
+    for console in consoles:
+        root.removeHandler(console)
+    root.addHandler(handler)
+    if level == logging.NOTSET or level > logging.INFO:
+        root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    try:
+        yield _target
+    finally:
+        logging.captureWarnings(False)
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(level)
+        for console in consoles:
+            root.addHandler(console)
+        _target, _announced = before
+
+
+def target() -> Path | None:
+    """The log file the libraries write to, or None when they write to the terminal (``--verbose``, a task)."""
+    return _target
+
+
+def announce() -> None:
+    """Say once where the libraries' lines are, when the first of them is about to be written there."""
+    global _announced
+    if _target is not None and not _announced:
+        _announced = True
+        sys.stderr.write(f"Spark's and Airflow's own log lines go to {_target} (--verbose shows them here)\n")
+        sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def jvm_stderr() -> Iterator[None]:
+    """While a JVM is started in this process's children, their standard error is the log file (when quiet)."""
+    if _target is None:
+        yield
+        return
+    announce()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    _target.parent.mkdir(parents=True, exist_ok=True)
+    with _target.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def submit_stderr() -> IO[bytes] | None:
+    """Where a ``spark-submit`` child's standard error goes: the log file (opened for it), or None to inherit."""
+    if _target is None:
+        return None
+    announce()
+    _target.parent.mkdir(parents=True, exist_ok=True)
+    return _target.open("ab")

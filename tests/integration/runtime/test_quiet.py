@@ -1,0 +1,49 @@
+"""The terminal of a run shows the platform's lines; Spark's own go to the home's log file unless --verbose."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from pipelines.control.home import Home
+from pipelines.runtime.logs import log_path
+
+from .jobs import job, produce
+
+REPO = Path(__file__).resolve().parents[3]
+SPARK_LINE = re.compile(  # log4j's console lines, its start-up notice, the JVM's warning about incubator modules
+    r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (INFO|WARN|ERROR) |log4j|^WARNING: Using incubator", re.M
+)
+
+
+def run(home: Home, job_name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "pipelines", "--home", str(home.root), *extra, "run", job_name, "--available-now"]
+    done = subprocess.run(
+        [*argv, "--master", "local[1]"], env=env, capture_output=True, text=True, timeout=600, cwd=home.root.parent
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_a_short_run_prints_no_spark_log_line_and_verbose_shows_them(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    produce(home, "events", 40, 4)
+    config = job(home, "quiet", 1)
+    log = log_path(home)
+
+    done = run(home, config.name)
+    terminal = done.stdout + done.stderr
+    assert SPARK_LINE.findall(terminal) == [], terminal
+    assert terminal.count(f"Spark's and Airflow's own log lines go to {log} (--verbose shows them here)") == 1
+    assert f"[{config.name}] model v1: factor 1" in terminal  # the platform's own lines stay
+    kept = log.read_text()
+    assert SPARK_LINE.search(kept), kept[:2000]  # Spark's lines are in the file, not lost
+
+    produce(home, "events", 20, 4)
+    verbose = run(home, config.name, "--verbose")
+    assert SPARK_LINE.search(verbose.stderr), verbose.stderr[-2000:]  # --verbose: on the terminal, as Spark wrote them
+    assert "own log lines go to" not in verbose.stderr and log.read_text() == kept
