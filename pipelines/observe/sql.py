@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
-import sys
-import tempfile
 from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
@@ -43,33 +40,16 @@ class SqlError(PipelinesError):
 
 @contextlib.contextmanager
 def sql_session(master: str) -> Iterator[Any]:
-    """A Spark session for one query, its JVM's own output in ``JVM_LOG`` instead of the operator's terminal.
-
-    The JVM inherits this process's stdout and stderr when it starts, and
-    Spark's start-up lines and warnings would come before the answer (or
-    before the one ``error:`` line); they go to a log file, named when Spark
-    itself fails to start.
-    """
+    """A Spark session for one query, in UTC, stopped after it. Its JVM's log goes where every command's goes
+    (``runtime.logs``: the home's log file, unless ``--verbose``)."""
     from pyspark.errors import PySparkException
 
     from pipelines.runtime.session import build_session
 
-    log = Path(tempfile.gettempdir()) / f"pipelines-sql-{os.getuid()}.log"
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.dup2(target, 1)
-        os.dup2(target, 2)
         spark = build_session(master, app_name="pipelines-sql", **{"spark.sql.session.timeZone": "UTC"})
     except PySparkException as e:
-        raise SqlError(f"Spark did not start ({_first_line(e)}); its log is {log}") from None
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, target):
-            os.close(fd)
+        raise SqlError(f"Spark did not start: {_first_line(e)}") from None
     try:
         yield spark
     finally:

@@ -19,6 +19,7 @@ from pipelines import cli
 from pipelines.control.home import Home
 from pipelines.observe import sql
 from pipelines.observe.sql import SqlError, register, run_query
+from pipelines.runtime.logs import log_path
 from pipelines.systems.deltalog import DeltaLog
 from tests.integration.runtime.jobs import job
 
@@ -97,7 +98,10 @@ def test_bad_sql_is_one_error_line_and_exit_2_from_a_session_of_its_own(filled: 
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done
     assert done.stdout == ""
-    assert done.stderr.splitlines() == [
+    note, error = done.stderr.splitlines()  # Spark's own lines and the failure's JVM stack: in the home's log
+    assert note == f"Spark's and Airflow's own log lines go to {log_path(filled)} (--verbose shows them here)"
+    assert error == (
         "error: [TABLE_OR_VIEW_NOT_FOUND] The table or view `job_model` cannot be found. "
         "Verify the spelling and correctness of the schema and catalog."
-    ], "Spark's own start-up lines and the failure's JVM stack stay out of the operator's terminal"
+    )
+    assert "NativeCodeLoader" in log_path(filled).read_text()
