@@ -161,11 +161,17 @@ in every cheap-job query of 5 s on 2 cores (a fresh JVM per Airflow run never wa
 user's ``spark.driver.extraJavaOptions`` follow, so ``-XX:TieredStopAtLevel=4`` there brings C2 back."""
 
 
+SHUFFLE_PARTITIONS = "4"
+
 DELTA_CONFS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
-"""Delta's SQL (``DESCRIBE HISTORY``, ``delta.`path` `` tables, ``MERGE``) in every session."""
+"""Delta's SQL (``DESCRIBE HISTORY``, ``delta.`path` `` tables) in every session. Delta rebuilds a table's state
+with a shuffle into 50 partitions by default, sized for logs of millions of files; the home's tables have
+hundreds, and reading one with 50 took 12.0 s against 1.2 s with 1 (``python -m benchmarks.bench_jvm``, a table
+of 20 commits). A session that reads a huge table sets it higher."""
 
 
 class MissingJarsError(PipelinesError):
@@ -246,7 +252,7 @@ def spark_confs(master: str) -> dict[str, str]:
         "spark.executor.defaultJavaOptions": JVM_OPTIONS,
         "spark.executorEnv.PYTHONPATH": spark_env()["PYTHONPATH"],
         "spark.executorEnv.PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
