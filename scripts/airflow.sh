@@ -68,7 +68,8 @@ fi
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$PWD/.airflow}"
 export PIPELINES_HOME="${PIPELINES_HOME:-$PWD/.pipelines-home}"
 export AIRFLOW__CORE__DAGS_FOLDER="$PWD/dags"
-export AIRFLOW__CORE__PLUGINS_FOLDER="$PWD/plugins"
+# The plugin and the provider (the `pipelines` connection type) come from the installed elastic-pipelines-airflow
+# distribution (scripts/setup.sh), through its entry points: no plugins folder of ours.
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # 2 cores: keep tasks few
