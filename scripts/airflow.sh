@@ -84,7 +84,9 @@ export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$PORT/execution
 export AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST=127.0.0.1
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}"
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}"
-export SPARK_LOCAL_IP=127.0.0.1
+# No SPARK_LOCAL_IP here: a driver a task starts binds loopback for a local master by itself
+# (pipelines.runtime.session), and a value set here would pin it to loopback for a cluster master too, where
+# executors on other hosts could never connect back to it.
 export PATH="$PWD/.venv/bin:$PATH"
 LOGS="$AIRFLOW_HOME/logs"
 mkdir -p "$LOGS"
