@@ -30,6 +30,8 @@ RUN pip install --no-cache-dir --no-deps -e . \
 #   connection type, the page and the trigger through its entry points, so no plugins folder is configured.
 # An editable install compiles nothing: compile once, so no worker or task compiles the package again.
 RUN python -m compileall -q pipelines dags plugins include
+# The class-data archive of a Spark driver's classes (pipelines/runtime/jvm_archive.py), made by running a small job.
+RUN PYSPARK_PYTHON=/usr/local/bin/python python -m pipelines.runtime.jvm_archive
 
 ENV PYSPARK_PYTHON=/usr/local/bin/python \
     PYSPARK_DRIVER_PYTHON=/usr/local/bin/python \

@@ -58,7 +58,7 @@ def main() -> None:
     tc, _ = timed(lambda: CheckpointMap(args.factor, dict(offsets)))
     migrations: dict[str, float] = {}
     for target in (args.factor // 2, args.factor * 2, args.factor * 3 // 4):
-        tm, new = timed(lambda t=target: migrate_checkpoints(old, t, partitions, earliest={}, offset_key=int))
+        tm, new = timed(lambda t=target: migrate_checkpoints(old, t, partitions, earliest={}, position_key=int))
         print(
             f"{args.factor} -> {target:<3}: {tm * 1000:8.1f} ms  ({len(new.offsets):,} new checkpoints)  "
             f"{tm / tc:.0f}x a plain copy ({tc * 1000:.1f} ms)"

@@ -29,7 +29,7 @@ from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.kinesis import KinesisSystem
-from pipelines.systems.kinesis_positions import decode_record
+from pipelines.systems.kinesis.positions import decode_record
 
 
 def records(n: int, keys: int = 500) -> list[tuple[bytes, bytes, None]]:

@@ -272,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("--no-wait", action="store_true")
     p.set_defaults(func=cmd_stop)
+    p = groups.add_parser(
+        "sql",
+        help="a read-only Spark SQL query over the home: control tables by name, stream_<name>, sink_<table>",
+        parents=[common],
+    )
+    p.add_argument("query", help="e.g. \"SELECT * FROM checkpoints WHERE job = 'enrichment'\"")
+    p.add_argument("--master", default="local[2]", help="Spark master of the query's session (default local[2])")
+    p.set_defaults(func=cmd_sql)
     lock = groups.add_parser("lock", help="a job's scaling lock: who holds it, and the operator's release")
     lc = lock.add_subparsers(dest="command", required=True)
     p = lc.add_parser("show", help="who holds the job's scaling lock, since when, until when", parents=[common])
@@ -445,6 +453,21 @@ def cmd_stop(args: argparse.Namespace, home: Home, output: Output) -> None:
     output.emit(
         {"job": args.job, "stopped": stopped},
         lambda: f"job {args.job}: " + ("stopped" if stopped else "stop requested"),
+    )
+
+
+def cmd_sql(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.observe.sql import register, run_query, sql_session
+
+    with sql_session(args.master) as spark:
+        register(spark, home)
+        columns, rows = run_query(spark, args.query)
+    output.emit(
+        [dict(zip(columns, row, strict=True)) for row in rows],
+        lambda: (
+            _table(columns, [["NULL" if v is None else v for v in row] for row in rows])
+            + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
+        ),
     )
 
 

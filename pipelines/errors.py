@@ -55,21 +55,38 @@ class StoreError(PipelinesError):
     """An adjunct data store cannot be read, written or served as asked (its message says what to do)."""
 
 
+def closest(word: object, choices: Iterable[str]) -> str | None:
+    """The choice a misspelled ``word`` was probably meant to be (difflib's ratio of at least 0.6), or None."""
+    found = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)``, or nothing when no choice is close: the one hint every refusal of a name gives."""
+    match = closest(word, choices)
+    return f" (did you mean {match!r}?)" if match else ""
+
+
+def unknown_fields(given: Iterable[object], known: Iterable[str]) -> str | None:
+    """What is wrong with the fields ``given`` of a section that has ``known`` ones, or None when all are known."""
+    names = sorted(known)
+    unknown = sorted(str(k) for k in given if k not in names)
+    if not unknown:
+        return None
+    hints = [f"{field!r}{did_you_mean(field, names)}" for field in unknown]
+    return f"unknown field(s) {', '.join(hints)}; the fields are {', '.join(names)}"
+
+
 def refuse_unknown(where: str, given: Iterable[object], known: Iterable[str]) -> None:
     """Refuse fields a section does not have, suggesting the one meant: a misspelled key is never ignored.
 
     ``elasticty_factor: 4`` silently ignored would run the job at factor 1;
-    every YAML section and settings mapping goes through here.
+    every YAML section and settings mapping is checked this way (the
+    pydantic models through ``pipelines.settings.Section``).
     """
-    names = sorted(known)
-    unknown = sorted(str(k) for k in given if k not in names)
-    if not unknown:
-        return
-    hints = []
-    for field in unknown:
-        close = difflib.get_close_matches(field, names, n=1, cutoff=0.6)
-        hints.append(f"{field!r} (did you mean {close[0]!r}?)" if close else repr(field))
-    raise ConfigError(f"{where}: unknown field(s) {', '.join(hints)}; the fields are {', '.join(names)}")
+    message = unknown_fields(given, known)
+    if message is not None:
+        raise ConfigError(f"{where}: {message}")
 
 
 _RAISED = re.compile(r"pipelines\.errors\.([A-Za-z]+Error): (.+)")

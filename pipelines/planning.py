@@ -31,6 +31,7 @@ from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.faults import crash_point
 from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
+from pipelines.systems.base import SupportsRelayout
 from pipelines.systems.registry import JobSystems
 
 
@@ -118,7 +119,7 @@ def plan_next(
             containers=config.containers,
             previous=current,
             config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
-            slotted=frozenset(s for s in config.inputs if hasattr(systems.of(s.system), "relayout")),
+            slotted=frozenset(s for s in config.inputs if isinstance(systems.of(s.system), SupportsRelayout)),
         )
         old = control.checkpoints.latest(job, current.version)
         return VersionPlan(current, model, start_positions(systems, old, model))
@@ -176,15 +177,14 @@ def start_positions(systems: JobSystems, old: CheckpointMap | None, model: JobMo
             old.factor if old else 1,
             {s: o for s, o in (old.offsets.items() if old else ()) if s.system_stream == stream},
         )
-        relayout = getattr(system, "relayout", None)
         old_count = len({s.partition for s in previous.offsets})
-        if relayout is not None and previous.offsets and old_count != len({s.partition for s in mine}):
+        if isinstance(system, SupportsRelayout) and previous.offsets and old_count != len({s.partition for s in mine}):
             # Partitions that are slots over a changing set of shards (Kinesis, after a reshard): the system
             # places every shard's state on the new slot count (one slot per open shard), so nothing is read
             # twice or skipped; every key bucket of a slot starts where the slot's slowest bucket stood.
             floors = partition_floor(previous.offsets.items(), system.position_key)
             count = len({s.partition for s in mine})
-            placed = relayout(stream.stream, {s.partition: o for s, o in floors.items()}, count)
+            placed = system.relayout(stream.stream, {s.partition: o for s, o in floors.items()}, count)
             earliest = {SystemStreamPartition(stream.system, stream.stream, p): o for p, o in placed.items()}
             previous = CheckpointMap(previous.factor, {})
         migrated = migrate_checkpoints(previous, model.elasticity_factor, mine, earliest, system.position_key)

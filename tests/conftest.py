@@ -1,17 +1,52 @@
-"""Shared test setup: markers by folder, so `pytest -m unit` runs the fast pure-logic suite."""
+"""Shared test setup: markers by folder, the fast tier, and its guard.
+
+``pytest -m unit`` runs the pure logic; ``scripts/test.sh -m "not slow"`` the fast tier a developer runs
+while working: every test that starts Spark, Airflow, a broker, an emulator, an S3 store, a browser or
+test hosts is ``slow``, by its folder (e2e, faults, cluster), by a fixture that starts one, or by its own
+mark. A test outside ``slow`` that starts one of those programs anyway fails, naming it, so the tier
+stays fast by construction rather than by care.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# Property tests explore new random cases on a developer's machine (and keep what failed in .hypothesis/); CI runs
+# the same cases every time, so a run's verdict depends on the code, not on the draw (CI machines set CI=true).
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    settings.load_profile("ci")
 
 _MARK_BY_FOLDER = {
     "unit": pytest.mark.unit,
     "integration": pytest.mark.integration,
     "e2e": pytest.mark.e2e,
     "faults": pytest.mark.faults,
+    "cluster": pytest.mark.cluster,
 }
+SLOW_FOLDERS = {"e2e", "faults", "cluster"}
+SLOW_FIXTURES = {
+    "spark",
+    "spark_standalone",
+    "kafka_broker",
+    "s3_server",
+    "endpoint",  # the Kinesis emulator of the Kinesis modules
+    "airflow_db",
+    "running_airflow",
+    "browser",
+    "cluster_session",
+    "spark_cluster",
+}
+"""Fixtures that start a server, a JVM or a browser: a test that uses one is slow."""
+HEAVY_PROGRAMS = {"java", "spark-submit", "spark-class", "airflow", "node", "weed", "chromium"}
+SPARK_COMMANDS = {"run", "rescale", "demo", "sql"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,3 +59,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         mark = _MARK_BY_FOLDER.get(folder)
         if mark is not None:
             item.add_marker(mark)
+        if folder in SLOW_FOLDERS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def _heavy(argv: Any) -> str | None:
+    """What a command line starts that the fast tier must not: a JVM, a server, a browser, a Spark run."""
+    args = [str(a) for a in ([argv] if isinstance(argv, str | os.PathLike) else list(argv))]
+    if not args:
+        return None
+    program = os.path.basename(args[0].split()[0])
+    if program in HEAVY_PROGRAMS and args[1:] != ["-version"]:  # asking a JVM its version starts nothing
+        return program
+    if "pipelines" in args and "-m" in args and SPARK_COMMANDS & set(args) and "--dry-run" not in args:
+        return "a Spark driver (pipelines " + next(a for a in args if a in SPARK_COMMANDS) + ")"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_nothing_heavy(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    original = subprocess.Popen.__init__
+
+    def guarded(self: Any, args: Any, *rest: Any, **kwargs: Any) -> None:
+        heavy = _heavy(args)
+        if heavy is not None:
+            raise AssertionError(f"this test starts {heavy}: mark it @pytest.mark.slow (the fast tier starts none)")
+        original(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = guarded  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original  # type: ignore[method-assign]

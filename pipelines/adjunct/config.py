@@ -15,10 +15,11 @@
 
 Two steps, because the second needs the input systems:
 
-* ``parse_stores(raw, origin, inputs)`` checks the section itself: known keys
-  (an unknown one is refused with "did you mean"), values, that the
-  extractor imports, and that no store reads a main input (an AD stream's
-  records go to its store and never to the process function).
+* ``parse_stores(raw, origin, inputs)`` checks the section itself with the
+  ``StoreSpec`` model (known keys, an unknown one refused with "did you
+  mean"; values), then that the extractor imports, and that no store reads a
+  main input (an AD stream's records go to its store and never to the
+  process function).
 * ``validate_stores(stores, inputs, describe)`` asks each system through
   ``InputSystem.describe``: the stream exists, and a partitioned store's
   stream is co-partitioned with every main input: the same partition count,
@@ -31,34 +32,24 @@ Two steps, because the second needs the input systems:
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipelines.core.adjunct import Dataset, Partitioning, Persistence, class_root, parse_duration
-from pipelines.core.ssp import SystemStream, validate_name
+from pipelines.core.adjunct import Dataset, Partitioning, Persistence, class_root
+from pipelines.core.ssp import SystemStream
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.systems.base import StreamMetadata
-from pipelines.systems.registry import SYSTEMS
+
+if TYPE_CHECKING:
+    from pipelines.adjunct.spec import StoreSpec
 
 DEFAULT_EXTRACTOR = "default"
 DEFAULT_BATCH_RECORDS = 100_000
 
 PLACEMENT = {"deltalog": "murmur2 (Kafka's default partitioner)", "kafka": "murmur2 (Kafka's default partitioner)"}
 """How a system places keys on partitions; systems not listed place by their own rule (Kinesis: MD5 ranges)."""
-
-_KEYS = (
-    "input",
-    "extractor",
-    "partitioning",
-    "persistence",
-    "bootstrap",
-    "valid_for",
-    "dataset",
-    "batch_records",
-)
 
 
 @dataclass(frozen=True)
@@ -106,21 +97,37 @@ class StoreConfig:
             "batch_records": self.batch_records,
         }
 
+    @classmethod
+    def from_spec(cls, name: str, spec: StoreSpec) -> StoreConfig:
+        """A store as ``StoreSpec`` checked it."""
+        return cls(
+            name=name,
+            input=SystemStream(spec.input.system, spec.input.stream),
+            extractor=spec.extractor,
+            partitioning=Partitioning(spec.partitioning),
+            persistence=Persistence(spec.persistence),
+            bootstrap=spec.bootstrap,
+            valid_for=spec.valid_for,
+            dataset=Dataset(spec.dataset),
+            batch_records=spec.batch_records,
+        )
+
 
 def parse_stores(raw: Any, origin: str = "job config", inputs: Sequence[SystemStream] = ()) -> tuple[StoreConfig, ...]:
     """The ``stores:`` section (``None`` or absent: no stores), checked as far as it can be without the systems."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{origin}: 'stores' must be a mapping of store name to its settings")
-    stores = []
-    for name, settings in raw.items():
-        where = f"{origin}: stores.{name}"
-        try:
-            validate_name("store", name)
-        except ConfigError as e:
-            raise ConfigError(f"{origin}: {e}") from None
-        stores.append(_parse_one(str(name), settings, where))
+    from pipelines.adjunct.spec import Stores
+    from pipelines.settings import check
+
+    specs: dict[str, StoreSpec] | None = check(Stores | None, raw, origin, at=("stores",))
+    stores = tuple(StoreConfig.from_spec(name, spec) for name, spec in (specs or {}).items())
+    for store in stores:
+        if store.extractor != DEFAULT_EXTRACTOR:
+            from pipelines.adjunct.extract import load_extractor
+
+            try:
+                load_extractor(store.extractor)
+            except ConfigError as e:
+                raise ConfigError(f"{origin}: stores.{store.name}.extractor: {e}") from None
     main = {s: i for i, s in enumerate(inputs)}
     for store in stores:
         if store.input in main:
@@ -128,82 +135,7 @@ def parse_stores(raw: Any, origin: str = "job config", inputs: Sequence[SystemSt
                 f"{origin}: stores.{store.name} reads {store.input}, which is also inputs[{main[store.input]}]; "
                 "an AD stream's records go to its store and never to the process function: remove it from one of them"
             )
-    return tuple(stores)
-
-
-def _parse_one(name: str, settings: Any, where: str) -> StoreConfig:
-    if not isinstance(settings, Mapping):
-        raise ConfigError(f"{where} must be a mapping with at least 'input'")
-    unknown = [k for k in settings if k not in _KEYS]
-    if unknown:
-        key = str(unknown[0])
-        close = difflib.get_close_matches(key, _KEYS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known settings: {', '.join(_KEYS)}"
-        raise ConfigError(f"{where}: unknown setting {key!r}{hint}")
-    if "input" not in settings:
-        raise ConfigError(f"{where}: missing 'input' (the AD stream, e.g. {{system: deltalog, stream: customers}})")
-    source = _parse_input(settings["input"], where)
-    extractor = settings.get("extractor", DEFAULT_EXTRACTOR)
-    if extractor is None:
-        extractor = DEFAULT_EXTRACTOR
-    if not isinstance(extractor, str) or not extractor.strip():
-        raise ConfigError(f"{where}.extractor must be 'default' or 'package.module:function', got {extractor!r}")
-    extractor = extractor.strip()
-    if extractor != DEFAULT_EXTRACTOR:
-        from pipelines.adjunct.extract import load_extractor
-
-        try:
-            load_extractor(extractor)
-        except ConfigError as e:
-            raise ConfigError(f"{where}.extractor: {e}") from None
-    bootstrap = settings.get("bootstrap", False)
-    if not isinstance(bootstrap, bool):
-        raise ConfigError(f"{where}.bootstrap must be true or false, got {bootstrap!r}")
-    valid_for = settings.get("valid_for")
-    age = None if valid_for is None else parse_duration(valid_for, f"{where}.valid_for")
-    batch_records = settings.get("batch_records", DEFAULT_BATCH_RECORDS)
-    if isinstance(batch_records, bool) or not isinstance(batch_records, int) or batch_records < 1:
-        raise ConfigError(f"{where}.batch_records must be a whole number >= 1, got {batch_records!r}")
-    return StoreConfig(
-        name=name,
-        input=source,
-        extractor=extractor,
-        partitioning=_choice(Partitioning, settings.get("partitioning", "broadcast"), f"{where}.partitioning"),
-        persistence=_choice(Persistence, settings.get("persistence", "persistent"), f"{where}.persistence"),
-        bootstrap=bootstrap,
-        valid_for=age,
-        dataset=_choice(Dataset, settings.get("dataset", "unbounded"), f"{where}.dataset"),
-        batch_records=batch_records,
-    )
-
-
-def _parse_input(value: Any, where: str) -> SystemStream:
-    if isinstance(value, str):
-        value = {"stream": value}
-    if not isinstance(value, Mapping) or "stream" not in value:
-        raise ConfigError(f"{where}.input must be {{system, stream}} or a stream name, got {value!r}")
-    extra = [k for k in value if k not in ("system", "stream")]
-    if extra:
-        raise ConfigError(f"{where}.input: unknown setting {extra[0]!r} (an input has 'system' and 'stream')")
-    system = value.get("system", "deltalog")
-    if system not in SYSTEMS:
-        close = difflib.get_close_matches(str(system), SYSTEMS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where}.input.system {system!r} is not one of {', '.join(SYSTEMS)}{hint}")
-    try:
-        stream = validate_name("stream", value["stream"])
-    except ConfigError as e:
-        raise ConfigError(f"{where}.input: {e}") from None
-    return SystemStream(system, stream)
-
-
-def _choice(kind: type, value: Any, where: str) -> Any:
-    choices = [m.value for m in kind]
-    if value not in choices:
-        close = difflib.get_close_matches(str(value), choices, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where} must be one of {', '.join(choices)}, got {value!r}{hint}")
-    return kind(value)
+    return stores
 
 
 def stream_root(meta: StreamMetadata) -> int:

@@ -219,9 +219,8 @@ class AdjunctStores:
 
     def close(self) -> None:
         for s in self._stores.values():
-            close = getattr(s.system, "close", None)
-            if close is not None and not isinstance(s.system, _Shared):
-                close()
+            if not isinstance(s.system, _Shared):
+                s.system.close()
 
     # ------------------------------------------------------------------ internals
 

@@ -182,7 +182,9 @@ def judge_store(
     return Validity(Found.VALID, "valid")
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$"
+"""``30s``, ``15m``, ``12h``, ``7d``, ``2w``, or seconds (also the JSON schema's pattern)."""
+_DURATION = re.compile(DURATION_PATTERN)
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
 
 

@@ -294,16 +294,16 @@ class DefaultPolicy:
         busy_text = f"busiest task busy {busy:.2f}, mean {obs.busy_mean:.2f}"
 
         if growing and busy > cfg.scale_up_busy:
-            reasons = (lag_text, f"{busy_text} (> scale_up_busy={cfg.scale_up_busy:g})")
-            target = _up_target(current, cfg)
-            if target is None:
+            reasons: tuple[str, ...] = (lag_text, f"{busy_text} (> scale_up_busy={cfg.scale_up_busy:g})")
+            up = _up_target(current, cfg)
+            if up is None:
                 why = (
                     f"factor {current} is at max_factor={cfg.max_factor}"
                     if current >= cfg.max_factor
                     else f"no {cfg.allowed} factor above {current} fits max_factor={cfg.max_factor}"
                 )
                 return Decision(HOLD, current, (*reasons, f"would scale up, but {why}"))
-            return Decision(UP, target, (*reasons, f"factor {current} -> {target} ({cfg.allowed})"))
+            return Decision(UP, up, (*reasons, f"factor {current} -> {up} ({cfg.allowed})"))
 
         lag = obs.latest_lag or 0.0
         drain_s = _drain_seconds(lag, obs.processed_rate)
@@ -314,45 +314,45 @@ class DefaultPolicy:
                 f"{busy_text} (< scale_down_busy={cfg.scale_down_busy:g})",
                 f"lag {lag:.0f} records is {_seconds(drain_s)} of input (<= small_lag_s={cfg.small_lag_s:g})",
             )
-            target = _down_target(current, cfg)
-            if target is None:
+            down = _down_target(current, cfg)
+            if down is None:
                 why = (
                     f"factor {current} is at min_factor={cfg.min_factor}"
                     if current <= cfg.min_factor
                     else f"no {cfg.allowed} factor between min_factor={cfg.min_factor} and {current // 2}"
                 )
                 return Decision(HOLD, current, (*reasons, f"would scale down, but {why}"))
-            projected = busy * current / target
+            projected = busy * current / down
             if projected >= cfg.scale_up_busy:
                 return Decision(
                     HOLD,
                     current,
                     (
                         *reasons,
-                        f"would scale down to {target}, but its projected busy {projected:.2f} is not below "
+                        f"would scale down to {down}, but its projected busy {projected:.2f} is not below "
                         f"scale_up_busy={cfg.scale_up_busy:g}: it would be scaled straight back up",
                     ),
                 )
             return Decision(
                 DOWN,
-                target,
-                (*reasons, f"factor {current} -> {target}, projected busy {projected:.2f} ({cfg.allowed})"),
+                down,
+                (*reasons, f"factor {current} -> {down}, projected busy {projected:.2f} ({cfg.allowed})"),
             )
 
-        reasons = [lag_text, busy_text]
+        notes = [lag_text, busy_text]
         if growing:
-            reasons.append(f"not busy enough to scale up (scale_up_busy={cfg.scale_up_busy:g})")
+            notes.append(f"not busy enough to scale up (scale_up_busy={cfg.scale_up_busy:g})")
         elif busy >= cfg.scale_down_busy:
-            reasons.append(
+            notes.append(
                 f"between scale_down_busy={cfg.scale_down_busy:g} and scale_up_busy={cfg.scale_up_busy:g}: "
                 "the job keeps up"
             )
         else:
-            reasons.append(
+            notes.append(
                 f"lag {lag:.0f} records is {_seconds(drain_s)} of input (> small_lag_s={cfg.small_lag_s:g}): "
                 "not scaling down while it drains"
             )
-        return Decision(HOLD, current, tuple(reasons))
+        return Decision(HOLD, current, tuple(notes))
 
 
 def lag_slope(samples: Sequence[tuple[float, float]]) -> float:

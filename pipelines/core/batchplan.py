@@ -49,7 +49,7 @@ def share_budget(backlog: Mapping[K, int | None], budget: int, rotation: int = 0
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     admit = dict.fromkeys(backlog, 0)
-    waiting = [k for k in backlog if backlog[k] is None or backlog[k] > 0]  # type: ignore[operator]
+    waiting = [k for k, n in backlog.items() if n is None or n > 0]
     if not waiting or budget == 0:
         return admit
     if budget < len(waiting):

@@ -1,10 +1,11 @@
 """Checkpoints per (SSP, key bucket) and their migration from one job model to the next.
 
 A checkpoint is the *next* position to read for one key bucket of one partition
-under one elasticity factor. Positions are opaque strings ordered only by the
-input system's ``position_key``, which every function here takes as
-``offset_key``. Migration is ``new(p, b', X') = min{ old(p, b, X) : b ≡ b'
-(mod gcd(X, X')) }``: inheritance on a split, the minimum on a merge, and
+under one elasticity factor. Positions (``pipelines.core.positions.Position``)
+are opaque strings ordered only by the input system's ``position_key``, which
+every function here takes. The stored and wire formats say "offset", as
+Samza's checkpoints do. Migration is ``new(p, b', X') = min{ old(p, b, X) :
+b ≡ b' (mod gcd(X, X')) }``: inheritance on a split, the minimum on a merge, and
 at-least-once for any other change. Why it is safe for every pair of factors:
 docs/design.md, "Checkpoints and their migration".
 """
@@ -15,28 +16,29 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from math import gcd
-from typing import Any
+from typing import Any, cast
 
 from pipelines.core.bulk import collector_paused
 from pipelines.core.hashing import validate_factor
+from pipelines.core.positions import Position
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import ModelError
 
-Offset = str
-OffsetKey = Callable[[Offset], Any]
+PositionKey = Callable[[Position], Any]
+"""An input system's order of the positions of one partition (its ``position_key``)."""
 
 
 def partition_floor(
-    offsets: Iterable[tuple[SystemStreamPartition, Offset]], offset_key: OffsetKey
-) -> dict[SystemStreamPartition, Offset]:
+    offsets: Iterable[tuple[SystemStreamPartition, Position]], position_key: PositionKey
+) -> dict[SystemStreamPartition, Position]:
     """Per whole partition, the smallest position of its key buckets: where the partition as a whole stands.
 
-    ``offset_key`` is the input system's order of positions; there is no
+    ``position_key`` is the input system's order of positions; there is no
     default, because no order is right for every system.
     """
-    floor: dict[SystemStreamPartition, tuple[Any, Offset]] = {}
+    floor: dict[SystemStreamPartition, tuple[Any, Position]] = {}
     for ssp, offset in offsets:
-        whole, value = ssp.whole(), offset_key(offset)
+        whole, value = ssp.whole(), position_key(offset)
         if whole not in floor or value < floor[whole][0]:
             floor[whole] = (value, offset)
     return {whole: offset for whole, (_, offset) in floor.items()}
@@ -47,12 +49,12 @@ class CheckpointMap:
     """A job model's complete checkpoints: every key bucket of every partition it reads."""
 
     factor: int
-    offsets: Mapping[SystemStreamPartition, Offset]
+    offsets: Mapping[SystemStreamPartition, Position]
 
     def partitions(self) -> set[SystemStreamPartition]:
         return {ssp.whole() for ssp in self.offsets}
 
-    def offset(self, ssp: SystemStreamPartition, bucket: int) -> Offset:
+    def offset(self, ssp: SystemStreamPartition, bucket: int) -> Position:
         key = ssp.whole() if self.factor == 1 else ssp.whole().bucket(bucket)
         try:
             return self.offsets[key]
@@ -66,9 +68,9 @@ class CheckpointMap:
         """A partial map would let migration skip buckets; refuse it with the missing bucket named."""
         self.by_partition()
 
-    def by_partition(self) -> dict[SystemStreamPartition, list[Offset]]:
+    def by_partition(self) -> dict[SystemStreamPartition, list[Position]]:
         """Offsets of each whole partition, indexed by key bucket; raises if any bucket is missing."""
-        table: dict[SystemStreamPartition, list[Offset | None]] = {}
+        table: dict[SystemStreamPartition, list[Position | None]] = {}
         for ssp, offset in self.offsets.items():
             bucket = ssp.key_bucket or 0
             if bucket >= self.factor:
@@ -77,7 +79,7 @@ class CheckpointMap:
         for whole, offsets in table.items():
             if None in offsets:
                 self.offset(whole, offsets.index(None))  # raises, naming the missing bucket
-        return table  # type: ignore[return-value]  # no None is left
+        return cast(dict[SystemStreamPartition, list[Position]], table)  # no None is left
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,7 +100,7 @@ class CheckpointMap:
             factor = validate_factor(value.get("factor", 1))
         except Exception as e:
             raise ModelError(f"checkpoint map: {e}") from None
-        offsets: dict[SystemStreamPartition, Offset] = {}
+        offsets: dict[SystemStreamPartition, Position] = {}
         for i, row in enumerate(value["checkpoints"]):
             if not isinstance(row, dict) or "ssp" not in row or "offset" not in row:
                 raise ModelError(f"checkpoint #{i} must have 'ssp' and 'offset', got {row!r}")
@@ -127,8 +129,8 @@ def migrate_checkpoints(
     old: CheckpointMap,
     new_factor: int,
     new_partitions: Iterable[SystemStreamPartition],
-    earliest: Mapping[SystemStreamPartition, Offset],
-    offset_key: OffsetKey,
+    earliest: Mapping[SystemStreamPartition, Position],
+    position_key: PositionKey,
 ) -> CheckpointMap:
     """The new model's complete checkpoint map, computed from the old model's complete map.
 
@@ -138,19 +140,19 @@ def migrate_checkpoints(
     """
     x_new = validate_factor(new_factor)
     with collector_paused():  # 320,000 new checkpoints at 10,000 partitions x 32, in a rescale's downtime
-        return _migrated(old, x_new, new_partitions, earliest, offset_key)
+        return _migrated(old, x_new, new_partitions, earliest, position_key)
 
 
 def _migrated(
     old: CheckpointMap,
     x_new: int,
     new_partitions: Iterable[SystemStreamPartition],
-    earliest: Mapping[SystemStreamPartition, Offset],
-    offset_key: OffsetKey,
+    earliest: Mapping[SystemStreamPartition, Position],
+    position_key: PositionKey,
 ) -> CheckpointMap:
     old_offsets = old.by_partition()
     g = gcd(old.factor, x_new)
-    result: dict[SystemStreamPartition, Offset] = {}
+    result: dict[SystemStreamPartition, Position] = {}
     for ssp in sorted({s.whole() for s in new_partitions}, key=_sort_key):
         offsets = old_offsets.get(ssp)
         if offsets is None:
@@ -160,7 +162,7 @@ def _migrated(
                 raise ModelError(f"{ssp} is new and no earliest offset was given for it") from None
             starts = [start] * g
         else:  # bucket b' starts at the minimum over its residue class modulo g
-            starts = [min(offsets[r::g], key=offset_key) for r in range(g)]
+            starts = [min(offsets[r::g], key=position_key) for r in range(g)]
         if x_new == 1:
             result[ssp] = starts[0]
         else:

@@ -107,7 +107,7 @@ class TaskModel:
             ssps = value["systemStreamPartitions"]
         except KeyError as missing:
             raise ModelError(f"{where}: task lacks field {missing}") from None
-        _expect(isinstance(name, str) and name, where, "taskName must be a non-empty string")
+        _expect(isinstance(name, str) and bool(name), where, "taskName must be a non-empty string")
         _expect(isinstance(ssps, list), where, "systemStreamPartitions must be a list")
         try:
             parsed = frozenset(SystemStreamPartition.from_json(s) for s in ssps)
@@ -219,7 +219,7 @@ class JobModel:
         for key in ("jobName", "version", "containers"):
             _expect(key in value, "job model", f"lacks field {key!r}")
         job, version = value["jobName"], value["version"]
-        _expect(isinstance(job, str) and job, "job model", "jobName must be a non-empty string")
+        _expect(isinstance(job, str) and bool(job), "job model", "jobName must be a non-empty string")
         _expect(isinstance(version, int) and version >= 0, "job model", "version must be an integer >= 0")
         factor = value.get("elasticityFactor", 1)  # models from before elasticity have none
         _expect(isinstance(factor, int) and factor >= 1, "job model", "elasticityFactor must be an integer >= 1")

@@ -66,7 +66,4 @@ class Bounded:
 
 
 End = Position | Bounded
-
-
-End = Position | Bounded
 """The end of one read: a position the system named, or a ``Bounded`` end it names by reading."""

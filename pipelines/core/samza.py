@@ -67,8 +67,8 @@ def model_from_samza(document: Any, *, job: str | None = None, version: int = 1)
         cid = str(container.get("processor-id", container.get("container-id", key)))
         tasks = {}
         for task_key, task in container["tasks"].items():
-            model = _task_from_samza(task, f"{where}.tasks[{task_key!r}]")
-            tasks[model.task_name] = model
+            task_model = _task_from_samza(task, f"{where}.tasks[{task_key!r}]")
+            tasks[task_model.task_name] = task_model
         parsed[cid] = ContainerModel(cid, tasks)
     factor = _factor(config, parsed)
     grouper = _FACTORIES.get(config.get(GROUPER_KEY, ""), "GroupByPartition")

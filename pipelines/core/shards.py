@@ -12,7 +12,7 @@ A slot's state is a mapping ``shard id -> shard state``, the shard state being
 ``TRIM_HORIZON`` (taken over, nothing read yet), a sequence number (the last
 record read; opaque here, only the Kinesis system compares them) or
 ``SHARD_END`` (read to its end). A slot's checkpoint is exactly this mapping
-(``pipelines.systems.kinesis_positions`` encodes it), so **the mapping is
+(``pipelines.systems.kinesis.positions`` encodes it), so **the mapping is
 recoverable from the checkpointed positions alone**: a restart, or another
 process, sees the same slots, the mapper derives the same decisions, and
 nothing else needs to be stored (no DynamoDB lease table).

@@ -23,7 +23,9 @@ from pipelines.errors import ConfigError, ModelError
 
 # Kafka topic names, Kinesis stream names and our embedded streams all fit this;
 # it also keeps task names such as "SystemStreamPartition [a, b, 0]" unambiguous.
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+NAME_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+"""What a job, stream, table or store may be called (also the JSON schema's pattern)."""
+_NAME = re.compile(NAME_PATTERN)
 
 
 NO_BUCKET = -1

@@ -29,7 +29,7 @@ from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
 from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis import KinesisSystem
-from pipelines.systems.kinesis_positions import decode_slot
+from pipelines.systems.kinesis.positions import decode_slot
 
 from .run import (
     HEADERS,
@@ -212,8 +212,7 @@ def run_kinesis_demo(
 
 
 def _reshard(system: KinesisSystem, action: str, say: Any) -> None:
-    mapper, _ = system._listing(STREAM, max_age_s=0)
-    shards = mapper.open_shards()  # ordered by hash key range: neighbours are adjacent
+    shards = system.open_shards(STREAM)  # ordered by hash key range: neighbours are adjacent
     if action == "split":
         children = system.split_shard(STREAM, shards[0])
         say(f"  split {shards[0]} into {', '.join(children)}")

@@ -116,7 +116,7 @@ def load_process_function(path: str) -> ProcessFunction:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise ConfigError(f"process function {path!r}: cannot import {module_name!r}: {e}") from None
-    fn = getattr(module, attr, None)
+    fn: ProcessFunction | None = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(f"process function {path!r}: {module_name} has no callable {attr!r}")
     return fn

@@ -15,11 +15,11 @@
   ``KinesisSystem.lineage``; a slot still reading a closed parent whose
   children wait is reported as holding them back.
 
-The two system-specific questions are optional methods of those systems
-(``committed``, ``lineage``), found with ``getattr``: the protocol needs no
-new method for a view. An input that does not answer within ``TIMEOUT_S`` or
-raises is shown as unreachable with the reason; the page never waits longer
-or fails for it.
+The two system-specific questions are optional abilities of those systems
+(``SupportsCommitted``, ``SupportsLineage`` in ``pipelines.systems.base``),
+asked with ``isinstance``: the core protocol needs no new method for a view.
+An input that does not answer within ``TIMEOUT_S`` or raises is shown as
+unreachable with the reason; the page never waits longer or fails for it.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ import dataclasses
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pipelines.control.home import Home
 from pipelines.core.positions import Position
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.systems.base import InputSystem, StreamMetadata, SupportsCommitted, SupportsLineage
 from pipelines.systems.registry import JobSystems
 
 TIMEOUT_S = 3.0
@@ -100,9 +101,8 @@ def _inspect_one(
             else f"may be read up to {limit} only (an expansion point)"
             for p, limit in limits.items()
         }
-        lineage = getattr(system, "lineage", None)
-        if callable(lineage):
-            shards = lineage(stream.stream, floors)
+        if isinstance(system, SupportsLineage):
+            shards = system.lineage(stream.stream, floors)
             view = _slots_view(stream, floors, shards, held)
             return view, held
         meta = system.describe(stream.stream)
@@ -127,24 +127,26 @@ def _inspect_one(
             "expansions": [_expansion(x) for x in meta.expansions],
             "details": dict(meta.details),
         }
-        committed = getattr(system, "committed", None)
-        if callable(committed):
-            view["consumer_group"] = _group(system, job, stream, settings, meta, committed)
+        if isinstance(system, SupportsCommitted):
+            view["consumer_group"] = _group(system, job, stream, settings, meta)
         return view, held
 
 
+class _Committing(InputSystem, SupportsCommitted, Protocol):
+    """An input system whose own tools keep a group's progress (Kafka): its lag is counted against its ends."""
+
+
 def _group(
-    system: Any,
+    system: _Committing,
     job: str,
     stream: SystemStream,
     settings: Mapping[str, Mapping[str, Any]],
-    meta: Any,
-    committed: Any,
+    meta: StreamMetadata,
 ) -> dict[str, Any]:
     """The job's consumer group as Kafka's tools see it: committed offset and lag per partition."""
     own = dict(settings.get(stream.system) or {})
     group = own.get("consumer_group") or job
-    positions = committed(group, stream.stream)
+    positions = system.committed(group, stream.stream)
     rows = []
     total: int | None = 0
     for p, info in sorted(meta.partitions.items()):

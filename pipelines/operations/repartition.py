@@ -23,6 +23,7 @@ from pipelines.errors import PartitionChangeError, PipelinesError
 from pipelines.jobs.config import job_config
 from pipelines.operations import scaling
 from pipelines.operations.scaling import ScalingRequest, expansion_request, reshard_request
+from pipelines.systems.base import SupportsRelayout
 from pipelines.systems.registry import JobSystems
 
 
@@ -62,7 +63,7 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
             now = {s: systems.of(s.system).describe(s.stream).partition_count for s in config.inputs}
             # A Kinesis stream's partitions are slots: any new count is one slot per open shard, laid out by the
             # system from the checkpoints (``relayout``), so the job's grouper and key-task stability do not apply.
-            slotted = {s for s in config.inputs if hasattr(systems.of(s.system), "relayout")}
+            slotted = {s for s in config.inputs if isinstance(systems.of(s.system), SupportsRelayout)}
         for stream in config.inputs:
             before = planned.get(stream)
             after = now[stream]

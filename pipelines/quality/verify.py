@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -14,6 +14,7 @@ from pipelines.deltaio import read_delta
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import job_config
 from pipelines.quality.checks import Verdict, expected_records, verify_rows, with_input_order
+from pipelines.systems.base import SupportsRecordsRead
 from pipelines.systems.registry import JobSystems
 
 
@@ -78,9 +79,8 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         unread: dict[str, int] = {}
         for stream in config.inputs:
             system = systems.of(stream.system)
-            records_read = getattr(system, "records_read", None)
-            if records_read is not None:
-                parts += _records_read(records_read, stream, starts, committed, rows, dead)
+            if isinstance(system, SupportsRecordsRead):
+                parts += _records_read(system, stream, starts, committed, rows, dead)
                 continue
             for p, part in system.describe(stream.stream).partitions.items():
                 ssp = SystemStreamPartition(stream.system, stream.stream, p)
@@ -110,7 +110,7 @@ def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str 
 
 
 def _records_read(
-    records_read: Callable[..., list[tuple[int | None, str]]],
+    system: SupportsRecordsRead,
     stream: SystemStream,
     starts: Mapping[SystemStreamPartition, str],
     committed: Mapping[SystemStreamPartition, str],
@@ -132,7 +132,7 @@ def _records_read(
     seen = seen[seen["stream"] == stream.stream]
     slot_of = dict(zip(seen["offset"].astype(str), seen["partition"].astype(int), strict=True))
     by_partition: dict[int, list[str]] = {}
-    for partition, offset in records_read(stream.stream, of_stream(starts), of_stream(committed)):
+    for partition, offset in system.records_read(stream.stream, of_stream(starts), of_stream(committed)):
         # A shard moves between slots when the job switches models after a reshard, so the slot that read a
         # record is the one the sink holds it under; the checkpoints' slot only names where a lost one was due.
         p = slot_of.get(offset, -1 if partition is None else partition)

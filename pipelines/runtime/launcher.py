@@ -79,14 +79,14 @@ def run(
     failure_note(home, job).unlink(missing_ok=True)
     cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
     if not detach:
-        return _foreground(home, job, cmd)
+        return _foreground(home, job, cmd, master)
     log = open(home.root / "run" / f"{job}.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(cmd, env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=spark_env(master), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     pid_file(home, job).write_text(str(proc.pid))
     return proc.pid
 
 
-def _foreground(home: Home, job: str, cmd: list[str]) -> int:
+def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
     """Run the driver tied to this process; Ctrl-C stops it at a batch boundary, then re-raises.
 
     The driver runs in its own session, so a Ctrl-C to the terminal's process
@@ -103,7 +103,7 @@ def _foreground(home: Home, job: str, cmd: list[str]) -> int:
     # libraries' lines should show (--verbose, an Airflow task: runtime.logs).
     log = logs.submit_stderr()
     try:
-        proc = subprocess.Popen(tied_command(cmd), env=spark_env(), start_new_session=True, stdout=2, stderr=log)
+        proc = subprocess.Popen(tied_command(cmd), env=spark_env(master), start_new_session=True, stdout=2, stderr=log)
     finally:
         if log is not None:
             log.close()  # the child has its own descriptor

@@ -29,11 +29,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from pipelines.errors import PipelinesError
 
@@ -78,15 +80,71 @@ def spark_home() -> str | None:
     return str(home) if (home / "jars").is_dir() else None
 
 
-def spark_env() -> dict[str, str]:
-    """Environment for a Spark driver (in-process or spark-submit) that runs our Python code."""
+LOOPBACK = "127.0.0.1"
+
+
+def driver_address(master: str) -> str | None:
+    """The address a driver for ``master`` binds and advertises to its executors; None leaves it to Spark.
+
+    Loopback for ``local[*]``: nothing listens beyond this machine. A cluster's
+    executors run on other hosts and connect back to the driver, so there it
+    must be an address they reach: loopback made every remote executor fail
+    with "Connection refused: localhost/127.0.0.1" while the job waited for
+    resources for ever. That is ``SPARK_LOCAL_IP`` when set, else the source
+    address of this host's route to the master (a UDP socket "connected" to
+    it, which sends nothing); a master on this machine's loopback gets
+    loopback that way. Spark's own ``spark.driver.host`` and
+    ``spark.driver.bindAddress`` still override what this gives.
+    """
+    if master.startswith("local"):
+        return LOOPBACK
+    if os.environ.get("SPARK_LOCAL_IP"):
+        return os.environ["SPARK_LOCAL_IP"]
+    endpoint = _master_endpoint(master)
+    if endpoint is None:  # yarn: Spark finds the host's address itself
+        return None
+    try:
+        found = socket.getaddrinfo(*endpoint, type=socket.SOCK_DGRAM)
+        family, kind, proto, _, target = min(found, key=lambda info: info[0] != socket.AF_INET)  # IPv4 first
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(target)
+            return str(probe.getsockname()[0])
+    except OSError:  # no route to the master (yet): Spark's own choice, and the master's error if it is gone
+        return None
+
+
+def _master_endpoint(master: str) -> tuple[str, int] | None:
+    """Host and port of the first master in ``spark://h:p[,h2:p2]`` or ``k8s://https://h:p``."""
+    if master.startswith("spark://"):
+        url, default_port = urlparse("spark://" + master.removeprefix("spark://").split(",")[0]), 7077
+    elif master.startswith("k8s://"):
+        url, default_port = urlparse(master.removeprefix("k8s://")), 443
+    else:
+        return None
+    try:
+        return (url.hostname, url.port or default_port) if url.hostname else None
+    except ValueError:  # a bad port: the launcher's master check names it
+        return None
+
+
+def spark_env(master: str | None = None) -> dict[str, str]:
+    """Environment for a Spark driver (in-process or spark-submit) that runs our Python code.
+
+    With ``master``, ``SPARK_LOCAL_IP`` (what the driver binds) and
+    ``SPARK_LOCAL_HOSTNAME`` (what it advertises) default to
+    :func:`driver_address`; without, to loopback, as for ``local[*]``.
+    """
     env = dict(os.environ)
     home = spark_home()
     if home is not None:
         env["SPARK_HOME"] = home
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    address = LOOPBACK if master is None else driver_address(master)
+    if address is not None:
+        env.setdefault("SPARK_LOCAL_IP", address)
+        if address != LOOPBACK:  # advertised as the address itself, not its reverse-DNS name, which may not resolve
+            env.setdefault("SPARK_LOCAL_HOSTNAME", address)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if PACKAGE_ROOT not in paths:
         paths.insert(0, PACKAGE_ROOT)
@@ -103,11 +161,17 @@ in every cheap-job query of 5 s on 2 cores (a fresh JVM per Airflow run never wa
 user's ``spark.driver.extraJavaOptions`` follow, so ``-XX:TieredStopAtLevel=4`` there brings C2 back."""
 
 
+SHUFFLE_PARTITIONS = "4"
+
 DELTA_CONFS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
-"""Delta's SQL (``DESCRIBE HISTORY``, ``delta.`path` `` tables, ``MERGE``) in every session."""
+"""Delta's SQL (``DESCRIBE HISTORY``, ``delta.`path` `` tables) in every session. Delta rebuilds a table's state
+with a shuffle into 50 partitions by default, sized for logs of millions of files; the home's tables have
+hundreds, and reading one with 50 took 12.0 s against 1.2 s with 1 (``python -m benchmarks.bench_jvm``, a table
+of 20 commits). A session that reads a huge table sets it higher."""
 
 
 class MissingJarsError(PipelinesError):
@@ -162,8 +226,21 @@ def s3a_confs(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return confs
 
 
+def driver_java_options() -> str:
+    """``JVM_OPTIONS`` and, where set-up built one for this JVM and these jars, the class-data archive
+    (``runtime.jvm_archive``): a driver then maps the classes it would otherwise load and verify one by one."""
+    from pipelines.runtime import jvm_archive
+
+    extra = os.environ.get(jvm_archive.ARCHIVE_ENV) or jvm_archive.java_options()
+    return f"{JVM_OPTIONS} {extra}".strip()
+
+
 def spark_confs(master: str) -> dict[str, str]:
-    """Confs every session of ours uses; our jars and Delta, small shuffles, loopback in local mode, C1-only JIT."""
+    """Confs every session of ours uses; our jars and Delta, small shuffles, loopback in local mode, C1-only JIT.
+
+    A cluster master gets no driver address here: ``spark_env(master)`` sets it, so a ``spark.driver.host`` or
+    ``spark.driver.bindAddress`` the user gives Spark (``spark-defaults.conf`` included) wins over it.
+    """
     classpath = spark_classpath()
     confs = {
         "spark.master": master,
@@ -171,11 +248,11 @@ def spark_confs(master: str) -> dict[str, str]:
         "spark.executor.extraClassPath": classpath,
         **DELTA_CONFS,
         **s3a_confs(),
-        "spark.driver.defaultJavaOptions": JVM_OPTIONS,
+        "spark.driver.defaultJavaOptions": driver_java_options(),
         "spark.executor.defaultJavaOptions": JVM_OPTIONS,
         "spark.executorEnv.PYTHONPATH": spark_env()["PYTHONPATH"],
         "spark.executorEnv.PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
@@ -194,8 +271,16 @@ def submit_confs() -> dict[str, str]:
 
 def build_session(master: str = "local[2]", app_name: str = "elastic-pipelines", **extra: Any) -> Any:
     """A SparkSession with our data sources registered."""
-    for key, value in spark_env().items():
-        if key in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", "PYTHONPATH", "SPARK_HOME"):
+    passed = (
+        "PYSPARK_PYTHON",
+        "PYSPARK_DRIVER_PYTHON",
+        "SPARK_LOCAL_IP",
+        "SPARK_LOCAL_HOSTNAME",
+        "PYTHONPATH",
+        "SPARK_HOME",
+    )
+    for key, value in spark_env(master).items():
+        if key in passed:
             os.environ[key] = value
     from pyspark.sql import SparkSession
 

@@ -48,10 +48,21 @@ Holding partitions back
     of the batch plan (sharing the budget, moving key buckets together) is
     pure, in ``pipelines.core.batchplan``.
 
-Why one protocol with optional abilities instead of three: every caller
-holds one object per system and asks what it needs; a system that cannot do
-something (create topics on a cluster the platform does not own, expand a
-Kinesis stream by a partition count) raises ``StreamError`` with the reason.
+Why one protocol instead of three: every caller holds one object per system
+and asks what it needs; a system that cannot do something (create topics on a
+cluster the platform does not own, expand a Kinesis stream by a partition
+count) raises ``StreamError`` with the reason.
+
+Optional abilities
+    What only some systems can do is a protocol of its own beside
+    ``InputSystem``, named as Flink names its source abilities
+    (``Supports*``): ``SupportsRelayout``, ``SupportsRecordsRead``,
+    ``SupportsLineage``, ``SupportsCommitted``. Callers ask with
+    ``isinstance(system, SupportsRelayout)``, never by probing for a method
+    name, so the ability is declared in one place, type-checked, and held to
+    its contract by the contract suite (``tests/integration/systems``): a
+    system whose method is renamed stops being ``SupportsRelayout`` and fails
+    a test instead of being planned as something else.
 """
 
 from __future__ import annotations
@@ -65,6 +76,7 @@ import pyarrow as pa
 from pipelines.core.positions import Bounded, End, Expansion, Position
 
 __all__ = [
+    "ABILITIES",
     "RECORD_SCHEMA",
     "Bounded",
     "End",
@@ -76,6 +88,10 @@ __all__ = [
     "Record",
     "Settings",
     "StreamMetadata",
+    "SupportsCommitted",
+    "SupportsLineage",
+    "SupportsRecordsRead",
+    "SupportsRelayout",
 ]
 
 Settings = Mapping[str, Any]
@@ -235,6 +251,72 @@ class InputSystem(Protocol):
     def close(self) -> None:
         """Release clients and connections; the object must not be used afterwards."""
         ...
+
+
+# -------------------------------------------------------------------- optional abilities
+
+
+@runtime_checkable
+class SupportsRelayout(Protocol):
+    """Partitions that are *slots* over a changing set of underlying units (Kinesis: shards over reshards).
+
+    A slotted stream's partition count may change in any direction (one slot
+    per open shard); the job's grouper and the "never shrink" rule do not
+    apply to it, and its checkpoints are laid out again by the system, never
+    migrated bucket by bucket from the old slot count.
+    """
+
+    def relayout(self, stream: str, positions: Mapping[int, Position], partitions: int) -> dict[int, Position]:
+        """Where each of ``partitions`` new slots starts, given every old slot's checkpoint.
+
+        Every unit keeps its state across the new layout: nothing is read
+        twice or skipped, and ``positions`` at the stream's start give a
+        layout that reads every record once.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsRecordsRead(Protocol):
+    """Partitions that are not ranges of positions, so "what was read" must be listed by the system.
+
+    The data-quality checks ask it instead of reading ``[start, end)`` of each
+    partition (a Kinesis slot's two checkpoints do not bound a range of one
+    shard).
+    """
+
+    def records_read(
+        self, stream: str, starts: Mapping[int, Position], ends: Mapping[int, Position]
+    ) -> list[tuple[int | None, Position]]:
+        """Every record read after ``starts`` (a partition missing: from the job's start) up to ``ends``.
+
+        Each with the partition that read it, or None when the checkpoints no
+        longer say which one did.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsLineage(Protocol):
+    """A stream made of units with parents and children (Kinesis shards), shown to operators."""
+
+    def lineage(self, stream: str, positions: Mapping[int, Position]) -> dict[str, dict[str, Any]]:
+        """Every listed unit with ``parents``, ``children``, ``open``, the ``slot`` reading it and its ``state``,
+        as a job at ``positions`` (its checkpoints per partition) sees it."""
+        ...
+
+
+@runtime_checkable
+class SupportsCommitted(Protocol):
+    """A system whose own tools keep a group's progress (Kafka consumer groups), written by ``acknowledge``."""
+
+    def committed(self, group: str, stream: str) -> dict[int, Position]:
+        """What ``group`` has committed per partition (partitions without a commit omitted)."""
+        ...
+
+
+ABILITIES: tuple[type, ...] = (SupportsRelayout, SupportsRecordsRead, SupportsLineage, SupportsCommitted)
+"""Every optional ability; the contract suite checks each system declares exactly the ones it keeps."""
 
 
 def empty_records() -> pa.Table:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -31,11 +31,12 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
+from pipelines.backoff import Backoff
 from pipelines.core.batchplan import expansion_holds
 from pipelines.core.partitioner import murmur2
 from pipelines.core.ssp import validate_name
 from pipelines.deltaio import open_table, readable, refresh
-from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError, refuse_unknown
+from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError
 from pipelines.systems.base import (
     RECORD_SCHEMA,
     Bounded,
@@ -48,6 +49,9 @@ from pipelines.systems.base import (
     StreamMetadata,
 )
 from pipelines.systems.offsets import OffsetOrder, parse_offset
+
+if TYPE_CHECKING:
+    from pipelines.systems.deltalog_settings import DeltaLogOptions
 
 SYSTEM = "deltalog"
 APP_ID = "deltalog-writer"
@@ -68,8 +72,8 @@ LOG_SCHEMA = pa.schema(
 # Delta keeps partition values in the log, not in the data files.
 _FILE_SCHEMA = pa.schema([f for f in LOG_SCHEMA if f.name != "partition"])
 
-_BACKOFF_BASE_S = 0.005
-_BACKOFF_CAP_S = 0.25
+_COMMIT_RACE = Backoff(base_s=0.005, cap_s=0.25)
+_STORAGE_WAIT = Backoff(base_s=0.05, cap_s=2.0)
 
 
 @dataclass
@@ -561,7 +565,7 @@ class DeltaLog(OffsetOrder):
     def _waiting_for_storage(self, stream: str, read: Any) -> Any:
         """``read()``, waited out while the stream's storage is gone (at most ``read_timeout_s``); damage raises."""
         deadline = time.monotonic() + self.read_timeout_s
-        delay = 0.05
+        attempt = 0
         while True:
             try:
                 return read()
@@ -573,8 +577,8 @@ class DeltaLog(OffsetOrder):
                         f"{self._unavailable(stream, error)}; a read waited {self.read_timeout_s:g}s for it"
                     ) from None
                 self._tables.pop(stream, None)  # the snapshot is re-read when the storage is back
-                time.sleep(min(random.uniform(0, delay), max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 2.0)
+                _STORAGE_WAIT.wait(attempt, deadline)
+                attempt += 1
 
     # ------------------------------------------------------------- snapshots
 
@@ -610,21 +614,15 @@ class DeltaLog(OffsetOrder):
         return table, snap
 
 
-SETTINGS = ("read_timeout_s",)
+def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> DeltaLogOptions:
+    """The ``systems.deltalog`` section (``deltalog_settings.DeltaLogSettings``), as ``DeltaLog``'s keywords."""
+    if isinstance(settings, Mapping) and not settings:
+        return {}  # nothing to check: the workers that open the log need not load pydantic
+    from pipelines.settings import check
+    from pipelines.systems.deltalog_settings import DeltaLogSettings
 
-
-def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> dict[str, float]:
-    """The ``systems.deltalog`` section: ``read_timeout_s``, how long a read waits for storage that went away."""
-    if not isinstance(settings, Mapping):
-        raise ConfigError(f"{where} must be a mapping of settings")
-    refuse_unknown(where, settings, SETTINGS)
-    clean: dict[str, float] = {}
-    if "read_timeout_s" in settings:
-        value = settings["read_timeout_s"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 86_400:
-            raise ConfigError(f"{where}.read_timeout_s: a number of seconds from 0 to 86400, got {value!r}")
-        clean["read_timeout_s"] = float(value)
-    return clean
+    checked: DeltaLogSettings = check(DeltaLogSettings, settings, where)
+    return {"read_timeout_s": checked.read_timeout_s} if "read_timeout_s" in checked.model_fields_set else {}
 
 
 def position_key(position: Position) -> int:
@@ -759,4 +757,4 @@ def _remove(paths: list[Path]) -> None:
 
 def _backoff(attempt: int) -> None:
     # Full jitter: racing producers spread out instead of colliding again in lockstep.
-    time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
+    _COMMIT_RACE.wait(attempt)

@@ -43,7 +43,8 @@ def position_order(system: str) -> Callable[[Position], Any]:
     if system not in SYSTEMS:
         raise ConfigError(f"unknown input system {system!r}; choose one of {', '.join(SYSTEMS)}")
     module = importlib.import_module(f"pipelines.systems.{system}")
-    return module.position_key  # type: ignore[no-any-return]
+    order: Callable[[Position], Any] = module.position_key
+    return order
 
 
 class JobSystems:

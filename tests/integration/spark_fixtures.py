@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -78,6 +79,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             with contextlib.suppress(Exception):
                 query.stop()
         session.stop()
+        # py4j closes its last connections from __del__ at interpreter exit, logging each at INFO through a handler
+        # whose stream pytest has closed by then: "--- Logging error ---" and a traceback after the summary line.
+        # The session is stopped; nothing py4j says from here on is news.
+        logging.getLogger("py4j").disabled = True
 
 
 def _warm_up(session: Any) -> None:

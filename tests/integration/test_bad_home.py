@@ -30,6 +30,8 @@ RESTORE_COMMIT = (
     "the table to version {before} (the change that commit made is lost)"
 )
 
+pytestmark = pytest.mark.slow  # CLI runs that reach Spark
+
 
 def cli(home: Path, *args: str, rc: int, as_user: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"PYTHONPATH": str(REPO)}

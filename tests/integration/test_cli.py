@@ -205,6 +205,7 @@ def _registered_demo_job(tmp_path: Path) -> None:
     run(tmp_path, "job", "create", "enrichment", "--config", str(REPO / "include/jobs/enrichment.yaml"))
 
 
+@pytest.mark.slow
 def test_rescale_dry_run_prints_the_plan_and_bad_requests_change_nothing(tmp_path: Path) -> None:
     _registered_demo_job(tmp_path)
     plan = json.loads(run(tmp_path, "--json", "rescale", "enrichment", "--factor", "4", "--dry-run").stdout)
@@ -253,6 +254,7 @@ def test_a_samza_job_model_is_imported_and_a_stored_one_exported_in_samzas_form(
     assert "known jobs: orders" in fails(tmp_path, "model", "export", "--job", "payments")
 
 
+@pytest.mark.slow
 def test_bad_input_is_refused_with_one_line_and_a_json_error_object(tmp_path: Path) -> None:
     unknown = run(tmp_path, "--json", "job", "show", "payments", rc=2)
     assert json.loads(unknown.stdout) == {
@@ -281,6 +283,7 @@ def test_bad_input_is_refused_with_one_line_and_a_json_error_object(tmp_path: Pa
     )
 
 
+@pytest.mark.slow
 def test_the_demo_refuses_to_wipe_a_home_that_holds_other_work(tmp_path: Path) -> None:
     run(tmp_path, "stream", "create", "payments", "--partitions", "1")
     message = fails(tmp_path, "demo", "--seconds", "1")

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipelines.control import ControlPlane
 from pipelines.control.decisions import read_decisions
 from pipelines.control.home import Home
@@ -27,6 +29,9 @@ from pipelines.systems.deltalog import DeltaLog
 from ..runtime.jobs import job, produce
 
 REPO = Path(__file__).resolve().parents[3]
+
+# rescales and watches run as CLI processes (refused before Spark, but real drivers where they proceed)
+pytestmark = pytest.mark.slow
 
 
 def cli(home: Home, *args: str, rc: int) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pandas as pd
+import pytest
 
 from pipelines.cli import main as cli
 from pipelines.control import ControlPlane
@@ -67,6 +68,7 @@ def test_clean_runs_pass_and_a_seeded_fault_copy_fails(spark, home: Home) -> Non
     assert cli(["--home", str(home.root), "verify", "q4", "--event", event.event_id[:8]], out, err) == 0
 
 
+@pytest.mark.slow
 def test_cli_verify_fails_with_exit_2_naming_the_offender(home: Home, monkeypatch) -> None:
     """No Spark: a window whose sink lost a record, through the CLI."""
     from pipelines.quality import report as report_module

@@ -26,7 +26,7 @@ from pipelines.runtime.driver import run_job
 from pipelines.runtime.requests import stop_request
 from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis import KinesisSystem
-from pipelines.systems.kinesis_positions import decode_slot
+from pipelines.systems.kinesis.positions import decode_slot
 
 from .jobs import DEMO, SeqProducer, misrouted, order_violations, sink
 from .test_rescale import rescale

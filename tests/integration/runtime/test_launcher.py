@@ -74,6 +74,7 @@ def test_a_tied_child_dies_with_its_killed_parent_an_untied_one_lives_on() -> No
                 child.kill()
 
 
+@pytest.mark.slow
 def test_an_unreachable_spark_master_is_one_line_and_quick_and_starts_nothing(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     produce(home, "events", 10, keys=2)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipelines.control.home import Home
 from pipelines.runtime.logs import log_path
 
@@ -17,6 +19,8 @@ REPO = Path(__file__).resolve().parents[3]
 SPARK_LINE = re.compile(  # log4j's console lines, its start-up notice, the JVM's warning about incubator modules
     r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (INFO|WARN|ERROR) |log4j|^WARNING: Using incubator", re.M
 )
+
+pytestmark = pytest.mark.slow  # a spark-submit driver
 
 
 def run(home: Home, job_name: str, *extra: str) -> subprocess.CompletedProcess[str]:

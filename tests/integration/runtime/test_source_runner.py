@@ -12,7 +12,8 @@ source, and closes it where Spark's stop does: waiting for the next call.
 A query's start does not import pandas in the runner: Spark starts the
 runner afresh for every query (every job start, every in-place rescale),
 and pyarrow imported pandas there only to ask whether values were
-DataFrames, a third of the runner's start.
+DataFrames, a third of the runner's start. Nor does it load pydantic: the
+job configuration it reads was validated when its model was saved.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ def test_a_runner_plans_a_batch_without_importing_pandas(tmp_path: Path) -> None
         mapped = Path(f"/proc/{proc.pid}/maps").read_text()
         assert "pyarrow" in mapped  # the planning ran pyarrow in this process
         assert "pandas/_libs" not in mapped, "the source runner imported pandas"
+        assert "pydantic_core" not in mapped, "the source runner loaded pydantic to read a saved job configuration"
     finally:
         stream.close()
         conn.close()

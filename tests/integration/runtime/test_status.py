@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.observe.synthetic import run_rows
@@ -121,6 +123,7 @@ def test_watch_refreshes_until_ctrl_c_and_exits_cleanly(home: Home) -> None:
     assert "3 micro-batches" in seen
 
 
+@pytest.mark.slow
 def test_a_png_export_is_the_report_rendered_by_chromium(home: Home, tmp_path: Path) -> None:
     """The test tooling's Chromium and playwright (scripts/setup.sh) rasterise the same self-contained HTML."""
     produce(home, "events", 10, 2)

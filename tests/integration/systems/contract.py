@@ -8,18 +8,46 @@ on (``pipelines.systems.base``): positions opaque but ordered per partition,
 reads that return the records in order with the position after them, bounded
 reads that continue without gap or overlap, and counts that are either exact
 or honestly unknown.
+
+Each system's test also names the optional abilities it declares
+(``pipelines.systems.base.ABILITIES``); the suite checks the system has
+exactly those, and that each one keeps its own contract on the same records.
+A renamed ``relayout`` therefore fails here, instead of planning a Kinesis job
+as if its partitions were Kafka's.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
-from pipelines.systems.base import RECORD_SCHEMA, Bounded, InputSystem, Position
+from pipelines.systems.base import (
+    ABILITIES,
+    RECORD_SCHEMA,
+    Bounded,
+    InputSystem,
+    Position,
+    SupportsCommitted,
+    SupportsLineage,
+    SupportsRecordsRead,
+    SupportsRelayout,
+)
+
+CONTRACT_JOB = "contract-job"
 
 
-def check_input_system_contract(system: InputSystem, stream: str, records: int = 60, keys: int = 7) -> None:
-    """Produce ``records`` keyed records into an existing, empty ``stream`` and check every protocol rule."""
+def check_input_system_contract(
+    system: InputSystem, stream: str, *, abilities: frozenset[type], records: int = 60, keys: int = 7
+) -> None:
+    """Produce ``records`` keyed records into an existing, empty ``stream`` and check every protocol rule.
+
+    ``abilities`` are the optional abilities the system declares; it must have exactly these.
+    """
     assert isinstance(system, InputSystem)
+    has = {a for a in ABILITIES if isinstance(system, a)}
+    assert has == set(abilities), (
+        f"{type(system).__name__} has abilities {_names(has)}, its tests declare {_names(abilities)}"
+    )
     meta = system.describe(stream)
     assert meta.system == system.system and meta.stream == stream
     assert meta.partition_count >= 1
@@ -42,6 +70,7 @@ def check_input_system_contract(system: InputSystem, stream: str, records: int =
     ends = system.end_positions(stream)
     assert set(ends) == set(meta.partitions)
     assert system.read_limits(stream, start) == {}, "no expansion, nothing held back"
+    finals: dict[int, Position] = {}
     for partition in meta.partitions:
         expected = by_partition.get(partition, [])
         whole = system.read(stream, partition, start[partition], ends[partition])
@@ -67,7 +96,8 @@ def check_input_system_contract(system: InputSystem, stream: str, records: int =
                 break
         assert seen == [v for _, v in expected]
         assert system.reached(stream, partition, position, ends[partition])
-        system.acknowledge("contract-job", stream, {partition: position})  # never raises for a good position
+        system.acknowledge(CONTRACT_JOB, stream, {partition: position})  # never raises for a good position
+        finals[partition] = position
 
         # A planned end never passes its limit and covers at most the admitted records.
         planned = system.advance(stream, {partition: start[partition]}, {partition: 2}, {partition: ends[partition]})
@@ -76,3 +106,71 @@ def check_input_system_contract(system: InputSystem, stream: str, records: int =
             assert system.position_key(end) <= system.position_key(ends[partition])
         got = system.read(stream, partition, start[partition], end)
         assert got.records.column("value").to_pylist() == [v for _, v in expected][:2]
+
+    produced = [(partition, pos) for partition, items in by_partition.items() for pos, _ in items]
+    if isinstance(system, SupportsRelayout):
+        check_relayout(system, stream, start, finals, [v for _, v, _ in batch])
+    if isinstance(system, SupportsRecordsRead):
+        check_records_read(system, stream, start, finals, produced)
+    if isinstance(system, SupportsLineage):
+        check_lineage(system, stream, finals)
+    if isinstance(system, SupportsCommitted):
+        assert system.committed(CONTRACT_JOB, stream) == finals, "committed is what acknowledge wrote"
+
+
+def check_relayout(
+    system: InputSystem, stream: str, start: Mapping[int, Position], finals: Mapping[int, Position], values: list[bytes]
+) -> None:
+    """Laid out on fewer, as many or more slots, every record is read once from the start and none from the end."""
+    assert isinstance(system, SupportsRelayout)
+    count = len(start)
+    for slots in sorted({1, count, count + 1}):
+        fresh = system.relayout(stream, start, slots)
+        assert set(fresh) == set(range(slots)), f"relayout on {slots} slots names every slot once"
+        read = [v for p in fresh for v in _read_all(system, stream, p, fresh[p])]
+        assert sorted(read) == sorted(values), f"relayout on {slots} slots from the start reads every record once"
+        done = system.relayout(stream, finals, slots)
+        assert set(done) == set(range(slots))
+        assert not [v for p in done for v in _read_all(system, stream, p, done[p])], (
+            f"relayout on {slots} slots from where every record was read reads nothing again"
+        )
+
+
+def check_records_read(
+    system: InputSystem,
+    stream: str,
+    start: Mapping[int, Position],
+    finals: Mapping[int, Position],
+    produced: list[tuple[int, Position]],
+) -> None:
+    """What the readers read between two checkpoints, each record once with the partition that read it."""
+    assert isinstance(system, SupportsRecordsRead)
+    assert sorted(system.records_read(stream, {}, finals)) == sorted(produced), "from the job's start"
+    assert sorted(system.records_read(stream, start, finals)) == sorted(produced), "from the earliest positions"
+    assert system.records_read(stream, finals, finals) == [], "nothing between a checkpoint and itself"
+
+
+def check_lineage(system: InputSystem, stream: str, finals: Mapping[int, Position]) -> None:
+    """Every unit with its parents, children and slot; every partition reads some unit; links stay inside."""
+    assert isinstance(system, SupportsLineage)
+    lineage = system.lineage(stream, finals)
+    assert lineage, "a stream has at least one unit"
+    for unit, info in lineage.items():
+        assert {"parents", "children", "open", "slot", "state"} <= set(info), (unit, info)
+        assert set(info["parents"]) | set(info["children"]) <= set(lineage), (unit, info)
+    assert {info["slot"] for info in lineage.values()} >= set(finals), "every partition reads some unit"
+
+
+def _read_all(system: InputSystem, stream: str, partition: int, position: Position) -> list[bytes]:
+    seen: list[bytes] = []
+    for _ in range(1000):
+        part = system.read(stream, partition, position, Bounded(position, 50))
+        seen += part.records.column("value").to_pylist()
+        position = part.next_position
+        if part.records.num_rows == 0:
+            return seen
+    raise AssertionError(f"partition {partition} never stopped returning records")
+
+
+def _names(abilities: set[type] | frozenset[type]) -> str:
+    return ", ".join(sorted(a.__name__ for a in abilities)) or "none"

@@ -26,11 +26,11 @@ from confluent_kafka.admin import AdminClient
 from pipelines.control.home import Home
 from pipelines.core.partitioner import kafka_partition
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
-from pipelines.jobs.config import JobConfig, _systems
+from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition
 from pipelines.operations.jobs import create_job
 from pipelines.servers.kafka_broker import KafkaBroker
-from pipelines.systems.base import Bounded, InputSystem
+from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted
 from pipelines.systems.kafka import KafkaSystem, position_key, validate_settings
 from pipelines.systems.kafka_expansions import ExpansionLog
 from tests.integration.kafka_fixtures import SASL_PASSWORD_ENV, SASL_PREFIX, new_topic, sasl_settings, unique_topic
@@ -50,7 +50,7 @@ def kafka(kafka_broker: KafkaBroker) -> Iterator[KafkaSystem]:
 
 def test_kafka_keeps_the_input_system_contract(kafka_broker: KafkaBroker, kafka: KafkaSystem) -> None:
     assert isinstance(kafka, InputSystem)
-    check_input_system_contract(kafka, new_topic(kafka_broker, 3))
+    check_input_system_contract(kafka, new_topic(kafka_broker, 3), abilities=frozenset({SupportsCommitted}))
 
 
 def test_keys_land_where_java_producers_put_them_and_records_keep_key_timestamp_headers(
@@ -312,7 +312,17 @@ def test_settings_refuse_unknown_fields_and_secrets_in_clear(monkeypatch: pytest
     assert ok.properties["enable.ssl.certificate.verification"] == "false"
     # The job config checks the section through the module, with the field named.
     with pytest.raises(ConfigError, match=r"job: systems\.kafka: unknown field"):
-        _systems({"kafka": {"bootstrap_servers": "x:9092", "tiemout_ms": 5}}, "job")
+        JobConfig.from_dict(
+            {
+                "name": "j",
+                "inputs": [{"system": "kafka", "stream": "t"}],
+                "process": "pipelines.demo.enrich:process",
+                "output_schema": "key STRING",
+                "sink": "out",
+                "systems": {"kafka": {"bootstrap_servers": "x:9092", "tiemout_ms": 5}},
+            },
+            "job",
+        )
 
     system = KafkaSystem({"bootstrap_servers": "x:9092", "secrets_env": {"sasl.password": "KAFKA_TEST_PASSWORD"}})
     monkeypatch.delenv("KAFKA_TEST_PASSWORD", raising=False)

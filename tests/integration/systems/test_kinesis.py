@@ -23,13 +23,20 @@ from botocore.stub import Stubber
 from pipelines.core.shards import SHARD_END
 from pipelines.errors import ConfigError, StreamError
 from pipelines.servers.kinesis_emulator import KinesisEmulator
-from pipelines.systems.base import Bounded, InputSystem, Position
+from pipelines.systems.base import (
+    Bounded,
+    InputSystem,
+    Position,
+    SupportsLineage,
+    SupportsRecordsRead,
+    SupportsRelayout,
+)
 from pipelines.systems.kinesis import KinesisSystem, position_key, validate_settings
-from pipelines.systems.kinesis_positions import decode_slot
+from pipelines.systems.kinesis.positions import decode_slot
 from pipelines.systems.registry import open_system
 from tests.integration.systems.contract import check_input_system_contract
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # the Kinesis emulator (Node)
 
 _names = itertools.count()
 
@@ -97,7 +104,9 @@ def _check_once_and_in_key_order(read: list[tuple[int, str, bytes, bytes]], prod
 def test_the_kinesis_system_keeps_the_input_system_contract(kinesis: KinesisSystem) -> None:
     stream = _stream(kinesis, 2)
     assert isinstance(kinesis, InputSystem)
-    check_input_system_contract(kinesis, stream)
+    check_input_system_contract(
+        kinesis, stream, abilities=frozenset({SupportsRelayout, SupportsRecordsRead, SupportsLineage})
+    )
 
 
 def test_split_and_merge_while_producing_read_every_record_once_in_per_key_order(
@@ -370,3 +379,17 @@ def test_a_read_waits_out_an_endpoint_that_stops_answering_then_gives_up_after_r
         patient.close()
         impatient.close()
         emulator.stop()
+
+
+def test_credentials_and_region_come_from_an_airflow_connection_in_uri_form(
+    endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.systems.kinesis.client import session
+
+    monkeypatch.setenv("AIRFLOW_CONN_KINESIS_TEST", "aws://AKIDEXAMPLE:wJalr%2FXUtn@/?region_name=us-east-1")
+    system = KinesisSystem({"endpoint_url": endpoint, "aws_conn_id": "kinesis_test"})
+    credentials = session(system.settings).get_credentials()
+    assert (credentials.access_key, credentials.secret_key) == ("AKIDEXAMPLE", "wJalr/XUtn")
+    assert system.client.meta.region_name == "us-east-1"
+    stream = _stream(system, 1)  # the emulator accepts any credentials: the client works with these
+    assert system.describe(stream).partition_count == 1

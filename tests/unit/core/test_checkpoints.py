@@ -33,7 +33,7 @@ def old_maps(draw: st.DrawFn) -> CheckpointMap:
 
 @given(old_maps(), st.integers(1, 12), st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=30))
 def test_no_key_starts_after_any_old_checkpoint_that_covered_it(old, new_factor, hashes) -> None:
-    new = migrate_checkpoints(old, new_factor, old.partitions(), earliest={}, offset_key=int)
+    new = migrate_checkpoints(old, new_factor, old.partitions(), earliest={}, position_key=int)
     for ssp in old.partitions():
         for h in hashes:  # a key with hash h: old bucket h mod X, new bucket h mod X'
             before = int(old.offset(ssp, h % old.factor))
@@ -44,7 +44,7 @@ def test_no_key_starts_after_any_old_checkpoint_that_covered_it(old, new_factor,
 @given(old_maps(), st.integers(1, 4))
 def test_split_is_inheritance_from_the_parent_bucket(old, k) -> None:
     x2 = old.factor * k
-    new = migrate_checkpoints(old, x2, old.partitions(), earliest={}, offset_key=int)
+    new = migrate_checkpoints(old, x2, old.partitions(), earliest={}, position_key=int)
     for ssp in old.partitions():
         for b in range(x2):
             assert new.offset(ssp, b) == old.offset(ssp, b % old.factor)
@@ -54,7 +54,7 @@ def test_split_is_inheritance_from_the_parent_bucket(old, k) -> None:
 def test_merge_is_the_minimum_of_the_merged_buckets(x_new, k, pool) -> None:
     x_old = x_new * k
     old = _map(x_old, {0: pool[:x_old]})
-    new = migrate_checkpoints(old, x_new, old.partitions(), earliest={}, offset_key=int)
+    new = migrate_checkpoints(old, x_new, old.partitions(), earliest={}, position_key=int)
     for b in range(x_new):
         merged = [int(old.offset(P0, b2)) for b2 in range(x_old) if b2 % x_new == b]
         assert int(new.offset(P0, b)) == min(merged)
@@ -62,7 +62,7 @@ def test_merge_is_the_minimum_of_the_merged_buckets(x_new, k, pool) -> None:
 
 @given(old_maps(), st.integers(1, 12))
 def test_any_change_takes_the_minimum_over_the_gcd_class(old, x_new) -> None:
-    new = migrate_checkpoints(old, x_new, old.partitions(), earliest={}, offset_key=int)
+    new = migrate_checkpoints(old, x_new, old.partitions(), earliest={}, position_key=int)
     g = gcd(old.factor, x_new)
     for ssp in old.partitions():
         for b in range(x_new):
@@ -72,38 +72,38 @@ def test_any_change_takes_the_minimum_over_the_gcd_class(old, x_new) -> None:
 
 @given(old_maps())
 def test_same_factor_is_identity(old) -> None:
-    assert migrate_checkpoints(old, old.factor, old.partitions(), earliest={}, offset_key=int) == old
+    assert migrate_checkpoints(old, old.factor, old.partitions(), earliest={}, position_key=int) == old
 
 
 def test_new_partitions_start_at_their_earliest_offset() -> None:
     old = _map(2, {0: [10, 20], 1: [30, 40]})
     new_parts = [SystemStreamPartition("deltalog", "events", p) for p in range(4)]
     earliest = {new_parts[2]: "0", new_parts[3]: "5"}
-    new = migrate_checkpoints(old, 2, new_parts, earliest=earliest, offset_key=int)
+    new = migrate_checkpoints(old, 2, new_parts, earliest=earliest, position_key=int)
     assert [new.offset(new_parts[2], b) for b in range(2)] == ["0", "0"]
     assert [new.offset(new_parts[3], b) for b in range(2)] == ["5", "5"]
     assert new.offset(new_parts[1], 1) == "40"
     with pytest.raises(ModelError, match="is new and no earliest offset"):
-        migrate_checkpoints(old, 2, new_parts, earliest={}, offset_key=int)
+        migrate_checkpoints(old, 2, new_parts, earliest={}, position_key=int)
 
 
 def test_offsets_compare_as_numbers_not_strings() -> None:
     # Kinesis sequence numbers: "9..." sorts after "10..." as text.
     old = CheckpointMap(2, {P0.bucket(0): "9" * 20, P0.bucket(1): "1" + "0" * 55})
-    new = migrate_checkpoints(old, 1, old.partitions(), earliest={}, offset_key=int)
+    new = migrate_checkpoints(old, 1, old.partitions(), earliest={}, position_key=int)
     assert new.offset(P0, 0) == "9" * 20
 
 
 def test_the_system_comparator_is_used() -> None:
     old = CheckpointMap(2, {P0.bucket(0): "b", P0.bucket(1): "a"})
-    new = migrate_checkpoints(old, 1, old.partitions(), earliest={}, offset_key=lambda o: -ord(o))
+    new = migrate_checkpoints(old, 1, old.partitions(), earliest={}, position_key=lambda o: -ord(o))
     assert new.offset(P0, 0) == "b"
 
 
 def test_an_incomplete_map_is_refused() -> None:
     old = CheckpointMap(4, {P0.bucket(0): "1", P0.bucket(1): "1", P0.bucket(3): "1"})
     with pytest.raises(ModelError, match=r"no offset for \[deltalog, events, 0, 2\]"):
-        migrate_checkpoints(old, 2, old.partitions(), earliest={}, offset_key=int)
+        migrate_checkpoints(old, 2, old.partitions(), earliest={}, position_key=int)
 
 
 def test_json_round_trip_and_three_part_checkpoints() -> None:

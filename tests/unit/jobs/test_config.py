@@ -206,7 +206,11 @@ def test_a_sink_without_its_table_field_names_the_field_it_has() -> None:
             {"deltalog": {"read_timeout": 60}},
             "systems.deltalog: unknown field(s) 'read_timeout' (did you mean 'read_timeout_s'?)",
         ),
-        ("systems", {"deltalog": {"read_timeout_s": -1}}, "read_timeout_s: a number of seconds from 0 to 86400"),
+        (
+            "systems",
+            {"deltalog": {"read_timeout_s": -1}},
+            "'systems.deltalog.read_timeout_s' must be a number from 0 to 86400 (seconds a read",
+        ),
     ],
 )
 def test_a_misspelled_field_is_refused_with_the_one_meant(section: str, value: Any, message: str) -> None:
@@ -222,7 +226,7 @@ def test_an_input_with_an_unknown_field_is_refused() -> None:
 
 
 def test_bad_sink_table_name() -> None:
-    assert "sink table name" in error_of(config(sink={"table": "no spaces"}))
+    assert "sink: table name 'no spaces' is invalid" in error_of(config(sink={"table": "no spaces"}))
 
 
 def test_bad_dead_letter_table() -> None:
@@ -305,3 +309,37 @@ def test_a_job_config_that_is_not_utf8_or_a_directory_is_refused(tmp_path: Path)
         JobConfig.load(binary)
     with pytest.raises(ConfigError, match="is a directory; give the job's YAML file"):
         JobConfig.load(tmp_path)
+
+
+# --- saved configurations (read back from job models without checking them again) -------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {
+            "grouper": "GroupByPartitionFixedTaskNum",
+            "elasticity_factor": "4",
+            "containers": 2,
+            "trigger": "available-now",
+        },
+        {
+            "sink": "bare",
+            "dead_letter": {"table": "dl"},
+            "batch": {"max_records": 7, "trigger_interval": " 2 seconds "},
+        },
+        {"systems": {"kinesis": None, "deltalog": {"read_timeout_s": 5}}, "autosize": {"min_factor": 2}},
+        {"process_options": {"latency_ms": 2}, "source": {"x": 1}, "stores": {"c": {"input": "customers"}}},
+    ],
+)
+def test_a_saved_configuration_reads_back_as_the_checked_one(changes: dict[str, Any]) -> None:
+    checked = JobConfig.from_dict(config(**changes))
+    assert JobConfig.from_saved(checked.to_dict()) == checked
+
+
+def test_a_configuration_saved_before_newer_fields_existed_takes_their_defaults() -> None:
+    saved = JobConfig.from_dict(config()).to_dict()
+    for newer in ("systems", "autosize", "source", "stores", "containers"):
+        saved.pop(newer, None)
+    assert JobConfig.from_saved(saved) == JobConfig.from_dict(config())

@@ -46,7 +46,7 @@ def test_defaults_and_full_settings() -> None:
     ("settings", "message"),
     [
         ({"input": "c", "partitoning": "broadcast"}, "did you mean 'partitioning'"),
-        ({"partitioning": "broadcast"}, "missing 'input'"),
+        ({"partitioning": "broadcast"}, "stores.customers: missing required field 'input' (the AD stream"),
         ({"input": {"system": "kafak", "stream": "c"}}, "did you mean 'kafka'"),
         ({"input": "c", "partitioning": "sharded"}, "must be one of broadcast, partitioned"),
         ({"input": "c", "extractor": "no_such_module:fn"}, "cannot import 'no_such_module'"),

@@ -1,4 +1,4 @@
-"""Kinesis position formats and their order: pure, no boto3 (``pipelines.systems.kinesis_positions``)."""
+"""Kinesis position formats and their order: pure, no boto3 (``pipelines.systems.kinesis.positions``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON
 from pipelines.errors import StreamError
-from pipelines.systems.kinesis_positions import (
+from pipelines.systems.kinesis.positions import (
     RecordPosition,
     SlotPosition,
     TimeTarget,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON
@@ -139,3 +141,17 @@ def position_key(position: str) -> tuple[int, ...]:
 def unread_in_shard(sequence: str, state: str) -> bool:
     """Whether a reader whose shard state is ``state`` has yet to read the record ``sequence`` of that shard."""
     return state_key(state) < (1, int(check_sequence(sequence)))
+
+
+def utc(value: datetime) -> datetime:
+    """A record's arrival time in UTC (boto3 answers with the local zone, or none)."""
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def arrival_ms(record: Mapping[str, Any]) -> int:
+    """When Kinesis received a record, in the milliseconds a ``TimeTarget`` is stated in."""
+    return int(utc(record["ApproximateArrivalTimestamp"]).timestamp() * 1000)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

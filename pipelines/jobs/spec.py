@@ -1,0 +1,256 @@
+"""The job YAML as a pydantic model: every field, its type, its default, its meaning, and the JSON schema.
+
+``JobConfig.from_dict`` validates with ``JobSpec`` and keeps the result as the
+plain ``JobConfig`` the rest of the platform reads. A model of its own, apart
+from ``config``, so that reading a saved configuration (every query start's
+source runner does, ``job_config``) does not load pydantic. The schema
+published in ``docs/job-schema.json`` is generated from ``JobSpec``
+(``python -m pipelines.jobs.schema``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import fields
+from functools import partial
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from pipelines.adjunct.spec import StoreName, StoreSpec
+from pipelines.core.autosize import AutosizeConfig
+from pipelines.core.groupers import GROUPERS
+from pipelines.core.hashing import MAX_FACTOR, MAX_FACTOR_ENV, validate_factor
+from pipelines.core.ssp import NAME_PATTERN, SystemStream, validate_name
+from pipelines.errors import ConfigError
+from pipelines.settings import (
+    AnyMapping,
+    Check,
+    OneOf,
+    PositiveWhole,
+    Said,
+    Section,
+    section_error,
+    sentence_error,
+    value_error,
+    verbatim_error,
+)
+from pipelines.systems.deltalog_settings import DeltaLogSettings
+from pipelines.systems.kinesis.settings import KinesisSettings
+
+SYSTEMS = ("deltalog", "kafka", "kinesis")
+TRIGGERS = ("available-now", "continuous")
+
+_NAME = {"type": "string", "pattern": NAME_PATTERN}
+
+
+def _any_case(word: str) -> str:
+    """``min`` as ``[mM][iI][nN]``: the interval's pattern is also the JSON schema's, which has no flags."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+_UNITS = ("milliseconds?", "ms", "seconds?", "s", "minutes?", "min", "hours?", "h")
+_INTERVAL = re.compile(rf"^({_any_case('interval')}\s+)?\d+(\.\d+)?\s*({'|'.join(_any_case(u) for u in _UNITS)})$")
+
+
+# ------------------------------------------------------------------ value checks of the job YAML
+
+
+class _ImportPath(Check):
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or ":" not in value:
+            raise value_error("must be an import path 'package.module:function'")
+        return value
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "pattern": ":"}
+
+
+class _Ddl(Check):
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise value_error("must be a Spark DDL string such as 'key STRING, seq BIGINT'")
+        return value.strip()
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "pattern": "\\S"}
+
+
+class _TriggerInterval(Check):
+    """Spark's processing-time interval, checked now rather than inside Spark."""
+
+    def check(self, value: Any) -> str:
+        text = str(value).strip()
+        if isinstance(value, bool) or not _INTERVAL.match(text):
+            raise value_error("must be a time such as '1 second', '500 milliseconds' or '2 minutes'")
+        return text
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "pattern": "^\\s*" + _INTERVAL.pattern[1:-1] + "\\s*$"}  # it is stripped first
+
+
+class _Factor(Check):
+    def check(self, value: Any) -> int:
+        try:
+            return validate_factor(value)
+        except ConfigError as error:
+            raise sentence_error(str(error)) from None
+
+    def schema(self) -> dict[str, Any]:
+        return {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": "^\\s*[0-9]+\\s*$"}]}
+
+
+class _Autosize(Check):
+    """The ``autosize:`` section, checked by ``AutosizeConfig`` (pure core, so not a pydantic model)."""
+
+    def check(self, value: Any) -> dict[str, Any]:
+        try:
+            AutosizeConfig.from_mapping(value)
+        except ConfigError as error:
+            raise verbatim_error(str(error)) from None
+        return dict(value or {})
+
+    def schema(self) -> dict[str, Any]:
+        kinds = {int: "integer", float: "number", str: "string"}
+        properties = {
+            f.name: {"type": kinds.get(type(f.default), "string"), "default": f.default} for f in fields(AutosizeConfig)
+        }
+        return {"type": ["object", "null"], "properties": properties, "additionalProperties": False}
+
+
+class _KafkaSettings(Check):
+    """The ``systems.kafka`` section, checked by the Kafka system's own ``validate_settings`` (loaded only if given)."""
+
+    def check(self, value: Any) -> dict[str, Any]:
+        if value is None:
+            return {}
+        from pipelines.systems.kafka import validate_settings
+
+        try:
+            validate_settings(value, "systems.kafka")
+        except ConfigError as error:
+            raise verbatim_error(str(error)) from None
+        return dict(value)
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": ["object", "null"], "description": "the Kafka cluster; see docs/systems/kafka.md"}
+
+
+def _table_shorthand(value: Any) -> Any:
+    """``sink: enriched`` means ``sink: {table: enriched}``; anything but a mapping is taken as the table."""
+    return value if isinstance(value, Mapping) else {"table": value}
+
+
+def _table_name(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise value_error("must be a table name")
+    try:
+        return validate_name("table", value)
+    except ConfigError as error:
+        raise sentence_error(str(error)) from None
+
+
+# ------------------------------------------------------------------ the sections
+
+
+class InputSpec(Section):
+    """One input stream of the job."""
+
+    NONE_IS_EMPTY = False
+
+    system: Annotated[str, OneOf(*SYSTEMS)] = Field("deltalog", description="the input system")
+    stream: Annotated[str, Said(partial(validate_name, "stream"), _NAME)] = Field(
+        description="the stream's name in its system"
+    )
+
+
+class TableSpec(Section):
+    """A Delta table in the job's home."""
+
+    NONE_IS_EMPTY = False
+
+    table: Annotated[str, BeforeValidator(_table_name, json_schema_input_type=str)] = Field(
+        json_schema_extra={"pattern": NAME_PATTERN}
+    )
+
+
+Table = Annotated[TableSpec, BeforeValidator(_table_shorthand, json_schema_input_type=TableSpec | str)]
+
+
+class BatchSpec(Section):
+    """How much a micro-batch reads and how often one starts."""
+
+    max_records: PositiveWhole = Field(
+        10_000, description="records per micro-batch at factor 1; the budget grows with the factor"
+    )
+    trigger_interval: Annotated[str, _TriggerInterval()] = Field(
+        "1 second", description="Spark's processing-time trigger"
+    )
+
+
+class SystemsSpec(Section):
+    """Settings per input system; secrets never appear here."""
+
+    deltalog: DeltaLogSettings | None = Field(None, description="the embedded Delta log")
+    kafka: Annotated[dict[str, Any], _KafkaSettings()] | None = Field(None, description="a Kafka cluster")
+    kinesis: KinesisSettings | None = Field(None, description="Amazon Kinesis Data Streams")
+
+
+class JobSpec(Section):
+    """A job's YAML file (``include/jobs/*.yaml``): what it reads, how it is split, what it runs, where it writes."""
+
+    NONE_IS_EMPTY = False
+    MAPPING_OF = "fields"
+
+    name: Annotated[str, Said(partial(validate_name, "job"), _NAME)] = Field(description="the job's name")
+    inputs: Annotated[list[InputSpec], BeforeValidator(lambda v: _non_empty_list(v))] = Field(
+        description="the streams the job reads", min_length=1
+    )
+    grouper: Annotated[str, OneOf(*sorted(GROUPERS))] = Field(
+        "GroupByPartition", description="how partitions are grouped into tasks, as Samza's SSP groupers do"
+    )
+    elasticity_factor: Annotated[int, _Factor()] = Field(
+        1, description=f"key buckets per task, at most {MAX_FACTOR} unless {MAX_FACTOR_ENV} allows more"
+    )
+    containers: PositiveWhole = Field(1, description="containers the virtual tasks are placed in")
+    process: Annotated[str, _ImportPath()] = Field(description="the function run on each virtual task's records")
+    process_options: Annotated[dict[str, Any], AnyMapping()] = Field(
+        default_factory=dict, description="passed to the process function as they are"
+    )
+    output_schema: Annotated[str, _Ddl()] = Field(
+        description="the columns the process function emits, as flat Spark DDL"
+    )
+    sink: Table = Field(description="the Delta table the job's output rows are committed to")
+    dead_letter: Table | None = Field(None, description="where records the function fails on go; <sink>_dead_letters")
+    batch: BatchSpec = Field(default_factory=BatchSpec, description="micro-batch size and trigger")
+    trigger: Annotated[str, OneOf(*TRIGGERS)] = Field(
+        "continuous", description="continuous, or available-now: process what is there, then stop"
+    )
+    source: Annotated[dict[str, Any], AnyMapping()] = Field(
+        default_factory=dict, description="options of the elastic source"
+    )
+    systems: SystemsSpec = Field(default_factory=SystemsSpec, description="settings per input system")
+    autosize: Annotated[dict[str, Any], _Autosize()] = Field(
+        default_factory=dict, description="the autosizer's bounds and thresholds (pipelines.core.autosize)"
+    )
+    stores: dict[StoreName, StoreSpec] | None = Field(None, description="adjunct data stores the job looks keys up in")
+
+    @model_validator(mode="after")
+    def _inputs_once_and_names_fit(self) -> JobSpec:
+        seen = [SystemStream(i.system, i.stream) for i in self.inputs]
+        twice = sorted({str(s) for s in seen if seen.count(s) > 1})
+        if twice:
+            raise section_error(f"input {', '.join(twice)} is listed twice")
+        if self.dead_letter is None:
+            try:
+                validate_name("dead_letter table", f"{self.sink.table}_dead_letters")
+            except ConfigError as error:
+                raise section_error(str(error)) from None
+        return self
+
+
+def _non_empty_list(value: Any) -> Any:
+    if not isinstance(value, list) or not value:
+        raise value_error("must be a non-empty list of {system, stream}")
+    return value

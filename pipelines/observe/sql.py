@@ -1,0 +1,133 @@
+"""Spark SQL over a home's tables, for operators: ``python -m pipelines sql "SELECT ... FROM checkpoints"``.
+
+Every table of the home is a temporary view of one Spark session, read by
+delta-spark from the Delta tables the platform writes with delta-rs: each
+control table under its own name (``job_models``, ``checkpoints``,
+``scaling_events``, ``scaling_locks``, ``metrics``, ``dq_results``,
+``autosize_decisions``, ``adjunct_checkpoints``), each embedded-log stream as
+``stream_<name>`` and each job's sink and dead-letter table as
+``sink_<table>`` (characters other than letters, digits and ``_`` become
+``_``). Delta's own SQL works on paths too (``DESCRIBE HISTORY
+delta.`<home>/control/metrics```).
+
+Only queries run (``SELECT``, ``WITH``, ``VALUES``, ``TABLE``, ``SHOW``,
+``DESCRIBE``, ``EXPLAIN``): the platform's writers own these tables and
+commit to them while the jobs run, and a statement that wrote to one (a
+``DELETE``, an ``OPTIMIZE``) would change a fact under a running driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from pipelines.control.home import Home
+from pipelines.errors import PipelinesError
+
+COMMANDS = ("show", "describe", "desc", "explain")
+"""Statements that only read but are not queries to Spark's parser."""
+
+
+class SqlError(PipelinesError):
+    """A query that does not parse, names something unknown, or is not a read."""
+
+
+@contextlib.contextmanager
+def sql_session(master: str) -> Iterator[Any]:
+    """A Spark session for one query, in UTC, stopped after it. Its JVM's log goes where every command's goes
+    (``runtime.logs``: the home's log file, unless ``--verbose``)."""
+    from pyspark.errors import PySparkException
+
+    from pipelines.runtime.session import build_session
+
+    try:
+        spark = build_session(master, app_name="pipelines-sql", **{"spark.sql.session.timeZone": "UTC"})
+    except PySparkException as e:
+        raise SqlError(f"Spark did not start: {_first_line(e)}") from None
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def views(home: Home) -> dict[str, Path]:
+    """View name -> Delta table, for every table of the home an operator asks about."""
+    found: dict[str, Path] = {}
+    for folder, prefix in ((home.control, ""), (home.streams, "stream_"), (home.sinks, "sink_")):
+        if not folder.is_dir():
+            continue
+        for table in sorted(folder.iterdir()):
+            if (table / "_delta_log").is_dir():
+                found[prefix + re.sub(r"\W", "_", table.name)] = table
+    return found
+
+
+def register(spark: Any, home: Home) -> list[str]:
+    """Every table of ``views`` as a temporary view of ``spark``; returns their names."""
+    names = []
+    for name, path in views(home).items():
+        spark.read.format("delta").load(str(path)).createOrReplaceTempView(name)
+        names.append(name)
+    return names
+
+
+def run_query(spark: Any, query: str) -> tuple[list[str], list[list[Any]]]:
+    """Column names and rows of a read-only query, values made printable; ``SqlError`` otherwise."""
+    from pyspark.errors import PySparkException
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # each failure's JVM stack, as JSON
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)  # on stderr: the one line below says it
+    try:
+        _refuse_writes(spark, query)
+        frame = spark.sql(query)
+        return list(frame.columns), [[_value(v) for v in row] for row in frame.collect()]
+    except PySparkException as e:
+        raise SqlError(_first_line(e)) from None
+
+
+def _value(value: Any) -> Any:
+    """A cell for a terminal or JSON: structs as objects, binary as text, times and decimals as ISO strings."""
+    from pyspark.sql import Row
+
+    if isinstance(value, Row):
+        return {k: _value(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {str(k): _value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_value(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="backslashreplace")
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def _refuse_writes(spark: Any, query: str) -> None:
+    """Let through what Spark parses as a query, and the reading commands; anything else is refused unrun."""
+    words = re.sub(r"^(\s|--[^\n]*\n|/\*.*?\*/)*", "", query, flags=re.S).split(None, 1)
+    if words and words[0].lower() in COMMANDS:
+        return
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    try:
+        parser.parseQuery(query)
+    except Exception:  # not a query: a syntax error (reported as it is) or a statement
+        parser.parsePlan(query)  # raises the syntax error, if that is what it is
+        raise SqlError(
+            "only queries run here (SELECT, WITH, VALUES, TABLE, SHOW, DESCRIBE, EXPLAIN): the platform's own "
+            "writers own these tables"
+        ) from None
+
+
+def _first_line(error: Exception) -> str:
+    """Spark's message without its plan dump and SQLSTATE: the line that says what is wrong."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return re.sub(r"\s*SQLSTATE: \w+.*$", "", text)

@@ -1,0 +1,324 @@
+"""The driver's side of Kinesis: shard listings, slot layouts, batch plans, resharding and lineage.
+
+A job model's partitions of a Kinesis stream are slots; which shards a slot
+reads is decided from the slots' checkpoints alone by
+``pipelines.core.shards`` (parent before child, free slots first, then 1:n
+sharing), so no lease table is needed. This module lists the shards, answers
+the admin questions of ``InputSystem`` from that listing, plans how far each
+slot reads in a micro-batch (``advance``), lays slots out again after a
+reshard (``relayout``), and creates, deletes and reshards streams (tests,
+demos). See docs/systems/kinesis.md, "Slots, not shards".
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pipelines.core.shards import SHARD_END, TRIM_HORIZON, ShardInfo, ShardPartitionMapper
+from pipelines.errors import StreamError
+from pipelines.systems.base import Bounded, End, PartitionMetadata, Position, StreamMetadata
+from pipelines.systems.kinesis.client import KinesisClient, Trimmed
+from pipelines.systems.kinesis.positions import (
+    SYSTEM,
+    SlotPosition,
+    TimeTarget,
+    arrival_ms,
+    decode,
+    decode_record,
+    decode_slot,
+    now_ms,
+    shard_ordinal,
+    state_key,
+    unread_in_shard,
+)
+
+
+class KinesisAdmin:
+    """Listings and the admin questions of one region/endpoint's streams; a listing is cached briefly."""
+
+    def __init__(self, client: KinesisClient) -> None:
+        self.client = client
+        self._listings: dict[str, tuple[float, ShardPartitionMapper, dict[str, Any]]] = {}
+
+    # ---------------------------------------------------------------- listing
+
+    def listing(self, stream: str, max_age_s: float = 0.5) -> tuple[ShardPartitionMapper, dict[str, Any]]:
+        """The stream's shards (ListShards) and summary; cached briefly so one micro-batch plans on one listing."""
+        cached = self._listings.get(stream)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] <= max_age_s:
+            return cached[1], cached[2]
+        call = self.client.call
+        summary = call(stream, "describe_stream_summary", StreamName=stream)["StreamDescriptionSummary"]
+        status = summary.get("StreamStatus")
+        if status not in ("ACTIVE", "UPDATING"):
+            raise StreamError(
+                f"Kinesis stream {stream!r} is {status}, not ACTIVE"
+                + ("; it is being deleted" if status == "DELETING" else "; wait until it is created")
+            )
+        shards: list[ShardInfo] = []
+        kwargs: dict[str, Any] = {"StreamName": stream}
+        while True:
+            page = call(stream, "list_shards", **kwargs)
+            for raw in page.get("Shards", []):
+                parents = tuple(p for p in (raw.get("ParentShardId"), raw.get("AdjacentParentShardId")) if p)
+                shards.append(
+                    ShardInfo(
+                        hash_start=int(raw["HashKeyRange"]["StartingHashKey"]),
+                        shard_id=raw["ShardId"],
+                        parents=parents,
+                        # presence only: kinesis-mock's EndingSequenceNumber value is wrong (docs/systems/kinesis.md)
+                        open="EndingSequenceNumber" not in raw.get("SequenceNumberRange", {}),
+                    )
+                )
+            token = page.get("NextToken")
+            if not token:
+                break
+            kwargs = {"NextToken": token}
+        check_lineage_order(stream, shards)
+        mapper = ShardPartitionMapper(shards)
+        info = {
+            "arn": summary.get("StreamARN"),
+            "status": status,
+            "retention_hours": summary.get("RetentionPeriodHours"),
+            "mode": (summary.get("StreamModeDetails") or {}).get("StreamMode"),
+        }
+        self._listings[stream] = (now, mapper, info)
+        return mapper, info
+
+    def open_shards(self, stream: str) -> list[str]:
+        """The open shards now, ordered by hash key range (so neighbours are adjacent)."""
+        mapper, _ = self.listing(stream, max_age_s=0)
+        return mapper.open_shards()
+
+    def forget(self) -> None:
+        self._listings.clear()
+
+    # ---------------------------------------------------------------- admin
+
+    def describe(self, stream: str) -> StreamMetadata:
+        """The layout a new job starts with: one slot per open shard, the oldest listed shards in them."""
+        mapper, info = self.listing(stream, max_age_s=0)
+        count = max(1, len(mapper.open_shards()))
+        layout = mapper.initial_layout(count)
+        end = TimeTarget(now_ms()).encode()
+        status = mapper.status(layout)
+        partitions = {
+            slot: PartitionMetadata(
+                partition=slot,
+                earliest=SlotPosition(shards).encode(),
+                end=end,
+                details={"shards": {s: status[s] for s in sorted(shards, key=shard_ordinal)}},
+            )
+            for slot, shards in layout.items()
+        }
+        return StreamMetadata(
+            system=SYSTEM,
+            stream=stream,
+            partitions=partitions,
+            details={**info, "open_shards": mapper.open_shards(), "shards": status},
+        )
+
+    def lineage(self, stream: str, positions: Mapping[int, Position]) -> dict[str, dict[str, Any]]:
+        """Every listed shard with parents, children, open/closed and the slot reading it, from a job's checkpoints."""
+        mapper, _ = self.listing(stream, max_age_s=0)
+        return mapper.status({p: decode_slot(pos).shards for p, pos in positions.items()})
+
+    def end_positions(self, stream: str) -> dict[int, Position]:
+        """A time per slot: "everything that arrived before now" (no end sequence number exists for open shards)."""
+        mapper, _ = self.listing(stream)
+        target = TimeTarget(now_ms()).encode()
+        return dict.fromkeys(range(max(1, len(mapper.open_shards()))), target)
+
+    def reached(self, stream: str, partition: int, position: Position, target: Position) -> bool:
+        """Whether nothing in this slot that arrived before ``target`` is unread.
+
+        Asked of Kinesis itself (one GetRecords of one record after each of
+        the slot's shards' positions), so it becomes true for an idle slot as
+        soon as its reader is caught up. A slot still holding a finished shard
+        whose children are not taken over yet has not reached anything: those
+        children may hold older records.
+        """
+        goal = decode(target)
+        here = decode_slot(position)
+        if isinstance(goal, SlotPosition):
+            return here.n >= goal.n and all(
+                state_key(here.shards.get(s, SHARD_END)) >= state_key(v) for s, v in goal.shards.items()
+            )
+        if not isinstance(goal, TimeTarget):
+            raise StreamError(f"a reach target is a time or a slot position, got {target!r:.200}")
+        if any(state == SHARD_END for state in here.shards.values()):
+            return False
+        stats: Counter[str] = Counter()
+        call = self.client.call
+        for shard in here.unfinished():
+            state = here.shards[shard]
+            if state == TRIM_HORIZON:
+                kwargs: dict[str, Any] = {"ShardIteratorType": "TRIM_HORIZON"}
+            else:
+                kwargs = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": state}
+            self.client.limiter(stream, shard, "iterator").acquire()
+            try:
+                iterator = call(stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, **kwargs)
+            except Trimmed:
+                return False  # the read will report it
+            self.client.limiter(stream, shard, "records").acquire()
+            page = call(stream, "get_records", stats, ShardIterator=iterator["ShardIterator"], Limit=1)
+            records = page.get("Records", [])
+            if records:
+                if arrival_ms(records[0]) < goal.arrived_before_ms:
+                    return False
+            elif page.get("NextShardIterator") is None or page.get("MillisBehindLatest", 0) > 0:
+                return False  # at its end (children to take over) or behind with an empty page
+        return True
+
+    def unread(self, stream: str, partition: int, records: Sequence[Position], position: Position) -> list[bool]:
+        """Per record: unread if its shard is in the slot and not read past it, or its shard is still to be taken.
+
+        A record of a shard that is not in the slot but is an ancestor of one
+        that is has been read (a child is only taken over after its parents).
+        """
+        slot = decode_slot(position)
+        older: set[str] | None = None
+        result = []
+        for raw in records:
+            record = decode_record(raw)
+            state = slot.shards.get(record.shard)
+            if state is not None:
+                result.append(unread_in_shard(record.sequence, state))
+                continue
+            if older is None:
+                older = ancestors(self.listing(stream)[0], slot.shards)
+            result.append(record.shard not in older)
+        return result
+
+    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int | None:
+        """Kinesis cannot count records without reading them: lag is time (``millis_behind_latest``)."""
+        return None
+
+    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
+        """Nothing is held back by position: children are simply not in any slot until their parents are done."""
+        return {}
+
+    def advance(
+        self,
+        stream: str,
+        floors: Mapping[int, Position],
+        records: Mapping[int, int],
+        limits: Mapping[int, Position],
+    ) -> dict[int, End]:
+        """At most N records per slot, each slot's plan decided here with every slot's floor in view.
+
+        ``floors`` must hold every slot of the stream in the job: a shard in a
+        slot the mapper is not shown looks unread.
+        """
+        mapper, _ = self.listing(stream)
+        slots = {p: decode_slot(pos).shards for p, pos in floors.items()}
+        plans = mapper.plan(slots)
+        return {p: Bounded(floors[p], max(0, n), plans[p].to_json()) for p, n in records.items()}
+
+    def relayout(self, stream: str, positions: Mapping[int, Position], partitions: int) -> dict[int, Position]:
+        """Where each of ``partitions`` new slots starts, given every old slot's checkpoint.
+
+        The new job model (the 1:1 model after a reshard: ``partitions`` =
+        open shards, ``describe(stream).partition_count``) starts from these:
+        every shard keeps its state, so nothing is read twice or skipped, and
+        children still wait for their parents (``ShardPartitionMapper.relayout``).
+        """
+        mapper, _ = self.listing(stream, max_age_s=0)
+        old = {p: decode_slot(pos) for p, pos in positions.items()}
+        layout = mapper.relayout({p: s.shards for p, s in old.items()}, partitions)
+        n = max((s.n for s in old.values()), default=0) + 1
+        return {p: SlotPosition(shards, n).encode() for p, shards in layout.items()}
+
+    # ---------------------------------------------------------------- streams (tests, demos)
+
+    def create(self, stream: str, partitions: int) -> StreamMetadata:
+        """Create a provisioned stream of ``partitions`` shards and wait until it is active (tests, demos)."""
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise StreamError(f"a Kinesis stream needs a shard count >= 1, got {partitions!r}")
+        try:
+            self.client.call(stream, "create_stream", StreamName=stream, ShardCount=partitions)
+        except StreamError as error:
+            if "ResourceInUseException" in str(error):
+                raise StreamError(f"Kinesis stream {stream!r} already exists") from None
+            raise
+        self._wait_active(stream)
+        return self.describe(stream)
+
+    def delete(self, stream: str) -> None:
+        """Delete a stream (tests, demos); Kinesis finishes deleting it in the background."""
+        self.client.call(stream, "delete_stream", StreamName=stream, EnforceConsumerDeletion=True)
+        self._listings.pop(stream, None)
+
+    def expand(self, stream: str, partitions: int) -> StreamMetadata:
+        raise StreamError(
+            f"Kinesis stream {stream!r} is not expanded by a partition count: reshard it (split_shard / "
+            "merge_shards here, or UpdateShardCount, SplitShard, MergeShards in AWS); the repartition watch then "
+            "switches the job to one slot per open shard"
+        )
+
+    def split_shard(self, stream: str, shard: str, new_starting_hash_key: int | None = None) -> list[str]:
+        """Split ``shard`` (at the middle of its hash range by default); returns the two children's ids."""
+        mapper, _ = self.listing(stream, max_age_s=0)
+        info = mapper.shards.get(shard)
+        if info is None or not info.open:
+            raise StreamError(f"Kinesis stream {stream!r} has no open shard {shard!r}; open: {mapper.open_shards()}")
+        page = self.client.call(stream, "list_shards", StreamName=stream, ShardFilter={"Type": "AT_LATEST"})
+        ranges = {s["ShardId"]: s["HashKeyRange"] for s in page.get("Shards", [])}
+        lo, hi = int(ranges[shard]["StartingHashKey"]), int(ranges[shard]["EndingHashKey"])
+        at = (lo + hi + 1) // 2 if new_starting_hash_key is None else new_starting_hash_key
+        if not lo < at <= hi:
+            raise StreamError(f"shard {shard!r} covers hash keys {lo}..{hi}; cannot split it at {at}")
+        self.client.call(stream, "split_shard", StreamName=stream, ShardToSplit=shard, NewStartingHashKey=str(at))
+        return self._wait_children(stream, shard)
+
+    def merge_shards(self, stream: str, shard: str, adjacent: str) -> str:
+        """Merge two adjacent open shards (``shard`` the one with the lower hash keys); returns the child's id."""
+        self.client.call(stream, "merge_shards", StreamName=stream, ShardToMerge=shard, AdjacentShardToMerge=adjacent)
+        return self._wait_children(stream, shard)[0]
+
+    def _wait_children(self, stream: str, parent: str, timeout_s: float = 60.0) -> list[str]:
+        self._wait_active(stream, timeout_s)
+        mapper, _ = self.listing(stream, max_age_s=0)
+        return list(mapper.children(parent))
+
+    def _wait_active(self, stream: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answer = self.client.call(stream, "describe_stream_summary", StreamName=stream)
+            summary = answer["StreamDescriptionSummary"]
+            if summary["StreamStatus"] == "ACTIVE":
+                self._listings.pop(stream, None)
+                return
+            if time.monotonic() > deadline:
+                raise StreamError(f"Kinesis stream {stream!r} is still {summary['StreamStatus']} after {timeout_s} s")
+            time.sleep(0.05)
+
+
+def check_lineage_order(stream: str, shards: Iterable[ShardInfo]) -> None:
+    """Children must have higher shard numbers than their parents: record positions rely on it for per-key order."""
+    for info in shards:
+        for parent in info.parents:
+            if shard_ordinal(parent) >= shard_ordinal(info.shard_id):
+                raise StreamError(
+                    f"Kinesis stream {stream!r}: shard {info.shard_id} is numbered below its parent {parent}; record "
+                    "positions order a key's records by shard number across reshards, which needs children numbered "
+                    "after their parents"
+                )
+
+
+def ancestors(mapper: ShardPartitionMapper, shards: Iterable[str]) -> set[str]:
+    """Every listed ancestor of ``shards`` (parents, their parents, ...)."""
+    seen: set[str] = set()
+    stack = list(shards)
+    while stack:
+        info = mapper.shards.get(stack.pop())
+        for parent in info.parents if info else ():
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return seen

@@ -1,0 +1,105 @@
+"""What a job's readers read between two checkpoints, listed shard by shard for the data-quality checks.
+
+The checks of an offset system read ``[start, end)`` of each partition; a
+Kinesis slot's two checkpoints do not bound a range of one shard, so this is
+``SupportsRecordsRead``: every listed shard is scanned from its oldest record
+up to what the checkpoints say was read, and each record is attributed to the
+slot that read it. Verification only, never on a micro-batch's path.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from pipelines.core.shards import SHARD_END, TRIM_HORIZON, ShardPartitionMapper
+from pipelines.systems.base import Position
+from pipelines.systems.kinesis.admin import KinesisAdmin, ancestors
+from pipelines.systems.kinesis.client import KinesisClient
+from pipelines.systems.kinesis.positions import (
+    RecordPosition,
+    decode_slot,
+    shard_ordinal,
+    state_key,
+    unread_in_shard,
+)
+
+
+class KinesisAudit:
+    """Lists the records slots read, for ``pipelines.quality`` (``SupportsRecordsRead``)."""
+
+    def __init__(self, client: KinesisClient, admin: KinesisAdmin) -> None:
+        self.client = client
+        self.admin = admin
+
+    def records_read(
+        self, stream: str, starts: Mapping[int, Position], ends: Mapping[int, Position]
+    ) -> list[tuple[int | None, Position]]:
+        """Every record the slots read after ``starts`` (missing: from the job's start) up to ``ends``, with its slot.
+
+        What the data-quality checks expect in the sink. A slot's positions
+        are not a range of one shard, so the records are found shard by shard
+        (every listed shard read from its oldest record up to what ``ends``
+        say was read). The slot is None when the checkpoints no longer say
+        it: a finished shard dropped from its slot once its children were
+        taken over by several slots.
+        """
+        mapper, _ = self.admin.listing(stream, max_age_s=0)
+        end_slots = {p: decode_slot(pos).shards for p, pos in ends.items()}
+        start_slots = {p: decode_slot(pos).shards for p, pos in starts.items()}
+        result: list[tuple[int | None, Position]] = []
+        for shard in sorted(mapper.shards, key=shard_ordinal):
+            slot, upto = _holder(mapper, end_slots, shard)
+            if upto is None or upto == TRIM_HORIZON:
+                continue
+            _, before = _holder(mapper, start_slots, shard)
+            for sequence in self._scan(stream, shard, upto):
+                if before is None or unread_in_shard(sequence, before):
+                    result.append((slot, RecordPosition(shard, sequence).encode()))
+        return result
+
+    def _scan(self, stream: str, shard: str, upto: str) -> list[str]:
+        """Sequence numbers of ``shard`` from its oldest record up to ``upto`` (a sequence number, or SHARD_END)."""
+        stats: Counter[str] = Counter()
+        limiter = self.client.limiter(stream, shard, "records")
+        self.client.limiter(stream, shard, "iterator").acquire()
+        answer = self.client.call(
+            stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+        )
+        iterator: str | None = answer["ShardIterator"]
+        found: list[str] = []
+        while iterator is not None:
+            limiter.acquire()
+            limit = self.client.settings.get_records_limit
+            page = self.client.call(stream, "get_records", stats, ShardIterator=iterator, Limit=limit)
+            for record in page.get("Records", []):
+                sequence = record["SequenceNumber"]
+                if upto != SHARD_END and state_key(sequence) > state_key(upto):
+                    return found
+                found.append(sequence)
+            iterator = page.get("NextShardIterator")
+            if not page.get("Records") and not page.get("MillisBehindLatest"):
+                break
+        return found
+
+
+def _holder(
+    mapper: ShardPartitionMapper, slots: Mapping[int, Mapping[str, str]], shard: str
+) -> tuple[int | None, str | None]:
+    """The slot that reads or read ``shard`` and how far, per these checkpoints (None, None: not read at all).
+
+    A shard in no slot but an ancestor of one that is was read to its end
+    (a child is taken over only then); its slot is known only if a single
+    slot holds its descendants.
+    """
+    for slot, shards in slots.items():
+        if shard in shards:
+            return slot, shards[shard]
+    holders = set()
+    for slot, shards in slots.items():
+        for other in shards:
+            if shard in ancestors(mapper, [other]):
+                holders.add(slot)
+    if not holders:
+        return None, None
+    return (holders.pop() if len(holders) == 1 else None), SHARD_END
