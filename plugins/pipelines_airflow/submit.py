@@ -13,7 +13,6 @@ connection names.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -24,19 +23,11 @@ DRIVER_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "SPARK_LO
 """What a driver takes from ``spark_env``; the rest of its environment is the worker's own."""
 
 
-def is_local(master: str) -> bool:
-    return master.startswith("local")
-
-
 def driver_env(master: str) -> dict[str, str]:
     """The environment of a driver for ``master`` started on this host."""
     from pipelines.runtime.session import spark_env
 
-    env = spark_env()
-    if not is_local(master) and "SPARK_LOCAL_IP" not in os.environ:
-        env.pop("SPARK_LOCAL_IP", None)  # not loopback: Spark advertises this host's address to remote executors
-    # ^ Once ``spark_env(master)`` (the driver's address for a cluster master) is on main, the three lines above
-    #   become ``env = spark_env(master)``.
+    env = spark_env(master)  # loopback for a local master; for a cluster's, this host's address towards it
     return {key: env[key] for key in DRIVER_ENV if key in env}
 
 

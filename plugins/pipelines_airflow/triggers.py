@@ -65,7 +65,7 @@ class ScalingWaitTrigger(BaseTrigger):
         target: dict[str, dict[str, str]] | None = None,
         poll_s: float = POLL_S,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         if wait not in (SWITCH, CATCH_UP):
             raise ValueError(f"unknown wait {wait!r}: {SWITCH!r} or {CATCH_UP!r}")
         self.home = home
@@ -127,4 +127,5 @@ class ScalingWaitTrigger(BaseTrigger):
     ) -> TriggerEvent:
         waited = round(time.monotonic() - started, 3)
         self.log.info("%s of %s v%d: %s after %.1fs", self.wait, self.job, self.version, status, waited)
-        return TriggerEvent({"status": status, "waited_s": waited, "looks": looks, "behind": behind, "error": error})
+        payload = {"status": status, "waited_s": waited, "looks": looks, "behind": behind, "error": error}
+        return TriggerEvent(payload)  # type: ignore[no-untyped-call]
