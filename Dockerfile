@@ -24,7 +24,10 @@ COPY pipelines ./pipelines
 COPY dags ./dags
 COPY plugins ./plugins
 COPY include ./include
-RUN pip install --no-cache-dir --no-deps -e .
+RUN pip install --no-cache-dir --no-deps -e . \
+ && pip install --no-cache-dir --no-deps -e plugins
+# ^ the Airflow provider and plugin (elastic-pipelines-airflow): every Airflow process finds the `pipelines`
+#   connection type, the page and the trigger through its entry points, so no plugins folder is configured.
 # An editable install compiles nothing: compile once, so no worker or task compiles the package again.
 RUN python -m compileall -q pipelines dags plugins include
 # The class-data archive of a Spark driver's classes (pipelines/runtime/jvm_archive.py), made by running a small job.
@@ -35,6 +38,5 @@ ENV PYSPARK_PYTHON=/usr/local/bin/python \
     PIPELINES_HOME=/data/pipelines-home \
     AIRFLOW_HOME=/opt/airflow \
     AIRFLOW__CORE__DAGS_FOLDER=/opt/pipelines/dags \
-    AIRFLOW__CORE__PLUGINS_FOLDER=/opt/pipelines/plugins \
     AIRFLOW__CORE__LOAD_EXAMPLES=False
 ENTRYPOINT ["/usr/bin/tini", "--"]

@@ -1,9 +1,11 @@
 """Run the jobs: available-now jobs through spark-submit on a schedule, continuous jobs kept alive.
 
-A job whose `trigger` is `available-now` is run by the Spark provider's SparkSubmitOperator (connection
-`spark_default` names the master: host `local[*]`, `spark://host:7077`, ...): it processes what its inputs
-hold and exits. A `continuous` job runs detached; this DAG reads its heartbeat in the metrics table and
-launches its driver again when the heartbeat is stale.
+A job whose `trigger` is `available-now` is run by the Spark provider's spark-submit (connection
+`spark_default` names the master: host `local[*]`, `spark://host:7077`, ...), on the worker that runs the
+task, with that worker's driver address (`pipelines_airflow.submit`): it processes what its inputs hold and
+exits. A `continuous` job's heartbeat is read from the metrics table; a driver whose heartbeat is stale is
+launched again, detached, on the worker that runs the check, unless `PIPELINES_KEEPALIVE=report` says that
+something else keeps the drivers running (a compose service's restart policy, a Kubernetes Deployment).
 """
 
 from __future__ import annotations
@@ -11,13 +13,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag, task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.submit import SubmitDriver
 
 from pipelines.operations import keepalive
-from pipelines.runtime.launcher import DRIVER
-from pipelines.runtime.session import spark_env, submit_confs
 
 
 @dag(
@@ -41,20 +41,11 @@ def elastic_microbatch() -> None:
     @task
     def keep_continuous_jobs_running() -> dict[str, Any]:
         """Heartbeat of every continuous job; a driver whose heartbeat is stale is launched again (detached)."""
-        return keepalive.keep_running(PipelinesHook().home())
+        return keepalive.keep_running(PipelinesHook().home(), launch=keepalive.launches())
 
-    SparkSubmitOperator.partial(
-        task_id="run_available_now",
-        application=DRIVER,
-        conn_id="spark_default",
-        name="pipelines-microbatch",
-        env_vars={
-            k: v
-            for k, v in spark_env().items()
-            if k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "SPARK_LOCAL_IP")
-        },
-        conf=submit_confs(),
-    ).expand(application_args=batch_jobs())
+    SubmitDriver.partial(task_id="run_available_now", conn_id="spark_default", name="pipelines-microbatch").expand(
+        application_args=batch_jobs()
+    )
     keep_continuous_jobs_running()
 
 

@@ -68,7 +68,8 @@ fi
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$PWD/.airflow}"
 export PIPELINES_HOME="${PIPELINES_HOME:-$PWD/.pipelines-home}"
 export AIRFLOW__CORE__DAGS_FOLDER="$PWD/dags"
-export AIRFLOW__CORE__PLUGINS_FOLDER="$PWD/plugins"
+# The plugin and the provider (the `pipelines` connection type) come from the installed elastic-pipelines-airflow
+# distribution (scripts/setup.sh), through its entry points: no plugins folder of ours.
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # 2 cores: keep tasks few
@@ -83,7 +84,9 @@ export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$PORT/execution
 export AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST=127.0.0.1
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}"
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}"
-export SPARK_LOCAL_IP=127.0.0.1
+# No SPARK_LOCAL_IP here: a driver a task starts binds loopback for a local master by itself
+# (pipelines.runtime.session), and a value set here would pin it to loopback for a cluster master too, where
+# executors on other hosts could never connect back to it.
 export PATH="$PWD/.venv/bin:$PATH"
 LOGS="$AIRFLOW_HOME/logs"
 mkdir -p "$LOGS"

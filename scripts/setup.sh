@@ -30,12 +30,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/.requirements.sha
-want=$(cat requirements.txt constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt constraints.txt pyproject.toml plugins/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "installing Python packages (first run takes a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements.txt -c constraints.txt
   .venv/bin/python -m pip install -q --no-deps -e .
+  # The Airflow provider and plugin (plugins/pyproject.toml): Airflow finds it through its entry points.
+  .venv/bin/python -m pip install -q --no-deps -e plugins
   echo "$want" > "$stamp"
 fi
 # Our own package is installed editable, so pip compiled none of it. Where PYTHONDONTWRITEBYTECODE is set (CI

@@ -9,18 +9,35 @@ on a dead one. A job whose heartbeat is stale is launched again, detached;
 its new driver continues from the active model's checkpoints, so a relaunch
 loses and doubles nothing. A driver this host launched that has not beaten
 yet (a JVM starting) is known by its pid file, which only this host judges.
+
+Where something else keeps the drivers running (the compose file's driver
+services and their restart policy, a Kubernetes Deployment), a second
+supervisor would start a second driver of the same job whenever the first is
+restarting: ``PIPELINES_KEEPALIVE=report`` makes this module report only.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
-from pipelines.errors import PipelinesError
+from pipelines.errors import ConfigError, PipelinesError
 from pipelines.jobs.config import job_config
 from pipelines.operations.scaling import last_heartbeat
+
+KEEPALIVE_ENV = "PIPELINES_KEEPALIVE"
+LAUNCH, REPORT = "launch", "report"
+
+
+def launches(env: dict[str, str] | None = None) -> bool:
+    """Whether a stale continuous job is launched again here (``launch``, the default) or only reported."""
+    value = (os.environ if env is None else env).get(KEEPALIVE_ENV, "").strip().lower() or LAUNCH
+    if value not in (LAUNCH, REPORT):
+        raise ConfigError(f"{KEEPALIVE_ENV}={value!r}: use {LAUNCH!r} (the default) or {REPORT!r}")
+    return value == LAUNCH
 
 
 def jobs_by_trigger(home: Home) -> dict[str, list[str]]:

@@ -280,7 +280,7 @@ def stop(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
     signalled (its pid means nothing here): it is taken for dead, as its
     heartbeat says, and named, so an operator can look at its host.
     """
-    _renew(home, op)
+    renew(home, op)
     from pipelines.runtime import launcher
 
     control = ControlPlane(home)
@@ -308,7 +308,7 @@ def stop(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
 
 def migrate(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
     """Save model N+1 with its start checkpoints migrated from N's latest ones; not yet active."""
-    _renew(home, op)
+    renew(home, op)
     control = ControlPlane(home)
     event = _event(control, op)
     if event.to_version is not None:
@@ -333,7 +333,7 @@ def migrate(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, An
 
 def activate(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
     """Put N+1 in force and note the inputs' end positions at that moment: the catch-up target."""
-    _renew(home, op)
+    renew(home, op)
     control = ControlPlane(home)
     event = _event(control, op)
     if event.to_version is None:
@@ -352,6 +352,68 @@ def activate(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, A
 CatchUp = Callable[[Home, str], None]
 """Runs a job once with available-now; the default is a spark-submit driver (``pipelines run --available-now``)."""
 
+SWITCH_POLL_S = 0.5
+CATCH_UP_POLL_S = 1.0
+
+
+class Switch(StrEnum):
+    """Where a live driver's in-place switch to a new model stands, at one look at the control plane."""
+
+    SWITCHED = "switched"  # the driver started a query on the new model
+    DRIVER_GONE = "driver gone"  # its heartbeat went stale before it switched: nothing will switch
+    WAITING = "waiting"
+
+
+# The waits below are one look at the control plane each (``switch_state``, ``catch_up_state``), so two callers
+# share them: the CLI's ``restart`` and ``wait_caught_up`` poll them in this process, and the Airflow tasks hand
+# the same looks to a trigger on the triggerer and give their worker slot back while it polls
+# (``pipelines_airflow.triggers``). Whatever a look finds is acted on by the step functions around them.
+
+
+def switch_state(home: Home, job: str, version: int) -> Switch:
+    """One look: has the job's live driver started ``version`` in its Spark application yet?"""
+    control = ControlPlane(home)
+    if _metric_times(control, job, version, ("query_started",)):
+        return Switch.SWITCHED
+    beat = last_heartbeat(control, job)
+    # The driver that looked live has died (a kill -9 leaves a fresh heartbeat and no stop behind) or stopped:
+    # nothing will switch. A switching driver is live throughout: it beats, and writes no end between its two
+    # queries.
+    if beat is None or not beat["live"]:
+        return Switch.DRIVER_GONE
+    return Switch.WAITING
+
+
+def catch_up_state(home: Home, job: str, version: int, target: Target) -> tuple[bool, int | None]:
+    """One look: whether ``version`` reached the activation point ``target``, and the records left if countable."""
+    return lag_behind(home, job, version, target)
+
+
+def begin_restart(home: Home, op: ScalingOperation) -> int:
+    """The restart step's entry: renew the lease; the version the job must now run."""
+    renew(home, op)
+    crash_point("during_switch")
+    version = _event(ControlPlane(home), op).to_version
+    if version is None:
+        raise PipelinesError(f"scaling event {op.event_id} has no migrated model to restart on; run migrate first")
+    return version
+
+
+def restart_timed_out(op: ScalingOperation, version: int, timeout_s: float) -> PipelinesError:
+    return PipelinesError(
+        f"the driver of {op.job} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
+        "will be used by the next run (pipelines run), check the driver's log under <home>/run/"
+    )
+
+
+def driver_gone(op: ScalingOperation, version: int, say: Say = _print) -> None:
+    say(f"the driver of {op.job} stopped beating before it switched: v{version} gets a catch-up run")
+
+
+def switched(op: ScalingOperation, version: int, say: Say = _print) -> dict[str, Any]:
+    say(f"the driver switched to v{version} in its Spark application")
+    return {"restarted": "in-place"}
+
 
 def restart(
     home: Home,
@@ -364,29 +426,29 @@ def restart(
     say: Say = _print,
 ) -> dict[str, Any]:
     """Get N+1 running: wait for a live driver's in-place switch, or run N+1 once with available-now."""
-    _renew(home, op)
-    crash_point("during_switch")
-    control = ControlPlane(home)
-    version = _event(control, op).to_version
+    version = begin_restart(home, op)
     if Mode(mode) is Mode.IN_PLACE:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if _metric_times(control, op.job, version, ("query_started",)):
-                say(f"the driver switched to v{version} in its Spark application")
-                return {"restarted": "in-place"}
-            beat = last_heartbeat(control, op.job)
-            if beat is None or not beat["live"]:
-                # The driver that looked live has died (a kill -9 leaves a fresh heartbeat and no stop behind) or
-                # stopped: nothing will switch, so v{version} gets its catch-up run instead of a wait for nobody.
-                # A switching driver is live throughout: it beats, and writes no end between its two queries.
-                say(f"the driver of {op.job} stopped beating before it switched: v{version} gets a catch-up run")
-                break
-            time.sleep(0.5)
-        else:
-            raise PipelinesError(
-                f"the driver of {op.job} did not start v{version} within {timeout_s:.0f}s; v{version} is active and "
-                "will be used by the next run (pipelines run), check the driver's log under <home>/run/"
-            )
+        while (state := switch_state(home, op.job, version)) is Switch.WAITING:
+            if time.monotonic() > deadline:
+                raise restart_timed_out(op, version, timeout_s)
+            time.sleep(SWITCH_POLL_S)
+        if state is Switch.SWITCHED:
+            return switched(op, version, say)
+        driver_gone(op, version, say)
+    return catch_up_run(home, op, version, master=master, catch_up=catch_up, say=say)
+
+
+def catch_up_run(
+    home: Home,
+    op: ScalingOperation,
+    version: int,
+    *,
+    master: str | None = None,
+    catch_up: CatchUp | None = None,
+    say: Say = _print,
+) -> dict[str, Any]:
+    """Run N+1 once with available-now, in the foreground: work, not a wait, so it holds its caller until done."""
     if catch_up is not None:
         say(f"running v{version} of {op.job} once with available-now")
         catch_up(home, op.job)
@@ -404,34 +466,53 @@ def restart(
     return {"restarted": "catch-up run"}
 
 
-def wait_caught_up(home: Home, op: ScalingOperation, *, timeout_s: float = 600.0, say: Say = _print) -> dict[str, Any]:
-    """Wait until N+1's committed checkpoints reach the end positions the inputs had at activation."""
-    _renew(home, op)
+def begin_catch_up(home: Home, op: ScalingOperation) -> tuple[int, Target]:
+    """The catch-up step's entry: renew the lease; the new version and the activation point it must reach."""
+    renew(home, op)
+    event = _event(ControlPlane(home), op)
+    if event.to_version is None:
+        raise PipelinesError(f"scaling event {op.event_id} has no activated model to catch up; run activate first")
+    return event.to_version, event.details.get("catch_up_target") or {}
+
+
+def caught_up(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
+    """Record that N+1 reached its activation point, with how long after the activation it did."""
     control = ControlPlane(home)
     event = _event(control, op)
-    assert event.to_version is not None
-    target = event.details.get("catch_up_target") or {}
+    now = control.clock.now_s()  # the store's clock, like activated_at: one clock across hosts
+    caught = now - float(event.details.get("activated_at") or now)
+    say(f"v{event.to_version} caught up with the input as of its activation ({caught:.1f}s after it)")
+    _status(control, op, EventStatus.CAUGHT_UP, caught_up_s=round(caught, 3))
+    return {"caught_up_s": round(caught, 3)}
+
+
+def behind_text(behind: int | None) -> str:
+    return "an unknown number of" if behind is None else str(behind)
+
+
+def catch_up_timed_out(op: ScalingOperation, version: int, behind: int | None, timeout_s: float) -> PipelinesError:
+    return PipelinesError(
+        f"v{version} of {op.job} is still {behind_text(behind)} records behind the activation point after "
+        f"{timeout_s:.0f}s; the model stays active, the job is running late"
+    )
+
+
+def wait_caught_up(home: Home, op: ScalingOperation, *, timeout_s: float = 600.0, say: Say = _print) -> dict[str, Any]:
+    """Wait until N+1's committed checkpoints reach the end positions the inputs had at activation."""
+    version, target = begin_catch_up(home, op)
     deadline = time.monotonic() + timeout_s
     last_say = 0.0
     while True:
-        done, behind = lag_behind(home, op.job, event.to_version, target)
+        done, behind = catch_up_state(home, op.job, version, target)
         if done:
-            now = control.clock.now_s()  # the store's clock, like activated_at: one clock across hosts
-            caught = now - float(event.details.get("activated_at") or now)
-            say(f"v{event.to_version} caught up with the input as of its activation ({caught:.1f}s after it)")
-            _status(control, op, EventStatus.CAUGHT_UP, caught_up_s=round(caught, 3))
-            return {"caught_up_s": round(caught, 3)}
-        left = "an unknown number of" if behind is None else str(behind)
+            return caught_up(home, op, say)
         now = time.monotonic()
         if now > deadline:
-            raise PipelinesError(
-                f"v{event.to_version} of {op.job} is still {left} records behind the activation point after "
-                f"{timeout_s:.0f}s; the model stays active, the job is running late"
-            )
+            raise catch_up_timed_out(op, version, behind, timeout_s)
         if now - last_say > 10:
-            say(f"v{event.to_version} of {op.job}: {left} records behind the activation point")
+            say(f"v{version} of {op.job}: {behind_text(behind)} records behind the activation point")
             last_say = now
-        time.sleep(1.0)
+        time.sleep(CATCH_UP_POLL_S)
 
 
 def verify(
@@ -448,7 +529,7 @@ def verify(
     """
     from pipelines.quality.report import run_quality
 
-    _renew(home, op)
+    renew(home, op)
     control = ControlPlane(home)
     sequence = sequence or default_sequence(home, op.job)
     report = run_quality(home, op.job, op.event_id, sequence=sequence, dag_run=dag_run)
@@ -710,8 +791,12 @@ def _systems(home: Home, job: str) -> JobSystems:
     return JobSystems(home, job_config(ControlPlane(home).job_models.active(job)).systems)
 
 
-def _renew(home: Home, op: ScalingOperation) -> None:
-    """Every step renews the lease: a long operation keeps its lock, a dead one loses it after ``ttl_s``."""
+def renew(home: Home, op: ScalingOperation) -> None:
+    """Every step renews the lease: a long operation keeps its lock, a dead one loses it after ``ttl_s``.
+
+    A step that waits away from its worker (an Airflow task deferred to the triggerer) renews it again when
+    it resumes.
+    """
     ScalingLock(home).acquire(op.job, op.owner, f"{op.kind} of {op.job}", ttl_s=float(op.ttl_s))
 
 

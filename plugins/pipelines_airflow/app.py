@@ -1,6 +1,6 @@
 """The "Elastic pipelines" web app: every route of the plugin, mounted in Airflow's api-server.
 
-Served by the ``elastic_pipelines`` plugin (``plugins/elastic_pipelines_plugin.py``)
+Served by the ``elastic_pipelines`` plugin (``pipelines_airflow.plugin``)
 under ``/elastic-pipelines``; the data comes from ``collect``, ``rescale`` and
 ``datadocs``, the HTML from the templates (``page.render``):
 

@@ -16,6 +16,11 @@ class PipelinesHook(BaseHook):
     A connection lets one Airflow drive several deployments (one connection
     each) and keeps the path out of DAG code; a single deployment needs only
     the environment variable its workers already share with the drivers.
+
+    The connection type and its form (one field, ``home``) are declared in the
+    provider info (``pipelines_airflow.provider``). Airflow's form stores the
+    field in the extra as ``home``; the older ``extra__pipelines__home`` and
+    the connection's host are read too.
     """
 
     conn_name_attr = "pipelines_conn_id"
@@ -36,4 +41,4 @@ class PipelinesHook(BaseHook):
         except Exception:  # no such connection (AirflowNotFoundException): the environment decides
             return resolve_home()
         extra = conn.extra_dejson if hasattr(conn, "extra_dejson") else json.loads(conn.extra or "{}")
-        return resolve_home(extra.get("home") or conn.host or None)
+        return resolve_home(extra.get("home") or extra.get(f"extra__{self.conn_type}__home") or conn.host or None)

@@ -7,6 +7,19 @@ release whatever failed in between, and skips it only when the lock was never
 taken. The lock's owner is the run (plus the map index), so a retried or
 cleared task of the same run resumes its own operation.
 
+The two waits (a live driver's switch to the new model, the new model's
+catch-up) are deferrable operators: each looks once and, if it must wait,
+hands the wait to a trigger on Airflow's triggerer (``pipelines_airflow.triggers``)
+and gives its worker slot back until the trigger fires. A deployment needs a
+running ``airflow triggerer`` for them (``scripts/airflow.sh`` and the compose
+file start one). The catch-up *run* of a job with no live driver is work, not
+a wait: it runs in ``restart_job``'s slot, as a spark-submit on that worker.
+
+Every task here finds the deployment through the home alone (the ``pipelines``
+connection or ``PIPELINES_HOME``), and passes only JSON between tasks (the
+operation, the switch mode, figures): no path of a worker's disk, no pid. So
+any worker that reaches the home and Airflow's database can run any step.
+
 Run parameters read here, all optional (``elastic_rescale`` exposes them as
 typed Params): ``lock_wait_s``, ``restart_timeout_s``, ``catch_up_timeout_s``,
 ``sequence_column``, ``spark_master``.
@@ -16,10 +29,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import get_current_context, task, task_group
+from airflow.sdk import BaseOperator, Context, get_current_context, task, task_group
 
 from pipelines.control.dq_results import DagRunRef
 from pipelines.operations import scaling
+from pipelines_airflow import triggers
 from pipelines_airflow.assets import JOB_MODELS, QUALITY, SCALING_EVENTS
 from pipelines_airflow.hooks import PipelinesHook
 
@@ -74,16 +88,110 @@ def activate_model(op: dict[str, Any]) -> int:
     return scaling.activate(_home(), _op(op))["to_version"]
 
 
-@task
-def restart_job(op: dict[str, Any], mode: str) -> str:
-    timeout = float(_param("restart_timeout_s", 300))
-    return scaling.restart(_home(), _op(op), mode, master=_param("spark_master"), timeout_s=timeout)["restarted"]
+class RestartJob(BaseOperator):
+    """Get the new model running: wait (deferred) for a live driver's in-place switch, or run a catch-up.
+
+    Returns how the job restarted: ``in-place`` or ``catch-up run``.
+    """
+
+    template_fields = ("op", "mode")
+    ui_color = "#e8f4fa"
+
+    def __init__(self, *, op: Any, mode: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.op = op
+        self.mode = mode
+
+    def execute(self, context: Context) -> str:
+        home, op = _home(), _op(self.op)
+        version = scaling.begin_restart(home, op)
+        if scaling.Mode(self.mode) is scaling.Mode.IN_PLACE:
+            state = scaling.switch_state(home, op.job, version)
+            if state is scaling.Switch.WAITING:
+                print(f"waiting for the driver of {op.job} to start v{version}, on the triggerer (no worker slot)")
+                self.defer(
+                    trigger=triggers.ScalingWaitTrigger(
+                        home=str(home.root),
+                        job=op.job,
+                        version=version,
+                        wait=triggers.SWITCH,
+                        timeout_s=self._timeout(),
+                    ),
+                    method_name="resume",
+                    kwargs={"version": version},
+                )
+            if state is scaling.Switch.SWITCHED:
+                return str(scaling.switched(op, version)["restarted"])
+            scaling.driver_gone(op, version)
+        return self._catch_up(home, op, version)
+
+    def resume(self, context: Context, event: dict[str, Any], version: int) -> str:
+        """Back on a worker once the trigger fired: the switch happened, the driver died, or time ran out."""
+        home, op = _home(), _op(self.op)
+        scaling.renew(home, op)
+        _report(event)
+        if event["status"] == triggers.SWITCHED:
+            return str(scaling.switched(op, version)["restarted"])
+        if event["status"] == triggers.DRIVER_GONE:
+            scaling.driver_gone(op, version)
+            return self._catch_up(home, op, version)
+        raise scaling.restart_timed_out(op, version, self._timeout())
+
+    def _catch_up(self, home: Any, op: scaling.ScalingOperation, version: int) -> str:
+        return str(scaling.catch_up_run(home, op, version, master=_param("spark_master"))["restarted"])
+
+    def _timeout(self) -> float:
+        return float(_param("restart_timeout_s", 300))
 
 
-@task
-def wait_caught_up(op: dict[str, Any]) -> float:
-    timeout = float(_param("catch_up_timeout_s", 600))
-    return scaling.wait_caught_up(_home(), _op(op), timeout_s=timeout)["caught_up_s"]
+class WaitCaughtUp(BaseOperator):
+    """Wait (deferred) until the new model reached the inputs' ends as of its activation; returns the seconds."""
+
+    template_fields = ("op",)
+    ui_color = "#e8f4fa"
+
+    def __init__(self, *, op: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.op = op
+
+    def execute(self, context: Context) -> float:
+        home, op = _home(), _op(self.op)
+        version, target = scaling.begin_catch_up(home, op)
+        done, behind = scaling.catch_up_state(home, op.job, version, target)
+        if done:
+            return float(scaling.caught_up(home, op)["caught_up_s"])
+        print(
+            f"v{version} of {op.job} is {scaling.behind_text(behind)} records behind the activation point: "
+            "waiting on the triggerer (no worker slot)"
+        )
+        self.defer(
+            trigger=triggers.ScalingWaitTrigger(
+                home=str(home.root),
+                job=op.job,
+                version=version,
+                wait=triggers.CATCH_UP,
+                target=target,
+                timeout_s=self._timeout(),
+            ),
+            method_name="resume",
+            kwargs={"version": version},
+        )
+
+    def resume(self, context: Context, event: dict[str, Any], version: int) -> float:
+        home, op = _home(), _op(self.op)
+        scaling.renew(home, op)
+        _report(event)
+        if event["status"] == triggers.CAUGHT_UP:
+            return float(scaling.caught_up(home, op)["caught_up_s"])
+        raise scaling.catch_up_timed_out(op, version, event.get("behind"), self._timeout())
+
+    def _timeout(self) -> float:
+        return float(_param("catch_up_timeout_s", 600))
+
+
+def _report(event: dict[str, Any]) -> None:
+    line = f"the triggerer's wait ended: {event['status']} after {event['waited_s']:.1f}s ({event['looks']} looks)"
+    print(line + (f"; last failed look: {event['error']}" if event.get("error") else ""))
 
 
 def dag_run() -> DagRunRef:
@@ -110,8 +218,8 @@ def scaling_path(request: dict[str, Any]) -> None:
     mode = stop_at_batch_boundary(op)
     migrated = migrate_checkpoints(op)
     activated = activate_model(op)
-    restarted = restart_job(op, mode)
-    caught_up = wait_caught_up(op)
+    restarted = RestartJob(task_id="restart_job", op=op, mode=mode)
+    caught_up = WaitCaughtUp(task_id="wait_caught_up", op=op)
     verified = verify_quality(op)
     recorded = record_event(op).as_teardown(setups=op)
     mode >> migrated >> activated >> restarted >> caught_up >> verified >> recorded

@@ -9,15 +9,20 @@
 * ``airflow_db`` (session) runs ``airflow db migrate`` once, lazily: only a test
   that needs Airflow pays for it, so ``pytest -m unit`` never does.
 * ``running_airflow`` (session) starts ``airflow api-server``, ``airflow
-  scheduler`` and ``airflow dag-processor`` as subprocesses in their own process
-  groups, waits until ``/api/v2/monitor/health`` says the scheduler and the dag
-  processor are healthy, and yields an :class:`AirflowClient` holding a JWT
+  scheduler``, ``airflow dag-processor`` and ``airflow triggerer`` (the scaling
+  path's waits are deferred to it) as subprocesses in their own process
+  groups, waits until ``/api/v2/monitor/health`` says the scheduler, the dag
+  processor and the triggerer are healthy, and yields an :class:`AirflowClient` holding a JWT
   from ``POST /auth/token``. The processes are killed (SIGTERM, then SIGKILL)
   at the end of the session; if a test failed, the tail of each server log is
   printed.
 
+The plugin and the ``pipelines`` connection type come from the installed
+``elastic-pipelines-airflow`` distribution (its entry points), as in
+``scripts/airflow.sh``: no plugins folder is configured.
+
 Nothing here binds 0.0.0.0: the api-server gets ``--host 127.0.0.1``, the
-scheduler runs with ``--skip-serve-logs`` (Airflow's worker log server binds
+scheduler and the triggerer run with ``--skip-serve-logs`` (Airflow's worker and trigger log servers bind
 every interface and has no host setting; the api-server reads the task logs
 from the shared local log folder instead), and the scheduler's health-check
 server stays off (and would bind 127.0.0.1 if turned on).
@@ -126,7 +131,6 @@ def configure_airflow_environment() -> AirflowEnv:
             "PIPELINES_HOME": str(pipelines_home),
             # what to load
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__DATABASE__LOAD_DEFAULT_CONNECTIONS": "False",
             # embedded default: SQLite + LocalExecutor, small on a 2-core machine
@@ -423,11 +427,12 @@ SERVER_COMMANDS: dict[str, list[str]] = {
     "api-server": ["api-server", "--host", LOOPBACK, "--workers", "1"],  # --port added at start
     "scheduler": ["scheduler", "--skip-serve-logs"],
     "dag-processor": ["dag-processor"],
+    "triggerer": ["triggerer", "--skip-serve-logs"],
 }
 
 
 class Servers:
-    """The three Airflow processes, each the leader of its own process group, logging to a file."""
+    """The Airflow processes, each the leader of its own process group, logging to a file."""
 
     def __init__(self, env: AirflowEnv) -> None:
         self.env = env
@@ -525,7 +530,7 @@ def _wait_until_healthy(env: AirflowEnv, servers: Servers, timeout: float) -> di
             last = f"{response.status_code} {response.text[:500]}"
             if response.status_code == 200:
                 health = response.json()
-                parts = [health.get(k) or {} for k in ("metadatabase", "scheduler", "dag_processor")]
+                parts = [health.get(k) or {} for k in ("metadatabase", "scheduler", "dag_processor", "triggerer")]
                 if all(p.get("status") == "healthy" for p in parts):
                     print(f"[airflow] healthy after {time.monotonic() - started:.1f} s at {env.base_url}")
                     return health
@@ -546,7 +551,7 @@ def _login(env: AirflowEnv) -> str:
 
 @contextlib.contextmanager
 def start_airflow(env: AirflowEnv, timeout: float = START_TIMEOUT_S) -> Iterator[AirflowClient]:
-    """Start the three servers, wait until healthy, log in; stop them (process groups) on exit."""
+    """Start the servers, wait until healthy, log in; stop them (process groups) on exit."""
     if not _port_is_free(env.api_port):  # taken since the conftest chose it
         env.set_api_port(free_port())
     servers = Servers(env)
@@ -566,7 +571,7 @@ def start_airflow(env: AirflowEnv, timeout: float = START_TIMEOUT_S) -> Iterator
 
 @pytest.fixture(scope="session")
 def running_airflow(airflow_db: AirflowEnv, request: pytest.FixtureRequest) -> Iterator[AirflowClient]:
-    """A real Airflow (api-server, scheduler, dag-processor) on 127.0.0.1 for the whole session.
+    """A real Airflow (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1 for the whole session.
 
     Its tasks see ``PIPELINES_HOME`` = ``running_airflow.pipelines_home`` (the session's temporary home):
     tests that drive jobs through Airflow must use that home (and their own job and stream names).

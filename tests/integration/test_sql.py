@@ -92,6 +92,7 @@ def test_the_command_prints_a_table_or_json(spark: Any, filled: Home, monkeypatc
     assert json.loads(out.getvalue()) == [{"one": 1, "none": None}]
 
 
+@pytest.mark.slow  # its own Spark driver, in a process of its own
 def test_bad_sql_is_one_error_line_and_exit_2_from_a_session_of_its_own(filled: Home, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
     argv = [sys.executable, "-m", "pipelines", "--home", str(filled.root), "sql", "SELECT * FROM job_model"]

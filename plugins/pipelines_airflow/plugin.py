@@ -1,5 +1,9 @@
 """The ``elastic_pipelines`` Airflow plugin: the "Elastic pipelines" page in the Airflow UI.
 
+Registered through the distribution's ``airflow.plugins`` entry point
+(``plugins/pyproject.toml``), so every Airflow host that has
+``elastic-pipelines-airflow`` installed finds it, with no plugins folder.
+
 * ``fastapi_apps``: the page's FastAPI app (``pipelines_airflow.app``), mounted by the
   api-server under ``/elastic-pipelines`` (HTML at ``/elastic-pipelines/``, JSON at
   ``/elastic-pipelines/api/jobs``). Every route requires a logged-in Airflow user with
@@ -18,6 +22,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from airflow.plugins_manager import AirflowPlugin
+
 from pipelines_airflow import notes
 from pipelines_airflow.app import URL_PREFIX, app
 from pipelines_airflow.page import TITLE
