@@ -162,7 +162,7 @@ class Host:
         with log_path.open("ab") as out:
             proc = HostProcess(
                 argv,
-                env={**os.environ, **(env or {})},
+                env=_host_env(env),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -185,7 +185,7 @@ class Host:
         """Run a command in this host to its end and capture its output (text)."""
         return subprocess.run(
             self._enter_argv(cmd, cwd),
-            env={**os.environ, **(env or {})},
+            env=_host_env(env),
             input=input,
             stdin=None if input is not None else subprocess.DEVNULL,
             capture_output=True,
@@ -452,3 +452,15 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) or "(no output)"
     except OSError as e:
         return f"(no log: {e})"
+
+
+HOST_SPECIFIC = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS")
+"""Variables naming the test process's own address: loopback there, meaningless on another host. Inherited, they
+made a driver in a host advertise ``localhost`` to executors on others (the e2e tests' Airflow environment sets
+``SPARK_LOCAL_IP=127.0.0.1`` for the whole pytest process)."""
+
+
+def _host_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """This process's environment without its host-specific variables, plus ``env``."""
+    inherited = {k: v for k, v in os.environ.items() if k not in HOST_SPECIFIC}
+    return {**inherited, **(env or {})}
