@@ -26,13 +26,19 @@ Rules (each one a property test in ``tests/unit/core/test_shards.py``)
   parent lease). At least one parent must be known done through the
   checkpoints, so a shard whose lineage the checkpoints do not show (another
   slot's shard, when the caller passed only some slots) is never taken.
+* **A dead end is never taken again**: a closed shard none of whose children
+  is listed any more is done, and so are its ancestors (``dead_ends``). Its
+  children expired, so its own records are past retention; and if it was
+  read, the expired child was the only link from the checkpoints back to it,
+  so without this rule it would look unread (an orphan) and be read twice.
 * **A parent leaves a slot only when all its children are in checkpoints.**
   ``SHARD_END`` stays in the slot's checkpoint, as the evidence that the
   parent is done, until every child of it is in some slot's checkpoint; only
   then does a plan drop it. So a shard that is in no slot but has a
-  descendant in one is *retired* (done), and a shard in no slot with no
-  descendant in one is still to be read: the checkpoints alone tell the two
-  apart, even when the slots of one micro-batch were not committed together.
+  descendant in one (or is a dead end, or has one as descendant) is *retired*
+  (done), and any other shard in no slot is still to be read: the checkpoints
+  and the listing alone tell the two apart, even when the slots of one
+  micro-batch were not committed together.
 * **Free slots first, then sharing (1:n).** A slot is free when it has no
   unfinished shard (empty, or only ``SHARD_END`` evidence). A child goes to a
   free slot, preferring the one that held its parent (a lineage stays in one
@@ -161,6 +167,20 @@ class ShardPartitionMapper:
         """Listed shards none of whose parents are listed: where a reader of the whole stream starts."""
         return [s.shard_id for s in sorted(self.shards.values()) if not any(p in self.shards for p in s.parents)]
 
+    def dead_ends(self) -> list[str]:
+        """Closed listed shards none of whose children is listed any more: done, whatever the slots say.
+
+        A shard closes only by a reshard that opens its children, and a child
+        closes later than its parent, so it expires no earlier: a listing that
+        shows a closed shard without any of its children shows one whose records
+        are past retention too (the listing lags, or caught the stream between
+        two expiries). It cannot be unread work. Treating it so would re-take a
+        shard that was read and dropped, because the expired child was the only
+        link from the slots' checkpoints back to it (KCL likewise creates leases
+        only for open shards and their ancestors, so such a shard gets none).
+        """
+        return [s.shard_id for s in sorted(self.shards.values()) if not s.open and not self.children(s.shard_id)]
+
     def _order(self, shard_id: str) -> tuple[int, str]:
         info = self.shards.get(shard_id)
         return (info.hash_start if info else -1, shard_id)
@@ -177,9 +197,13 @@ class ShardPartitionMapper:
                     )
                 if state == SHARD_END:
                     view.finished.add(shard)
-        # Every ancestor of a shard in a slot was done when that shard was taken over.
+        # Every ancestor of a shard in a slot was done when that shard was taken over. A dead end (closed, no
+        # child listed any more) is done as well, and so are its ancestors: its lineage to the slots expired.
         stack = list(view.assigned)
         seen: set[str] = set()
+        for dead_end in self.dead_ends():
+            seen.add(dead_end)
+            stack.append(dead_end)
         while stack:
             info = self.shards.get(stack.pop())
             for parent in info.parents if info else ():

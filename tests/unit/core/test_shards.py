@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from pipelines.core.shards import (
@@ -181,6 +181,26 @@ operations = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 4), operations, st.randoms(use_true_random=False))
+@example(  # a merge child (3) expires before its parent (2): relayout used to read the dropped 2 again
+    1,
+    [
+        ("split", 0),
+        ("merge", 0),
+        ("read", 0, 0, True),
+        ("relayout",),
+        ("split", 0),
+        ("expire", 0),
+        ("read", 0, 0, True),
+        ("read", 0, 0, True),
+        ("expire", 0),
+        ("plan", 1),
+        ("read", 0, 0, True),
+        ("relayout",),
+        ("expire", 1),
+        ("relayout",),
+    ],
+    random.Random(0),
+)
 def test_parents_before_children_in_every_interleaving(initial: int, ops: list[tuple], rng: random.Random) -> None:
     stream = Stream()
     for i in range(initial):
@@ -300,6 +320,22 @@ def test_an_expired_parent_does_not_block_and_a_missing_slot_takes_nothing() -> 
     assert job.mapper().plan(job.slots)[0] == SlotPlan((), ("shardId-000000000000",))
     # A shard whose lineage the given checkpoints do not show is never taken (it may be another slot's).
     assert not any(ShardPartitionMapper(stream.listing()).plan({0: {}}).values())
+
+
+def test_a_shard_whose_children_expired_first_is_never_read_again() -> None:
+    stream, job = _job(1)
+    stream.split(0)  # 0 -> 1, 2
+    stream.split(0)  # 1 -> 3, 4
+    stream.merge(0)  # 3, 4 -> 5
+    one, two, five = "shardId-000000000001", "shardId-000000000002", "shardId-000000000005"
+    # 1, 3 and 4 were read and dropped, 5 is being read; 0 stays as evidence because 2 is in no checkpoint yet.
+    stream.listed -= {"shardId-000000000003", "shardId-000000000004"}  # the link from 5 back to 1 expired
+    slots = {0: {"shardId-000000000000": SHARD_END, five: "7"}, 1: {}}
+    mapper = job.mapper()
+    assert mapper.dead_ends() == [one]
+    assert mapper.status(slots)[one]["state"] == "retired"
+    assert mapper.plan(slots) == {0: SlotPlan(), 1: SlotPlan((two,), ())}, "1 is not taken again, 2 is"
+    assert mapper.relayout(slots, 2) == {0: {five: "7"}, 1: {two: TRIM_HORIZON}}
 
 
 def test_restart_resumes_the_same_mapping_from_checkpoints_alone() -> None:
