@@ -13,7 +13,7 @@ from pipelines.storage.objects import ObjectStore, store_for
 from pipelines.storage.records import VersionedRecord, Watch, take
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])  # S3: a server, so slow
 def place(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
     if request.param == "local":
         return local(tmp_path / "records")

@@ -16,7 +16,7 @@ from tests.skew import SkewedHost
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])  # S3: a server, so slow
 def home(request: pytest.FixtureRequest, tmp_path: Path) -> Home:
     if request.param == "local":
         return Home(tmp_path / "home")
