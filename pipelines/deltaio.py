@@ -8,7 +8,9 @@ runs here), which turns a successful CLI command or Airflow task into exit code
 actions (partition values and min/max statistics prune files) and opens the
 parquet files with pyarrow directly.
 
-Every read of a table in the home also goes through here, and so does the one
+Every open, read and write of a table in the home goes through here, on a
+local disk or on S3 alike (the store's ``delta_options`` go to delta-rs, its
+``pyarrow.fs`` file system reads the data files), and so does the one
 translation of a damaged table: a truncated or garbled commit in
 ``_delta_log`` (delta-rs's ``DeltaError``) or a damaged or missing data file
 (pyarrow's errors) becomes a ``DamagedTableError`` that names the table, the
@@ -20,19 +22,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from pipelines.errors import DamagedTableError
+from pipelines.storage.location import Location, parse
+from pipelines.storage.objects import store_for
+
+TableRef = DeltaTable | Location | str | os.PathLike[str]
 
 _COMMIT = re.compile(r"\d{20}\.json")  # a commit of the Delta log (not a writer's temporary file)
 
@@ -40,14 +47,16 @@ Condition = tuple[str, str, Any]  # (column, "=" | "!=" | "<" | "<=" | ">" | ">=
 
 
 def read_delta(
-    table: DeltaTable | str | os.PathLike[str],
+    table: TableRef,
     where: Sequence[Condition] = (),
     columns: Sequence[str] | None = None,
     schema: pa.Schema | None = None,
 ) -> pa.Table:
     """Rows matching every condition, as ``schema`` (default: the table's), missing columns as nulls."""
     dt = table if isinstance(table, DeltaTable) else open_table(table)
-    root = _local_root(dt.table_uri)
+    root = table_location(dt)
+    store = store_for(root)
+    filesystem = store.filesystem()
     with readable(root):
         schema = schema or pa.schema(dt.schema().to_arrow())  # type: ignore[arg-type]
         partition_cols = list(dt.metadata().partition_columns)
@@ -58,7 +67,7 @@ def read_delta(
         if not all(_may_match(action, values, cond) for cond in where):
             continue
         with readable(root):
-            data = pq.read_table(os.path.join(root, unquote(action["path"])))
+            data = _data_file(store, filesystem, root / unquote(action["path"]), int(action.get("size_bytes") or 0))
         for c in partition_cols:
             dtype = schema.field(c).type if c in schema.names else pa.string()
             data = data.append_column(c, pa.array([values[c]] * data.num_rows).cast(dtype))
@@ -69,72 +78,147 @@ def read_delta(
     return result.select(list(columns)) if columns is not None else result
 
 
-def read_delta_pandas(table: DeltaTable | str | os.PathLike[str], where: Sequence[Condition] = ()) -> Any:
+CACHED_FILE_BYTES = 1 << 20
+"""Data files up to this size are kept parsed, per process: they are immutable (a new commit adds new files), and a
+driver reads the same control-table files again and again; on object storage each read is a request."""
+CACHE_BYTES = 64 << 20
+WHOLE_READ_BYTES = 16 << 20
+"""A data file up to this size is read with one GET on object storage (pyarrow's reader asks HEAD, then ranges)."""
+
+_FILES: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+_FILES_BYTES = 0
+_FILES_LOCK = threading.Lock()
+
+
+def _data_file(store: Any, filesystem: Any, loc: Location, size: int) -> pa.Table:
+    """One data file of a table, parsed; small ones from this process's cache of immutable files."""
+    global _FILES_BYTES
+    key = (str(loc), size)
+    with _FILES_LOCK:
+        cached = _FILES.get(key)
+        if cached is not None:
+            _FILES.move_to_end(key)
+            return cached
+    if not store.is_local() and 0 < size <= WHOLE_READ_BYTES:
+        data = pq.read_table(pa.BufferReader(store.read(loc)))
+    else:
+        data = pq.read_table(store.arrow_path(loc), filesystem=filesystem)
+    if 0 < size <= CACHED_FILE_BYTES:
+        with _FILES_LOCK:
+            _FILES[key] = data
+            _FILES_BYTES += data.nbytes
+            while _FILES_BYTES > CACHE_BYTES and _FILES:
+                _, dropped = _FILES.popitem(last=False)
+                _FILES_BYTES -= dropped.nbytes
+    return data
+
+
+def read_delta_pandas(table: TableRef, where: Sequence[Condition] = ()) -> Any:
     return read_delta(table, where).to_pandas()
 
 
-def open_table(path: str | os.PathLike[str]) -> DeltaTable:
+def location(path: Location | str | os.PathLike[str]) -> Location:
+    return parse(path, what="a table")
+
+
+def table_location(dt: DeltaTable) -> Location:
+    uri = dt.table_uri
+    return parse(unquote(uri[len("file://") :]) if uri.startswith("file://") else uri, what="a table")
+
+
+def is_table(path: Location | str | os.PathLike[str]) -> bool:
+    loc = location(path)
+    return bool(DeltaTable.is_deltatable(loc.uri, storage_options=store_for(loc).delta_options()))
+
+
+def open_table(path: Location | str | os.PathLike[str]) -> DeltaTable:
     """The table at its latest version; a damaged log is a ``DamagedTableError``, never a traceback."""
-    check_commits(path)
-    with readable(path):
-        return DeltaTable(str(path))
+    loc = location(path)
+    check_commits(loc)
+    with readable(loc):
+        return DeltaTable(loc.uri, storage_options=store_for(loc).delta_options())
+
+
+def create_table(path: Location | str | os.PathLike[str], schema: Any, **kwargs: Any) -> DeltaTable:
+    """``DeltaTable.create`` in the home (its folder made where the store has folders)."""
+    loc = location(path)
+    store = store_for(loc)
+    store.makedirs(loc)
+    return DeltaTable.create(loc.uri, schema, storage_options=store.delta_options(), **kwargs)
+
+
+def append(
+    table: TableRef, data: pa.Table, *, commit_properties: CommitProperties | None = None, **kwargs: Any
+) -> None:
+    """One ``write_deltalake`` append to a table of the home (creating it if ``table`` names a new place)."""
+    if isinstance(table, DeltaTable):
+        write_deltalake(table, data, mode="append", commit_properties=commit_properties, **kwargs)
+        return
+    loc = location(table)
+    store = store_for(loc)
+    store.makedirs(loc)
+    write_deltalake(
+        loc.uri,
+        data,
+        mode="append",
+        commit_properties=commit_properties,
+        storage_options=store.delta_options(),
+        **kwargs,
+    )
 
 
 def refresh(dt: DeltaTable) -> None:
     """``update_incremental`` with the same translation: a commit damaged since the open is reported, too."""
-    root = _local_root(dt.table_uri)
-    with readable(root):
+    with readable(table_location(dt)):
         dt.update_incremental()
 
 
-def check_commits(path: str | os.PathLike[str]) -> None:
+def check_commits(path: Location | str | os.PathLike[str]) -> None:
     """Refuse a table with an empty commit file: delta-rs reads one as a commit without actions.
 
     A commit truncated to nothing (a full disk, a crash of a copy) would then
     silently drop a fact, e.g. a job model's activation; everything else wrong
-    with a commit delta-rs refuses itself. One directory listing per open.
+    with a commit delta-rs refuses itself. One listing of ``_delta_log`` per open.
     """
-    log = Path(path) / "_delta_log"
-    try:
-        entries = list(os.scandir(log))
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for entry in entries:
-        if _COMMIT.fullmatch(entry.name) and entry.is_file() and entry.stat().st_size == 0:
-            raise damaged(path, f"its commit _delta_log/{entry.name} is empty (truncated)", commit=entry.name)
+    loc = location(path)
+    for entry in store_for(loc).list(loc / "_delta_log"):
+        if _COMMIT.fullmatch(entry.name) and not entry.is_dir and entry.size == 0:
+            raise damaged(loc, f"its commit _delta_log/{entry.name} is empty (truncated)", commit=entry.name)
 
 
 @contextmanager
-def readable(path: str | os.PathLike[str]) -> Iterator[None]:
+def readable(path: Location | str | os.PathLike[str]) -> Iterator[None]:
     """Translate delta-rs and pyarrow failures while reading the table at ``path`` into ``DamagedTableError``.
 
     A lost commit race (``CommitFailedError``) is no damage and passes, and so
     does a ``PermissionError``: the home is not readable, which the CLI reports
     with the path as it is.
     """
+    loc = location(path)
     try:
         yield
     except (CommitFailedError, PermissionError, DamagedTableError):
         raise
     except TableNotFoundError:
-        if (Path(path) / "_delta_log").is_dir():
-            raise damaged(path, "its Delta log holds no commit") from None
-        raise damaged(path, "it does not exist (no _delta_log)", missing=True) from None
+        if store_for(loc).list(loc / "_delta_log"):
+            raise damaged(loc, "its Delta log holds no commit") from None
+        raise damaged(loc, "it does not exist (no _delta_log)", missing=True) from None
     except DeltaError as error:
-        commit = _damaged_commit(path)
+        commit = _damaged_commit(loc)
         where = f"its commit _delta_log/{commit} is truncated or garbled" if commit else "its Delta log is unreadable"
-        raise damaged(path, f"{where} ({_first_line(error)})", commit=commit) from None
+        raise damaged(loc, f"{where} ({_first_line(error)})", commit=commit) from None
     except (pa.ArrowException, OSError) as error:
         name = getattr(error, "filename", None) or _named_file(str(error)) or "a data file"
-        if str(name).startswith(str(path).rstrip("/") + "/"):
-            name = str(name)[len(str(path).rstrip("/")) + 1 :]
+        for prefix in {str(loc).rstrip("/") + "/", store_for(loc).arrow_path(loc).rstrip("/") + "/"}:
+            if str(name).startswith(prefix):
+                name = str(name)[len(prefix) :]
         kind = "is missing" if isinstance(error, FileNotFoundError) else "is damaged"
         detail = _first_line(error, limit=None).rpartition("': ")[2][:300]  # pyarrow repeats the path: once is enough
-        raise damaged(path, f"data file {name} {kind} ({detail})", data_file=str(name)) from None
+        raise damaged(loc, f"data file {name} {kind} ({detail})", data_file=str(name)) from None
 
 
 def damaged(
-    path: str | os.PathLike[str],
+    path: Location | str | os.PathLike[str],
     problem: str,
     *,
     commit: str | None = None,
@@ -142,7 +226,7 @@ def damaged(
     missing: bool = False,
 ) -> DamagedTableError:
     """The message every damaged table gets: which table, what is wrong with it, what to do; nothing was changed."""
-    where = Path(path)
+    where = location(path)
     kinds = {"control": "control table", "streams": "stream", "sinks": "sink table"}
     kind = kinds.get(where.parent.name, "Delta table")
     if missing:
@@ -168,16 +252,17 @@ def damaged(
     )
 
 
-def _damaged_commit(path: str | os.PathLike[str]) -> str | None:
+def _damaged_commit(path: Location) -> str | None:
     """The first commit file of the log that is empty or not JSON lines (only on an error: it reads the log)."""
-    log = Path(path) / "_delta_log"
+    log = path / "_delta_log"
+    store = store_for(path)
     try:
-        names = sorted(n for n in os.listdir(log) if _COMMIT.fullmatch(n))
+        names = sorted(e.name for e in store.list(log) if _COMMIT.fullmatch(e.name))
     except OSError:
         return None
     for name in names:
         try:
-            lines = (log / name).read_text(encoding="utf-8").splitlines()
+            lines = store.read(log / name).decode("utf-8").splitlines()
             if not lines:
                 return name
             for line in lines:
@@ -198,13 +283,6 @@ def _named_file(message: str) -> str | None:
 def _first_line(error: BaseException, limit: int | None = 300) -> str:
     text = str(error).strip().splitlines()
     return text[0][:limit] if text else type(error).__name__
-
-
-def _local_root(uri: str) -> str:
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return unquote(parsed.path) if parsed.scheme else uri
-    raise ValueError(f"only local Delta tables are read directly for now, got {uri}")
 
 
 def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:

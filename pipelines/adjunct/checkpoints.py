@@ -13,6 +13,16 @@ store's latest sign of life for the validity age.
 ``STORE_CHECKPOINT_SCHEMA`` is the row layout; the rows live in the control
 plane's ``adjunct_checkpoints`` table (append-only, partitioned by ``job``),
 appended by the sink right after it writes the main input's checkpoints.
+
+Which rows are the latest is decided by the store's own version, not by a
+clock: batch ids restart with every model version's query, and the drivers
+that wrote the rows may have run on hosts whose clocks disagree. A store only
+moves forward, and every batch sees the version current when it was planned,
+so the latest committed batch saw the highest version: the highest
+incarnation number (the store's ``incarnations`` table numbers them under an
+app transaction), then the highest segment ``seq``, then ``generation``. Rows of
+one version hold the same positions; ``written_at`` (the store's time) says
+when the last of them was written, the store's latest sign of life.
 """
 
 from __future__ import annotations
@@ -88,35 +98,51 @@ def checkpoint_rows(
     return rows
 
 
-def latest_store_checkpoints(rows: Iterable[Mapping[str, Any]] | pa.Table) -> dict[str, StoreCheckpoint]:
+Incarnations = Mapping[str, Mapping[str, int]]
+"""Per store, each incarnation's number (``DurableStore.incarnation_numbers``)."""
+
+
+def latest_store_checkpoints(
+    rows: Iterable[Mapping[str, Any]] | pa.Table, incarnations: Incarnations | None = None
+) -> dict[str, StoreCheckpoint]:
     """Each store's checkpoint of its latest committed batch, from rows of one job.
 
-    Latest by the time it was written: batch ids restart with every model
-    version's query (a rescale), so they order batches of one query only.
+    Latest by the store version the batch saw (see the module docstring):
+    ``(incarnation number, seq, generation)``. An incarnation missing from
+    ``incarnations`` (its store was deleted and made anew) is older than every
+    numbered one; rows of such incarnations are told apart by ``written_at``,
+    the store's time, which one driver after another wrote, a restart apart.
     """
     if isinstance(rows, pa.Table):
         rows = rows.to_pylist()
-    newest: dict[str, tuple[datetime, int]] = {}
-    grouped: dict[tuple[str, datetime, int], list[Mapping[str, Any]]] = {}
+    numbers = incarnations or {}
+
+    def version(r: Mapping[str, Any]) -> tuple[int, int, int, str]:
+        number = numbers.get(r["store"], {}).get(r["incarnation"], 0)
+        if number == 0:
+            return (0, 0, 0, "")  # unnumbered: only written_at tells them apart (below)
+        return (number, int(r["seq"]), int(r["generation"]), r["incarnation"])
+
+    newest: dict[str, tuple[tuple[int, int, int, str], datetime, str]] = {}
     for r in rows:
-        at = (r["written_at"], r["batch_id"])
-        grouped.setdefault((r["store"], *at), []).append(r)
-        if r["store"] not in newest or at > newest[r["store"]]:
-            newest[r["store"]] = at
+        key = (version(r), r["written_at"], r["incarnation"])
+        if r["store"] not in newest or key > newest[r["store"]]:
+            newest[r["store"]] = key
     result = {}
-    for store, (written_at, batch_id) in newest.items():
-        group = grouped[(store, written_at, batch_id)]
-        first = group[0]
+    for store, (top, _, incarnation) in newest.items():
+        group = [r for r in rows if r["store"] == store and version(r) == top and r["incarnation"] == incarnation]
+        last = max(group, key=lambda r: (r["written_at"], r["batch_id"]))
+        batch = [r for r in group if r["batch_id"] == last["batch_id"] and r["written_at"] == last["written_at"]]
         result[store] = StoreCheckpoint(
             store=store,
-            system=first["system"],
-            stream=first["stream"],
-            incarnation=first["incarnation"],
-            seq=int(first["seq"]),
-            generation=int(first["generation"]),
-            batch_id=int(batch_id),
-            written_at=written_at,
-            positions={int(r["partition"]): r["position"] for r in group},
+            system=last["system"],
+            stream=last["stream"],
+            incarnation=incarnation,
+            seq=int(last["seq"]),
+            generation=int(last["generation"]),
+            batch_id=int(last["batch_id"]),
+            written_at=last["written_at"],
+            positions={int(r["partition"]): r["position"] for r in batch},
         )
     return result
 
@@ -129,20 +155,25 @@ def append_store_checkpoints(home: Home, rows: Sequence[Mapping[str, Any]]) -> N
     """Append the rows of one committed batch; appends never conflict, so concurrent jobs need no lock."""
     if not rows:
         return
-    from deltalake import write_deltalake
+    from deltalake import CommitProperties
+
+    from pipelines.control.table import COMMIT_RETRIES
+    from pipelines.deltaio import append
 
     path = home.control_table(TABLE)
     data = pa.Table.from_pylist(list(rows), schema=STORE_CHECKPOINT_SCHEMA)
-    write_deltalake(str(path), data, mode="append", partition_by=["job"])
+    append(path, data, partition_by=["job"], commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
 
 
 def read_store_checkpoints(home: Home, job: str) -> dict[str, StoreCheckpoint]:
     """Each store's latest checkpoint for ``job`` (empty when it never committed a batch with stores)."""
-    from deltalake import DeltaTable
-
-    from pipelines.deltaio import read_delta
+    from pipelines.adjunct.durable import DurableStore
+    from pipelines.deltaio import is_table, read_delta
 
     path = home.control_table(TABLE)
-    if not DeltaTable.is_deltatable(str(path)):
+    if not is_table(path):
         return {}
-    return latest_store_checkpoints(read_delta(str(path), [("job", "=", job)], schema=STORE_CHECKPOINT_SCHEMA))
+    rows = read_delta(path, [("job", "=", job)], schema=STORE_CHECKPOINT_SCHEMA).to_pylist()
+    stores = sorted({r["store"] for r in rows})
+    numbers = {store: DurableStore(home, job, store).incarnation_numbers() for store in stores}
+    return latest_store_checkpoints(rows, numbers)

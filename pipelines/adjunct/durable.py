@@ -45,25 +45,24 @@ Re-creation
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from pipelines.control.home import Home
 from pipelines.core.adjunct import Fraction, Generations
 from pipelines.core.ssp import validate_name
-from pipelines.deltaio import open_table, read_delta, refresh
+from pipelines.deltaio import append, is_table, open_table, read_delta, refresh
 from pipelines.errors import StoreError
+from pipelines.storage.location import Location
 from pipelines.systems.base import Position
 
 FORMAT = 1
@@ -237,7 +236,7 @@ class StoreState:
         return replace(self, **changes)
 
 
-def store_dir(home: Home, job: str, store: str) -> Path:
+def store_dir(home: Home, job: str, store: str) -> Location:
     return home.root / "adjunct" / validate_name("job", job) / validate_name("store", store)
 
 
@@ -273,6 +272,14 @@ class DurableStore:
             return None
         return rows.sort_by("number")["incarnation"][-1].as_py()
 
+    def incarnation_numbers(self) -> dict[str, int]:
+        """Every incarnation the store had, with its number (1, 2, ... in the order they were made)."""
+        dt = self._load(self.root / "incarnations")
+        if dt is None:
+            return {}
+        rows = read_delta(dt, schema=INCARNATIONS_SCHEMA).to_pylist()
+        return {r["incarnation"]: int(r["number"]) for r in rows}
+
     def new_incarnation(self, first: StoreState, reason: str) -> StoreState:
         """Create a fresh incarnation with its first (empty) segment and put it in force; old ones are deleted."""
         incarnation = uuid.uuid4().hex
@@ -289,10 +296,9 @@ class DurableStore:
             schema=INCARNATIONS_SCHEMA,
         )
         try:
-            write_deltalake(
-                dt if dt is not None else str(path),
+            append(
+                dt if dt is not None else path,
                 row,
-                mode="append",
                 commit_properties=CommitProperties(app_transactions=[Transaction(INCARNATION_APP, number)]),
             )
         except CommitFailedError as e:
@@ -301,12 +307,13 @@ class DurableStore:
                 "is a second driver running this job?"
             ) from None
         self._tables.pop(str(path), None)
-        for old in self.root.iterdir():
-            if old.is_dir() and old.name not in ("incarnations", incarnation):
-                shutil.rmtree(old, ignore_errors=True)
+        store = self.home.store
+        for old in store.list(self.root):
+            if old.is_dir and old.name not in ("incarnations", incarnation):
+                store.delete_tree(old.location)
         return state
 
-    def _dir(self, incarnation: str) -> Path:
+    def _dir(self, incarnation: str) -> Location:
         return self.root / incarnation
 
     # ------------------------------------------------------------------ segments
@@ -361,10 +368,9 @@ class DurableStore:
             meta if changes is None or changes.num_rows == 0 else pa.concat_tables([changes.cast(CHANGES_SCHEMA), meta])
         )
         try:
-            write_deltalake(
-                dt if dt is not None else str(path),
+            append(
+                dt if dt is not None else path,
                 data,
-                mode="append",
                 partition_by=["class"],
                 commit_properties=CommitProperties(app_transactions=[Transaction(WRITER_APP, state.seq)]),
             )
@@ -507,10 +513,9 @@ class DurableStore:
             schema=SNAPSHOT_SCHEMA,
         )
         dt = self._load(path)
-        write_deltalake(
-            dt if dt is not None else str(path),
+        append(
+            dt if dt is not None else path,
             pa.concat_tables([snapshot, meta]),
-            mode="append",
             partition_by=["snapshot", "class"],
             commit_properties=CommitProperties(app_transactions=[Transaction(SNAPSHOT_APP, state.seq)]),
         )
@@ -540,18 +545,23 @@ class DurableStore:
     # ------------------------------------------------------------------ disk
 
     def size_bytes(self, incarnation: str) -> int:
-        base = self._dir(incarnation)
-        return sum(p.stat().st_size for p in base.rglob("*.parquet")) if base.is_dir() else 0
+        """Bytes of the incarnation's live data files (what its Delta tables reference)."""
+        total = 0
+        for name in ("changes", "snapshots"):
+            dt = self._load(self._dir(incarnation) / name)
+            if dt is not None:
+                total += sum(int(a["size_bytes"]) for a in pa.table(dt.get_add_actions(flatten=True)).to_pylist())
+        return total
 
-    def _load(self, path: Path) -> DeltaTable | None:
+    def _load(self, path: Location) -> DeltaTable | None:
         key = str(path)
         dt = self._tables.get(key)
         if dt is not None:
             refresh(dt)
             return dt
-        if not DeltaTable.is_deltatable(key):
+        if not is_table(path):
             return None
-        dt = open_table(key)
+        dt = open_table(path)
         self._tables[key] = dt
         return dt
 

@@ -53,7 +53,7 @@ import pyarrow as pa
 
 from pipelines.adjunct.checkpoints import StoreCheckpoint
 from pipelines.adjunct.config import StoreConfig, stream_root
-from pipelines.adjunct.durable import CHANGES_SCHEMA, Bootstrap, DurableStore, StoreState, utc_now
+from pipelines.adjunct.durable import CHANGES_SCHEMA, Bootstrap, DurableStore, StoreState
 from pipelines.adjunct.extract import extract, load_extractor, marker_rows
 from pipelines.adjunct.local import hashes_of
 from pipelines.adjunct.views import BatchStores, StoreVersion
@@ -70,6 +70,7 @@ from pipelines.core.adjunct import (
 )
 from pipelines.errors import PipelinesError, StoreError
 from pipelines.faults import crash_point
+from pipelines.storage.clock import store_clock
 from pipelines.systems.base import Bounded, InputSystem, Position
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,17 @@ COMPACT_SEGMENTS = 500
 HEARTBEAT = timedelta(hours=1)
 
 Systems = Mapping[str, InputSystem] | Callable[[str], InputSystem]
+
+
+def store_now(home: Home) -> datetime:
+    """The store's time (``storage.clock``): a store's ``written_at`` and the validity age are on this clock.
+
+    ``valid_for`` is a duration judged between hosts: the driver that last
+    wrote the store and the one that opens it may run on different machines.
+    Both read the home's store's clock, so a store is neither kept past its
+    age nor rebuilt early because the two hosts' clocks disagree.
+    """
+    return store_clock(home.root).now()
 
 
 @dataclass
@@ -131,7 +143,7 @@ class AdjunctStores:
         now: datetime | None = None,
     ) -> AdjunctStores:
         """Apply the recovery table to every store; nothing is read from the streams yet but their metadata."""
-        now = now or utc_now()
+        now = now or store_now(home)
         get = systems if callable(systems) else systems.__getitem__
         opened = {}
         for config in configs:
@@ -157,7 +169,7 @@ class AdjunctStores:
         for name, s in self._stores.items():
             if s.target is None:
                 continue
-            started, clock = utc_now(), time.monotonic()
+            started, clock = store_now(self.home), time.monotonic()
             start = dict(s.state.positions)
             changes = 0
             while not self._reached(s, s.target):
@@ -172,7 +184,7 @@ class AdjunctStores:
                     progress(name, changes)
             record = Bootstrap(
                 started_at=started.isoformat(),
-                finished_at=utc_now().isoformat(),
+                finished_at=store_now(self.home).isoformat(),
                 start=start,
                 target=dict(s.target),
                 changes=changes,
@@ -299,7 +311,7 @@ class AdjunctStores:
     def _write(self, s: _Store, state: StoreState, changes: pa.Table | None) -> None:
         if changes is None:
             state = state.next(seq=s.state.seq + 1, changes=0)
-        state = state.next(written_at=utc_now().isoformat())
+        state = state.next(written_at=store_now(self.home).isoformat())
         s.durable.append_segment(state, changes, expect_previous=s.state.seq)
         crash_point("store_switch")
         s.state = state
@@ -445,7 +457,9 @@ def _open_store(
     s = _Store(config=config, durable=durable, system=system, state=state, opened=opened, extractor=extractor)
     if recovery.action is Action.KEEP:
         s.durable.append_segment(
-            state.next(seq=state.seq + 1, changes=0, written_at=utc_now().isoformat()), None, expect_previous=state.seq
+            state.next(seq=state.seq + 1, changes=0, written_at=store_now(home).isoformat()),
+            None,
+            expect_previous=state.seq,
         )
         s.state = state.next(seq=state.seq + 1, changes=0)
         kept = s.durable.snapshots(state.incarnation)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,9 @@ def _configs(home: Home, job: str) -> tuple[StoreConfig, ...]:
 def describe_stores(home: Home, job: str, now: datetime | None = None) -> list[dict[str, Any]]:
     """One row per configured store: position, size, version, validity, last bootstrap."""
     from pipelines.adjunct.checkpoints import read_store_checkpoints
+    from pipelines.adjunct.ingest import store_now
 
-    now = now or datetime.now(UTC)
+    now = now or store_now(home)  # the clock a store's written_at is on: the validity age is judged on one clock
     checkpoints = read_store_checkpoints(home, job)
     rows = []
     for config in _configs(home, job):

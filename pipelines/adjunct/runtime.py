@@ -16,12 +16,14 @@ Driver (``driver_versions``, called by the elastic source's ``latestOffset``)
     and the next batch of the new model names the same or newer versions.
 
 Tasks (``task_views``, called by the processing step before the user's function)
-    A task learns its batch's versions from Spark's offset log
-    (``<checkpoint>/offsets/<batchId>``, the same file Spark replays from),
-    once per batch and Python worker, and opens its views at exactly those
-    versions: the whole store for a broadcast store, the task's key bucket of
-    its partitions' classes for a partitioned one. The views are what
-    ``TaskContext.stores`` holds.
+    A task learns its batch's versions from its own description: the source
+    copies them from the batch's end offset into every ``TaskRange`` it plans
+    (so a replay, planned from the same logged offset, carries the same ones),
+    and the task's read registers them here (``remember_batch``). It opens its
+    views at exactly those versions: the whole store for a broadcast store,
+    the task's key bucket of its partitions' classes for a partitioned one.
+    The views are what ``TaskContext.stores`` holds. Nothing is read from
+    Spark's own checkpoint, which may live on the driver's disk only.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -108,35 +109,31 @@ def _model_stores(home: Home, job: str, version: int) -> tuple[tuple[StoreConfig
     return _MODELS[key]
 
 
-def batch_versions(home: Home, job: str, version: int, batch_id: int) -> BatchStores:
-    """The store versions micro-batch ``batch_id`` of a model's query was planned with, from Spark's offset log."""
+def remember_batch(home: Home, job: str, version: int, batch_id: int, stores: Mapping[str, Any]) -> None:
+    """Note the store versions a task's description names for its batch (the processing step looks them up)."""
     key = (str(home.root), job, version, batch_id)
-    if key in _BATCHES:
-        return _BATCHES[key]
-    path = home.spark_checkpoints / job / f"v{version}" / "offsets" / str(batch_id)
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as e:
-        raise StoreError(f"job {job} v{version}: batch {batch_id}'s offsets cannot be read ({e})") from None
-    # Spark's offset log: a version line, the batch metadata, then one line per source (the elastic source only)
-    offsets = [json.loads(line) for line in lines[2:] if line.strip().startswith("{")]
-    found = [o[OFFSET_KEY] for o in offsets if isinstance(o, dict) and OFFSET_KEY in o]
-    if not found:
+    if key not in _BATCHES:
+        if len(_BATCHES) > 64:
+            _BATCHES.clear()
+        _BATCHES[key] = BatchStores.from_json(dict(stores))
+
+
+def batch_versions(home: Home, job: str, version: int, batch_id: int) -> BatchStores:
+    """The store versions micro-batch ``batch_id`` of a model's query was planned with (``remember_batch``)."""
+    found = _BATCHES.get((str(home.root), job, version, batch_id))
+    if found is None:
         raise StoreError(
-            f"job {job} v{version}: batch {batch_id} names no store versions; its driver predates the stores"
+            f"job {job} v{version}: batch {batch_id}'s task came with no store versions; its driver predates the "
+            "stores, or the task was not planned by the elastic source"
         )
-    result = BatchStores.from_json(found[0])
-    if len(_BATCHES) > 64:
-        _BATCHES.clear()
-    _BATCHES[key] = result
-    return result
+    return found
 
 
 def task_views(
     home: str | Home, job: str, version: int, batch_id: int, task: str, records: pa.RecordBatch | pa.Table
 ) -> Mapping[str, StoreView]:
     """The views a virtual task's process function reads in micro-batch ``batch_id``; empty without stores."""
-    home = home if isinstance(home, Home) else Home(Path(home))
+    home = home if isinstance(home, Home) else Home(home)
     configs, factor = _model_stores(home, job, version)
     if not configs:
         return {}
@@ -175,17 +172,22 @@ def check_job_stores(home: Home, config: Any) -> tuple[StoreConfig, ...]:
     return configs
 
 
-def commit_store_checkpoints(home: Home, job: str, version: int, batch_id: int) -> int:
-    """After the sink committed ``batch_id``: append the store versions it saw to the job's checkpoints.
-
-    Called by the sink; a job without stores costs one cached look at its
-    model. Rows appended, 0 without stores.
+def commit_store_checkpoints(
+    home: Home, job: str, version: int, batch_id: int, stores: Mapping[str, Any] | None
+) -> int:
+    """After the sink committed ``batch_id``: append the store versions it saw (``stores``, from its tasks'
+    markers) to the job's checkpoints. Rows appended, 0 without stores.
     """
     from pipelines.adjunct.checkpoints import append_store_checkpoints, checkpoint_rows
 
+    if stores is None:
+        return 0
     configs, _ = _model_stores(home, job, version)
     if not configs:
         return 0
-    rows = checkpoint_rows(job, configs, batch_versions(home, job, version, batch_id), batch_id)
+    from pipelines.storage.clock import store_clock
+
+    now = store_clock(home.root).now()  # the store's time: the validity age is judged on it (``ingest.store_now``)
+    rows = checkpoint_rows(job, configs, BatchStores.from_json(dict(stores)), batch_id, now)
     append_store_checkpoints(home, rows)
     return len(rows)

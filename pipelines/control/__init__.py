@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pipelines.control.job_models import JobModels
     from pipelines.control.metrics import Metrics
     from pipelines.control.scaling_events import ScalingEvents
+    from pipelines.storage.clock import StoreClock
 
 __all__ = ["ControlPlane", "Home", "resolve_home"]
 
@@ -47,41 +48,49 @@ class ControlPlane:
     sees other processes' commits.
     """
 
-    def __init__(self, home: Home) -> None:
+    def __init__(self, home: Home, clock: StoreClock | None = None) -> None:
         self.home = home
+        self._clock = clock  # None: the home's (``storage.clock.store_clock``); another: a test's host of its own
 
     @cached_property
     def job_models(self) -> JobModels:
         from pipelines.control.job_models import JobModels
 
-        return JobModels(self.home)
+        return JobModels(self.home, self._clock)
 
     @cached_property
     def checkpoints(self) -> Checkpoints:
         from pipelines.control.checkpoints import Checkpoints
 
-        return Checkpoints(self.home)
+        return Checkpoints(self.home, self._clock)
 
     @cached_property
     def events(self) -> ScalingEvents:
         from pipelines.control.scaling_events import ScalingEvents
 
-        return ScalingEvents(self.home)
+        return ScalingEvents(self.home, self._clock)
 
     @cached_property
     def metrics(self) -> Metrics:
         from pipelines.control.metrics import Metrics
 
-        return Metrics(self.home)
+        return Metrics(self.home, self._clock)
 
     @cached_property
     def dq_results(self) -> DqResults:
         from pipelines.control.dq_results import DqResults
 
-        return DqResults(self.home)
+        return DqResults(self.home, self._clock)
+
+    @property
+    def clock(self) -> StoreClock:
+        """The store's clock (``storage.clock``): what durations judged across hosts are measured on."""
+        from pipelines.storage.clock import store_clock
+
+        return self._clock or store_clock(self.home.root)
 
     @cached_property
     def drivers(self) -> Drivers:
         from pipelines.control.drivers import Drivers
 
-        return Drivers(self.home)
+        return Drivers(self.home, self._clock)

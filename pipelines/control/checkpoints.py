@@ -1,24 +1,36 @@
 """The ``checkpoints`` table: the next position to read per job, model version, SSP and key bucket.
 
 A row per (SSP, key bucket) per committed micro-batch; a bucket's latest
-checkpoint is its row with the highest ``batch_id`` (ties: the latest
-``written_at``). Planning a version writes its start checkpoints as batch
-``INITIAL_BATCH`` (-1), so every model version covers its whole key space
-from the moment it exists; only the active version's checkpoints are trusted.
-Positions are stored as the input system made them (opaque strings).
+checkpoint is its row with the highest ``batch_id``. Planning a version writes
+its start checkpoints as batch ``INITIAL_BATCH`` (-1), so every model version
+covers its whole key space from the moment it exists; only the active
+version's checkpoints are trusted. Positions are stored as the input system
+made them (opaque strings).
+
+Start checkpoints are written more than once: by the planner (an Airflow
+worker, the CLI) and again by the driver that carries the old model's final
+checkpoints forward (another host, seconds later). The later write must win,
+and the hosts' clocks cannot say which is later, so each write of a version's
+start checkpoints carries the next number of a sequence (``seq``), committed
+under the app transaction ``start:<job>:v<version>``: two writers never get the
+same number, and the highest is the last written. ``written_at`` (the store's
+time) is shown, never compared; it orders only rows no number orders, start
+rows written before the column existed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import NO_BUCKET, SystemStreamPartition, validate_name
 from pipelines.errors import ModelError
+from pipelines.storage.clock import StoreClock
 
 INITIAL_BATCH = -1
 """``batch_id`` of a model version's start checkpoints (written when the version is planned, or carried forward)."""
@@ -37,27 +49,32 @@ CHECKPOINTS = TableSpec(
             column("offset", pa.string()),  # next position to read, in the input system's own format
             column("batch_id", pa.int64()),  # INITIAL_BATCH (-1): start checkpoints of the version
             column("written_at", TIMESTAMP),
+            column("seq", pa.int64(), nullable=True),  # start rows: 1, 2, ... per version in commit order; else NULL
         ]
     ),
-    "Next offset to read per job, model version, (SSP, key bucket); latest = highest batch_id",
+    "Next offset to read per job, model version, (SSP, key bucket); latest = highest (batch_id, seq)",
 )
 
 
 class Checkpoints:
     """Write a batch's checkpoints and read where a model version stands."""
 
-    def __init__(self, home: Home) -> None:
-        self.table = ControlTable(CHECKPOINTS, home)
+    def __init__(self, home: Home, clock: StoreClock | None = None) -> None:
+        self.table = ControlTable(CHECKPOINTS, home, clock)
 
     def write(self, job: str, version: int, checkpoints: CheckpointMap, batch_id: int) -> None:
-        """Append one batch's checkpoints in one commit; partial maps (only advanced buckets) are fine."""
+        """Append one batch's checkpoints in one commit; partial maps (only advanced buckets) are fine.
+
+        Start checkpoints (``INITIAL_BATCH``) get the version's next start
+        sequence number, so the last one written wins whatever the clocks say.
+        """
         validate_name("job", job)
         check_int("model version", version, 0)
         check_int("batch id", batch_id, INITIAL_BATCH)
         factor = checkpoints.factor
         if not checkpoints.offsets:
             raise ModelError(f"no checkpoints to write for job {job!r} version {version} batch {batch_id}")
-        now = utc_now()
+        now = self.table.now()
         rows = []
         for ssp, offset in checkpoints.offsets.items():
             if factor > 1 and ssp.key_bucket is None:
@@ -79,9 +96,22 @@ class Checkpoints:
                     "offset": offset,
                     "batch_id": batch_id,
                     "written_at": now,
+                    "seq": None,
                 }
             )
-        self.table.append(rows)
+        if batch_id != INITIAL_BATCH:
+            self.table.append(rows)
+            return
+        self.table.append_next(
+            f"start:{job}:v{version}",
+            lambda: self._last_start_seq(job, version),
+            lambda seq: [{**r, "seq": seq} for r in rows],
+        )
+
+    def _last_start_seq(self, job: str, version: int) -> int:
+        where = [("model_version", "=", version), ("batch_id", "=", INITIAL_BATCH)]
+        seqs = [s for s in self.table.read(job, where, ["seq"]).column("seq").to_pylist() if s is not None]
+        return max(seqs, default=0)
 
     def latest(self, job: str, version: int) -> CheckpointMap:
         """The next position of every (SSP, key bucket) of one model version: its latest row each."""
@@ -92,7 +122,7 @@ class Checkpoints:
                 "(batch -1) when it is planned, so it was planned outside a rescale or the rescale did not finish"
             )
         latest: dict[SystemStreamPartition, tuple[int, str]] = {}
-        for r in rows.sort_by([("batch_id", "ascending"), ("written_at", "ascending")]).to_pylist():
+        for r in _in_write_order(rows):
             ssp = SystemStreamPartition.from_columns(r["system"], r["stream"], r["partition"], r["key_bucket"])
             latest[ssp] = (r["factor"], r["offset"])
         factors = {f for f, _ in latest.values()}
@@ -119,11 +149,21 @@ class Checkpoints:
         may lie far behind it.
         """
         where = [("model_version", "=", version), ("batch_id", "=", INITIAL_BATCH)]
-        rows = self.table.read(job, where).sort_by("written_at").to_pylist()
         return {  # oldest first: the latest row of each bucket wins
             SystemStreamPartition.from_columns(r["system"], r["stream"], r["partition"], r["key_bucket"]): r["offset"]
-            for r in rows
+            for r in _in_write_order(self.table.read(job, where))
         }
 
     def _rows(self, job: str, version: int, columns: Sequence[str] | None = None) -> pa.Table:
         return self.table.read(job, [("model_version", "=", version)], columns)
+
+
+def _in_write_order(rows: pa.Table) -> list[dict[str, Any]]:
+    """Rows oldest first: by batch, then by start sequence (NULL, i.e. before the column existed, first).
+
+    ``written_at`` breaks only the ties no number orders: start rows older
+    than the sequence, and the identical rows of a batch Spark replayed.
+    """
+    return sorted(
+        rows.to_pylist(), key=lambda r: (r["batch_id"], r["seq"] if r["seq"] is not None else 0, r["written_at"])
+    )

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.autosize import Decision, Observation
 from pipelines.core.ssp import validate_name
 
@@ -67,7 +67,7 @@ def record_decision(
         "policy": policy_name,
         "reasons": json.dumps(list(decision.reasons)),
         "observation": json.dumps(_finite(observation.to_dict()), sort_keys=True, default=str),
-        "decided_at": decided_at or utc_now(),
+        "decided_at": decided_at or _table(home).now(),
     }
     _table(home).append([row])
     return _parsed(row)

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.ssp import validate_name
+from pipelines.storage.clock import StoreClock
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,13 +52,13 @@ class DagRunRef:
 
 
 class DqResults:
-    def __init__(self, home: Home) -> None:
-        self.table = ControlTable(DQ_RESULTS, home)
+    def __init__(self, home: Home, clock: StoreClock | None = None) -> None:
+        self.table = ControlTable(DQ_RESULTS, home, clock)
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """One commit for one validation's verdicts: job, window, check, success, observed, checked, and the
         optional examples, sample, docs_page, dag_id and run_id."""
-        now = utc_now()
+        now = self.table.now()
         optional = {"examples": None, "sample": None, "docs_page": None, "dag_id": None, "run_id": None}
         prepared = [{**optional, "run_at": now, **row} for row in rows]
         for row in prepared:

@@ -14,6 +14,16 @@ ones that look (a cluster's driver host, an Airflow worker). Nothing here
 signals a pid: a pid means something only on its host, and stopping goes
 through the stop request the driver polls.
 
+This table is what says whether a job's driver is live (the scaling steps,
+the keepalive, ``pipelines stop``, the page): a driver that has not ended and
+whose last row is younger than ``STALE_AFTER_S``. The age is measured on the
+store's clock: every row's ``at`` is the store's time when the driver wrote it
+(``storage.clock``), and a reader compares it with the store's now, so a
+driver on a host whose clock is minutes off is neither dead while it beats
+nor alive after it stopped. Within one driver its rows are ordered by ``at``,
+which one process stamps from one clock, strictly increasing; once it wrote
+its end, it writes nothing more.
+
 Every row repeats the driver's identity (host, pid, application, master,
 start), so the recent rows alone say everything about a running driver:
 readers open only the files of the last ``RECENT_S`` (pruned by their ``at``
@@ -25,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,8 +44,9 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.ssp import validate_name
+from pipelines.storage.clock import StoreClock
 
 STARTED, RUNNING, STOPPED, FAILED = "started", "running", "stopped", "failed"
 ENDED = (STOPPED, FAILED)
@@ -42,6 +54,8 @@ STALE_AFTER_S = 35.0
 """A driver whose last row is older than this is silent: it beats every 10 s (the scaling steps' live limit)."""
 RECENT_S = 3600.0
 """Readers look at this much of the table first; a job with no row in it is looked up by its newest file."""
+RECENT_LIVE_S = 3 * STALE_AFTER_S
+"""How much of the table a liveness question reads: a live driver has a row in the last ``STALE_AFTER_S``."""
 
 DRIVERS = TableSpec(
     "drivers",
@@ -84,24 +98,40 @@ class DriverRow:
     at: datetime
 
     def age_s(self, now: datetime) -> float:
+        """Seconds since its last row, ``now`` being the store's time (``Drivers.now``): one clock."""
         return max(0.0, (now - self.at).total_seconds())
 
     def live(self, now: datetime) -> bool:
-        """Not ended and beating: its last row is fresh."""
+        """Not ended and beating: its last row is fresh by the store's clock."""
         return self.state not in ENDED and self.age_s(now) <= STALE_AFTER_S
+
+    @property
+    def on_this_host(self) -> bool:
+        """Whether its pid means anything here: only the host that started a process may look its pid up."""
+        return self.host == socket.gethostname()
 
 
 class Registration:
     """One driver's rows: ``start`` once, ``beat`` with every heartbeat, ``end`` when it stops.
 
-    A failed write is swallowed: the table informs operators, and a missed row
-    must never take a job down (the heartbeat in ``metrics`` is what scaling
-    steps rely on).
+    A failed write is swallowed: a missed row must never take a job down (a
+    missed beat costs at worst a driver taken for dead after ``STALE_AFTER_S``,
+    then a catch-up run or a relaunch, which the checkpoints make safe). After
+    ``end`` nothing more is written: the heartbeat thread may come round once
+    more on the driver's way out, and its beat must not make it look live.
     """
 
-    def __init__(self, home: Home, job: str, *, app_id: str | None = None, master: str | None = None) -> None:
+    def __init__(
+        self,
+        home: Home,
+        job: str,
+        *,
+        app_id: str | None = None,
+        master: str | None = None,
+        clock: StoreClock | None = None,
+    ) -> None:
         validate_name("job", job)
-        self.table = ControlTable(DRIVERS, home)
+        self.table = ControlTable(DRIVERS, home, clock)
         self.identity = {
             "job": job,
             "driver_id": uuid.uuid4().hex,
@@ -109,10 +139,12 @@ class Registration:
             "pid": os.getpid(),
             "app_id": app_id,
             "master": master,
-            "started_at": utc_now(),
+            "started_at": self.table.now(),
         }
         self.model_version: int | None = None
         self.batch_id: int | None = None
+        self.ended = False
+        self._lock = threading.Lock()  # the heartbeat thread and the driver's loop both write
 
     @property
     def driver_id(self) -> str:
@@ -137,14 +169,22 @@ class Registration:
         self._write(FAILED if failure else STOPPED, failure)
 
     def _write(self, state: str, detail: str | None = None) -> None:
-        row = {
-            **self.identity,
-            "state": state,
-            "model_version": self.model_version,
-            "batch_id": self.batch_id,
-            "detail": detail[:2000] if detail else None,
-            "at": utc_now(),
-        }
+        with self._lock:  # stamped and marked under one lock: no beat is stamped after the end
+            if self.ended:
+                return
+            self.ended = state in ENDED
+            try:
+                at = self.table.now()
+            except Exception:  # the store did not answer the clock's probe: this row is missed, like a failed append
+                return
+            row = {
+                **self.identity,
+                "state": state,
+                "model_version": self.model_version,
+                "batch_id": self.batch_id,
+                "detail": detail[:2000] if detail else None,
+                "at": at,
+            }
         with contextlib.suppress(Exception):  # a missed row must never take the job down
             self.table.append([row])
 
@@ -152,13 +192,22 @@ class Registration:
 class Drivers:
     """Reads of the table: each driver's latest row, newest driver first."""
 
-    def __init__(self, home: Home) -> None:
-        self.table = ControlTable(DRIVERS, home)
+    def __init__(self, home: Home, clock: StoreClock | None = None) -> None:
+        self.table = ControlTable(DRIVERS, home, clock)
 
-    def latest(self, job: str, *, now: datetime | None = None) -> list[DriverRow]:
-        """Every driver seen in the last ``RECENT_S`` (or, with none, the newest one ever), newest first."""
-        now = now or utc_now()
-        rows = self._rows(job, now - timedelta(seconds=RECENT_S))
+    def now(self) -> datetime:
+        """The store's time: what a driver's age is measured against."""
+        return self.table.now()
+
+    def latest(self, job: str, *, now: datetime | None = None, recent_s: float = RECENT_S) -> list[DriverRow]:
+        """Every driver seen in the last ``recent_s`` (or, with none, the newest one ever), newest first.
+
+        ``now`` is the store's time (default: read now). A liveness question
+        needs only the last ``STALE_AFTER_S`` or so: a short ``recent_s`` opens
+        a few files instead of an hour's beats.
+        """
+        now = now or self.now()
+        rows = self._rows(job, now - timedelta(seconds=recent_s))
         if not rows:
             newest = self._newest_file_start(job)
             rows = self._rows(job, newest) if newest is not None else []
@@ -167,6 +216,11 @@ class Drivers:
             last[row["driver_id"]] = row
         drivers = [DriverRow(**r) for r in last.values()]
         return sorted(drivers, key=lambda d: d.started_at, reverse=True)
+
+    def live(self, job: str, *, now: datetime | None = None) -> list[DriverRow]:
+        """The job's live drivers, on any host, newest first (``now``: the store's time, default read now)."""
+        now = now or self.now()
+        return [d for d in self.latest(job, now=now, recent_s=RECENT_LIVE_S) if d.live(now)]
 
     def _rows(self, job: str, since: datetime) -> list[dict[str, Any]]:
         return self.table.read(job, [("at", ">=", since)]).to_pylist()

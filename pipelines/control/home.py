@@ -20,39 +20,72 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.errors import ConfigError, PipelinesError
+from pipelines.storage import conditional
+from pipelines.storage.location import Location, parse
+from pipelines.storage.objects import ObjectStore, store_for
 
 HOME_ENV = "PIPELINES_HOME"
 DEFAULT_HOME = ".pipelines-home"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Home:
-    """Where a deployment's state lives; paths only, nothing is created here."""
+    """Where a deployment's state lives: a local directory or an ``s3://`` prefix; nothing is created here.
 
-    root: Path
+    Built from a ``Location`` or anything ``storage.location.parse`` takes (a
+    path, ``s3://bucket/prefix``); every place below it is a ``Location``, read
+    and written through ``store`` (docs/storage.md).
+    """
+
+    root: Location
+
+    def __init__(self, root: Location | str | os.PathLike[str]) -> None:
+        object.__setattr__(self, "root", parse(root))
 
     @property
-    def streams(self) -> Path:
+    def store(self) -> ObjectStore:
+        return store_for(self.root)
+
+    @property
+    def is_local(self) -> bool:
+        return self.root.is_local
+
+    @property
+    def streams(self) -> Location:
         return self.root / "streams"
 
     @property
-    def control(self) -> Path:
+    def control(self) -> Location:
         return self.root / "control"
 
     @property
-    def producers(self) -> Path:
+    def producers(self) -> Location:
         return self.root / "producers"
 
     @property
-    def spark_checkpoints(self) -> Path:
+    def spark_checkpoints(self) -> Location:
         return self.root / "spark"
 
     @property
-    def sinks(self) -> Path:
+    def sinks(self) -> Location:
         return self.root / "sinks"
 
-    def control_table(self, name: str) -> Path:
+    def control_table(self, name: str) -> Location:
         return self.control / name
+
+    def spark_checkpoint(self, job: str, version: int) -> Location:
+        """Spark's own checkpoint of one model version's query (its offset and commit logs)."""
+        return self.spark_checkpoints / job / f"v{version}"
+
+    def spark_checkpoint_uri(self, job: str, version: int) -> str:
+        """What Spark is given: a local path, or ``s3a://`` (hadoop-aws) under an object-store home.
+
+        Under an S3 home Spark's checkpoint lives in the home like everything
+        else, so a driver restarted on another host resumes the same query, and
+        a replayed micro-batch keeps its id (the sink's exactly-once key).
+        """
+        place = self.spark_checkpoint(job, version)
+        return place.path if place.is_local else place.hadoop_uri()
 
 
 class HomeNotWritableError(PipelinesError):
@@ -74,7 +107,10 @@ def check_writable(home: Home) -> None:
     listed: a table's folders share one owner and mode in practice, and a write
     that still fails is reported as an I/O error naming its path.
     """
-    root = home.root
+    if not home.is_local:
+        conditional.verify(home.store, home.root)  # the store must let exactly one of two writers win
+        return
+    root = home.root.local_path()
     if not root.exists():
         parent = next((p for p in root.parents if p.exists()), None)
         if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
@@ -94,7 +130,7 @@ def check_writable(home: Home) -> None:
 
 
 def _not_writable(home: Home, where: Path) -> HomeNotWritableError:
-    place = "" if where == home.root else f" ({where} is not writable)"
+    place = "" if str(where) == str(home.root) else f" ({where} is not writable)"
     return HomeNotWritableError(
         f"the home {home.root} cannot be written by this process{place}; this command changes state there, and "
         "nothing was changed. Make the home writable for this user (or its file system read-write), or give "
@@ -105,11 +141,15 @@ def _not_writable(home: Home, where: Path) -> HomeNotWritableError:
 def resolve_home(cli_value: str | None = None) -> Home:
     """``--home`` wins over ``PIPELINES_HOME``, which wins over ``./.pipelines-home``.
 
-    The path is made absolute at once: Airflow tasks, spark-submit and Spark's
-    Python workers run with other working directories, and a relative home
-    would silently point each of them at a different, empty state.
+    A local path is made absolute at once: Airflow tasks, spark-submit and
+    Spark's Python workers run with other working directories, and a relative
+    home would silently point each of them at a different, empty state. A URI
+    of a scheme that is not supported is refused before anything is written.
     """
     if cli_value is not None and not cli_value.strip():
         raise ConfigError("--home is empty; give a directory, or leave it out to use $PIPELINES_HOME or the default")
     value = cli_value or os.environ.get(HOME_ENV) or DEFAULT_HOME
-    return Home(Path(value).expanduser().resolve())
+    root = parse(value, what="--home" if cli_value else f"${HOME_ENV}" if os.environ.get(HOME_ENV) else "the home")
+    if root.is_local:
+        root = parse(Path(root.path).resolve())
+    return Home(root)

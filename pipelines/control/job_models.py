@@ -24,10 +24,11 @@ from deltalake import Transaction
 from deltalake.exceptions import CommitFailedError
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError, ModelError, UnknownJobError
+from pipelines.storage.clock import StoreClock
 
 PLANNED = "planned"
 ACTIVATED = "activated"
@@ -57,9 +58,9 @@ JOB_MODELS = TableSpec(
 class JobModels:
     """Versions of job models: save, activate, and read what is in force."""
 
-    def __init__(self, home: Home) -> None:
+    def __init__(self, home: Home, clock: StoreClock | None = None) -> None:
         self.home = home
-        self.table = ControlTable(JOB_MODELS, home)
+        self.table = ControlTable(JOB_MODELS, home, clock)
 
     def save(self, model: JobModel, reason: str) -> None:
         """Store a planned version; versions of a job only grow and are never overwritten."""
@@ -202,7 +203,7 @@ class JobModels:
             "container_count": len(model.containers),
             "model": text,
             "activation": None,
-            "created_at": utc_now(),
+            "created_at": self.table.now(),
         }
 
 

@@ -15,7 +15,13 @@ and the other gets :class:`ScalingInProgressError`.
 
 Why a lease. A holder that crashes (a killed Airflow worker) must not block
 the job forever, so a hold expires ``ttl_s`` after it was last renewed, and
-every step of an operation renews it. The holder's ``owner`` string is stable
+every step of an operation renews it. The lease is measured on one clock, the
+store's (``storage.clock``): the holder stamps ``at`` and ``expires_at`` with
+the store's time, and a reader compares ``expires_at`` with the store's now.
+The holder and the reader usually run on different hosts (Airflow workers),
+whose wall clocks may be minutes apart: compared with each other, a live hold
+could look expired (and be taken over) or a dead one hold for as long as the
+holder's clock was ahead. Which row is in force is decided by ``seq`` alone. The holder's ``owner`` string is stable
 across retries of the same operation (an Airflow run id), so a retried or
 cleared task re-enters its own lock instead of waiting for itself; anyone
 else may take over an expired lease, and the row says whose it was. A holder
@@ -31,7 +37,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,9 +46,10 @@ from deltalake import Transaction
 from deltalake.exceptions import CommitFailedError
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.ssp import validate_name
 from pipelines.errors import PipelinesError
+from pipelines.storage.clock import StoreClock
 
 DEFAULT_TTL_S = 900.0
 HELD = ("acquired", "renewed", "taken over")
@@ -120,38 +127,44 @@ class ScalingInProgressError(PipelinesError):
 
 @dataclass(frozen=True)
 class LockState:
+    """The lock's row in force, and how much of its lease was left when it was read (by the store's clock)."""
+
     job: str
     seq: int
     status: str
     owner: str
     operation: str
-    expires_at: datetime
+    expires_at: datetime  # the store's time (written by the holder from its reading of the store's clock)
     at: datetime
+    remaining_s: float = field(default=0.0, compare=False)  # expires_at minus the store's now when read; <= 0: expired
 
     @property
     def held(self) -> bool:
-        return self.status in HELD and self.expires_at > utc_now()
+        return self.status in HELD and self.remaining_s > 0
 
     def describe(self) -> str:
-        left = (self.expires_at - utc_now()).total_seconds()
         return (
             f"{describe_owner(self.owner)} holds it for {self.operation!r} since {self.at:%Y-%m-%d %H:%M:%S} UTC "
-            f"(lease expires in {max(left, 0):.0f}s)"
+            f"(lease expires in {max(self.remaining_s, 0):.0f}s)"
         )
 
 
 class ScalingLock:
     """The lock of every job in one home; cheap to create, keeps no state but a table handle."""
 
-    def __init__(self, home: Home) -> None:
-        self._table = ControlTable(SCALING_LOCKS, home)
+    def __init__(self, home: Home, clock: StoreClock | None = None) -> None:
+        self._table = ControlTable(SCALING_LOCKS, home, clock)
 
     def state(self, job: str) -> LockState | None:
         rows = self._table.read(validate_name("job", job)).to_pylist()
         if not rows:
             return None
         row = max(rows, key=lambda r: r["seq"])
-        return LockState(job, row["seq"], row["status"], row["owner"], row["operation"], row["expires_at"], row["at"])
+        # Only a hold needs the store's now (a probe of the store, then carried on this host's boot clock).
+        left = (row["expires_at"] - self._table.now()).total_seconds() if row["status"] in HELD else 0.0
+        return LockState(
+            job, row["seq"], row["status"], row["owner"], row["operation"], row["expires_at"], row["at"], left
+        )
 
     def acquire(self, job: str, owner: str, operation: str, *, ttl_s: float = DEFAULT_TTL_S) -> LockState:
         """Take the lock, renew it if ``owner`` holds it, or take over an expired lease; else refuse."""
@@ -225,7 +238,7 @@ class ScalingLock:
     def _append(
         self, dt: Any, job: str, seq: int, status: str, owner: str, operation: str, ttl_s: float, previous: str | None
     ) -> LockState:
-        now = utc_now()
+        now = self._table.now()
         row = {
             "job": job,
             "seq": seq,
@@ -244,4 +257,4 @@ class ScalingLock:
                 f"another operation changed the scaling lock of job {job!r} at the same moment; "
                 f"now: {now_state.describe() if now_state else 'free'}"
             ) from None
-        return LockState(job, seq, status, owner, operation, row["expires_at"], now)
+        return LockState(job, seq, status, owner, operation, row["expires_at"], now, ttl_s if status in HELD else 0.0)

@@ -3,8 +3,12 @@
 Per job, model version, micro-batch and (for per-task or per-partition
 values) the virtual task's name or the partition's SSP in its wire form.
 Query lifecycle events (``query_started``, ``first_progress``,
-``query_stopped``, ``heartbeat``) are rows too, their value the wall-clock
-time, so downtime is measured the same way for every kind of switch.
+``query_stopped``, ``heartbeat``) are rows too, their value the driver's
+wall-clock time, so downtime is measured the same way for every kind of
+switch (an in-place switch: both ends stamped by one driver, one clock).
+A row's ``at`` is the store's time (``ControlTable.now``): the autosizer's
+window and a batch's wall time are measured on one clock, whichever host
+committed the batch.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError
+from pipelines.storage.clock import StoreClock
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,12 +51,12 @@ def metric(job: str, version: int, batch_id: int, task: str | None, name: str, v
 
 
 class Metrics:
-    def __init__(self, home: Home) -> None:
-        self.table = ControlTable(METRICS, home)
+    def __init__(self, home: Home, clock: StoreClock | None = None) -> None:
+        self.table = ControlTable(METRICS, home, clock)
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """One commit for a batch of metric values: job, model_version, batch_id, task?, metric, value, at?."""
-        now = utc_now()
+        now = self.table.now()  # the store's time: windows and intervals are measured on one clock
         allowed = set(METRICS.schema.names)
         prepared = []
         for i, row in enumerate(rows):

@@ -1,6 +1,14 @@
 """The ``scaling_events`` table: rescales and partition changes, one row per status change.
 
-The latest row per ``event_id`` is the event's state. An event is the window
+The latest row per ``event_id`` is the event's state. Latest by ``seq``, the
+job's event rows numbered in commit order under the app transaction
+``events:<job>``: an event's steps are recorded by Airflow tasks on different
+workers, whose clocks cannot say which row came last (a step recorded by a
+host whose clock is behind would otherwise be overtaken by the step before
+it). Events are listed in the order their first rows were committed.
+``started_at`` and ``finished_at`` are the store's time (``storage.clock``) when
+the operations stamp them, so an event's duration is measured on one clock.
+An event is the window
 the data-quality checks verify (``pipelines verify JOB --event ID``) and the
 record operators read (downtime, records replayed, the verdict). Statuses are
 ``EventStatus`` values, shared by the operations that write them, the CLI and
@@ -22,6 +30,7 @@ import pyarrow as pa
 from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
 from pipelines.core.ssp import validate_name
+from pipelines.storage.clock import StoreClock
 
 
 class EventStatus(StrEnum):
@@ -63,6 +72,7 @@ SCALING_EVENTS = TableSpec(
             column("finished_at", TIMESTAMP, nullable=True),
             column("details", pa.string(), nullable=True),  # JSON object
             column("recorded_at", TIMESTAMP),
+            column("seq", pa.int64(), nullable=True),  # 1, 2, ... per job in commit order (NULL: older rows)
         ]
     ),
     "Rescales and partition changes; one row per status change, the latest row per event_id is its state",
@@ -86,9 +96,15 @@ class ScalingEvent:
     details: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, job: str, kind: str, **fields: Any) -> ScalingEvent:
+    def start(cls, job: str, kind: str, *, at: datetime | None = None, **fields: Any) -> ScalingEvent:
+        """A new event; ``at``: its start by the store's clock (``ControlPlane.clock``), else this host's."""
         return cls(
-            job=job, event_id=uuid.uuid4().hex, kind=kind, status=EventStatus.STARTED, started_at=utc_now(), **fields
+            job=job,
+            event_id=uuid.uuid4().hex,
+            kind=kind,
+            status=EventStatus.STARTED,
+            started_at=at or utc_now(),
+            **fields,
         )
 
     def moved(self, status: EventStatus, to_version: int | None = None, **details: Any) -> ScalingEvent:
@@ -100,16 +116,19 @@ class ScalingEvent:
             details={**self.details, **details},
         )
 
-    def finish(self, status: EventStatus, **details: Any) -> ScalingEvent:
-        """The same event, ended; ``details`` are merged into the recorded ones."""
-        return replace(self, status=EventStatus(status), finished_at=utc_now(), details={**self.details, **details})
+    def finish(self, status: EventStatus, *, at: datetime | None = None, **details: Any) -> ScalingEvent:
+        """The same event, ended (``at``, as for ``start``); ``details`` are merged into the recorded ones."""
+        return replace(
+            self, status=EventStatus(status), finished_at=at or utc_now(), details={**self.details, **details}
+        )
 
 
 class ScalingEvents:
-    def __init__(self, home: Home) -> None:
-        self.table = ControlTable(SCALING_EVENTS, home)
+    def __init__(self, home: Home, clock: StoreClock | None = None) -> None:
+        self.table = ControlTable(SCALING_EVENTS, home, clock)
 
     def record(self, event: ScalingEvent) -> None:
+        """Append the event's state as the job's next event row (``seq``): it is the event's state from now on."""
         validate_name("job", event.job)
         row = {
             "job": event.job,
@@ -123,19 +142,26 @@ class ScalingEvents:
             "started_at": event.started_at,
             "finished_at": event.finished_at,
             "details": json.dumps(dict(event.details), default=str, sort_keys=True),
-            "recorded_at": utc_now(),
+            "recorded_at": self.table.now(),
         }
-        self.table.append([row])
+        self.table.append_next(f"events:{event.job}", lambda: self._last_seq(event.job), lambda n: [{**row, "seq": n}])
+
+    def _last_seq(self, job: str) -> int:
+        return max((s for s in self.table.read(job, columns=["seq"]).column("seq").to_pylist() if s), default=0)
 
     def history(self, job: str) -> list[ScalingEvent]:
-        """Each event's latest state, oldest event first."""
-        table = self.table.read(job).sort_by("recorded_at")
+        """Each event's latest state, oldest event first (by the order their rows were committed)."""
+        # Rows from before the sequence (NULL) come first, in the order they were recorded (one host's clock then).
+        rows = sorted(self.table.read(job).to_pylist(), key=lambda r: (r["seq"] or 0, r["recorded_at"]))
         latest: dict[str, dict[str, Any]] = {}
-        for r in table.to_pylist():
+        first: dict[str, int] = {}
+        for i, r in enumerate(rows):
             latest[r["event_id"]] = r
+            first.setdefault(r["event_id"], i)
         events = []
-        for r in sorted(latest.values(), key=lambda r: (r["started_at"], r["event_id"])):
+        for r in sorted(latest.values(), key=lambda r: first[r["event_id"]]):
             r.pop("recorded_at")
+            r.pop("seq")
             r["details"] = json.loads(r["details"]) if r["details"] else {}
             r["status"] = EventStatus(r["status"])
             events.append(ScalingEvent(**r))

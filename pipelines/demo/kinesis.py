@@ -14,7 +14,6 @@ the end; the table is the default demo's.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import threading
 import time
@@ -108,9 +107,9 @@ def run_kinesis_demo(
     """
     from pipelines.runtime.session import build_session
 
-    if home.root.exists():
+    if home.store.list(home.root):
         _refuse_a_home_of_others(home, JobConfig.load(JOB_CONFIG).name)
-        shutil.rmtree(home.root)
+        home.store.delete_tree(home.root)
     emulator = KinesisEmulator()
     endpoint = emulator.start()
     say(f"home: {home.root}\nkinesis-mock on {endpoint}")

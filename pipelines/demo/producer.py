@@ -11,11 +11,12 @@ import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from pipelines.control.home import Home
 from pipelines.core.positions import Bounded
+from pipelines.storage.location import Location
+from pipelines.storage.objects import ObjectStore
 from pipelines.systems.base import InputSystem
 
 PRODUCE_CHUNK = 5_000
@@ -87,7 +88,10 @@ class _ProducerState:
     by the next run, so no seq is ever reused.
     """
 
-    def __init__(self, path: Path, stream_id: str, covered: dict[int, str], next_seq: dict[str, int]) -> None:
+    def __init__(
+        self, store: ObjectStore, path: Location, stream_id: str, covered: dict[int, str], next_seq: dict[str, int]
+    ) -> None:
+        self.store = store
         self.path = path
         self.stream_id = stream_id
         self.covered = covered
@@ -98,7 +102,7 @@ class _ProducerState:
         meta = system.describe(stream)  # a StreamError naming the existing streams if there is no such stream
         stream_id = f"{meta.system}:{meta.details.get('id', stream)}"
         path = home.producers / meta.system / f"{stream}.json"
-        covered, next_seq = cls._cached(path, stream_id)
+        covered, next_seq = cls._cached(home.store, path, stream_id)
         for p, position in list(covered.items()):
             part = meta.partitions.get(p)
             if part is None or system.position_key(position) < system.position_key(part.earliest):
@@ -107,7 +111,7 @@ class _ProducerState:
             if not system.reached(stream, p, part.end, position):
                 covered, next_seq = {}, {}
                 break
-        state = cls(path, stream_id, covered, next_seq)
+        state = cls(home.store, path, stream_id, covered, next_seq)
         scanned = 0
         for p, part in sorted(meta.partitions.items()):
             position = covered.get(p, part.earliest)
@@ -124,9 +128,9 @@ class _ProducerState:
         return state
 
     @staticmethod
-    def _cached(path: Path, stream_id: str) -> tuple[dict[int, str], dict[str, int]]:
+    def _cached(store: ObjectStore, path: Location, stream_id: str) -> tuple[dict[int, str], dict[str, int]]:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(store.read(path))
             if data.get("format") != PRODUCER_STATE_FORMAT or data.get("stream_id") != stream_id:
                 return {}, {}
             return (
@@ -153,7 +157,4 @@ class _ProducerState:
             "covered": {str(p): o for p, o in sorted(self.covered.items())},
             "next_seq": self.next_seq,
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
-        tmp.replace(self.path)
+        self.store.write(self.path, json.dumps(data, separators=(",", ":")).encode())

@@ -26,7 +26,6 @@ so every key stays in order across the expansion.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 import time
@@ -44,8 +43,8 @@ from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
+from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 
@@ -198,15 +197,14 @@ class Driver(threading.Thread):
             self.error = e
 
     def stop(self, timeout: float = 120.0) -> None:
-        stop_request(self.home, self.job).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(self.home, self.job).touch()
+        requests.ask_stop(self.home, self.job)
         self.join(timeout)
 
 
 def _refuse_a_home_of_others(home: Home, demo_job: str) -> None:
     """The demo starts from an empty home; it wipes only a home that holds nothing but an earlier demo."""
     others = sorted(set(ControlPlane(home).job_models.jobs()) - {demo_job})
-    streams = sorted(p.name for p in home.streams.iterdir() if p.is_dir()) if home.streams.exists() else []
+    streams = DeltaLog(home.streams).list_streams()
     foreign = [f"job {j}" for j in others] + [f"stream {s}" for s in streams if s not in (STREAM, CUSTOMERS)]
     if foreign:
         raise ConfigError(
@@ -233,9 +231,9 @@ def run_demo(
     from pipelines.runtime.session import build_session
 
     raw = JobConfig.load(JOB_CONFIG).to_dict()
-    if home.root.exists():
+    if home.store.list(home.root):
         _refuse_a_home_of_others(home, raw["name"])
-        shutil.rmtree(home.root)
+        home.store.delete_tree(home.root)
     raw["process_options"] = {"latency_ms": latency_ms}
     raw["stores"] = {CUSTOMERS: {"input": CUSTOMERS, "partitioning": "broadcast", "bootstrap": True}}
     raw["output_schema"] += ", customer STRING"

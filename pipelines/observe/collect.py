@@ -10,7 +10,6 @@ within ``systems.TIMEOUT_S``.
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,7 +42,7 @@ def observe(
     """
     control = control or ControlPlane(home)
     model = control.job_models.active(job)
-    now = time.time() if now is None else now
+    now = control.clock.now_s() if now is None else now  # the clock the rows' ``at`` is on: the store's
     since = now - minutes * 60.0
     errors: dict[str, str] = {}
     result: dict[str, Any] = {
@@ -108,7 +107,8 @@ def driver_section(control: ControlPlane, model: Any, now: float | None = None) 
     from pipelines.jobs.config import job_config
     from pipelines.observe.drivers import driver_view
 
-    at = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    # Ages on the store's clock, which the drivers stamp their rows with: this host's clock may be off.
+    at = control.drivers.now() if now is None else datetime.fromtimestamp(now, UTC)
     try:
         trigger: str | None = job_config(model).trigger
     except Exception:  # a model without a readable config: whether it should run is unknown, not a failure

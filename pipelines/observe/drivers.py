@@ -1,7 +1,9 @@
 """Whether a job's driver runs, where and since when, and whether it should: from the ``drivers`` table.
 
 Pure: the drivers' latest rows, the job's trigger and the time in; a JSON-able
-view out, the same for the page, its API and ``pipelines status``.
+view out, the same for the page, its API and ``pipelines status``. The time is
+the store's (``Drivers.now``), the clock the drivers stamp their rows with, so
+a heartbeat's age does not depend on the clock of the host that shows it.
 
 A continuous job should always have a driver beating (``keep_continuous_jobs_running``
 in ``elastic_microbatch`` relaunches it); one whose newest driver is silent

@@ -59,6 +59,12 @@ share one ``at`` timestamp, the moment the batch was committed:
 * **Seconds since scaling** is measured from the latest scaling event's end,
   or its start if it never ended (in progress, or crashed: the cooldown then
   still runs out).
+
+Every time here is the store's (``storage.clock``): the rows' ``at``, the
+events' ends, and the evaluator's now. The driver that committed the batches
+and the Airflow worker evaluating them may run on hosts whose clocks are
+minutes apart; on one clock, the window holds the batches it should and the
+cooldown lasts as long as it says.
 """
 
 from __future__ import annotations
@@ -104,7 +110,7 @@ def observe(home: Home, job: str, now: datetime | None = None, *, config: Config
     """The active model version's picture over the window; ``config`` (default: the job's) sets the window."""
     control = ControlPlane(home)
     model = control.job_models.active(job)
-    return _observe(control, model, _config(model, config), _utc(now))
+    return _observe(control, model, _config(model, config), _now(control, now))
 
 
 def evaluate(
@@ -131,7 +137,7 @@ def evaluate(
     model = control.job_models.active(job)
     cfg = _config(model, config)
     chosen = _policy(policy, cfg)
-    observation = _observe(control, model, cfg, _utc(now))
+    observation = _observe(control, model, cfg, _now(control, now))
     holder = ScalingLock(home).state(job)
     if holder is not None and holder.held:
         # A rescale or an expansion is under way: the metrics are in flux and acting would only be refused.
@@ -182,9 +188,10 @@ def _decide(policy: AutosizePolicy, observation: Observation, config: AutosizeCo
         raise ConfigError(f"autosize policy {policy.name!r} failed: {type(e).__name__}: {e}") from e
 
 
-def _utc(now: datetime | None) -> datetime:
+def _now(control: ControlPlane, now: datetime | None) -> datetime:
+    """``now`` as aware UTC; by default the store's time, the clock every row's ``at`` is stamped with."""
     if now is None:
-        return datetime.now(UTC)
+        return control.clock.now()
     return now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
 
 

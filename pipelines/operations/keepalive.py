@@ -1,10 +1,14 @@
 """Keeping jobs running the way they are configured: available-now on a schedule, continuous always.
 
-A continuous driver beats every 10 s into the metrics table; that heartbeat,
-not a pid, is what says it is alive, because the driver may run on another
-machine (a cluster's driver host) than the one that checks. A job whose
-heartbeat is stale is launched again, detached; its new driver continues from
-the active model's checkpoints, so a relaunch loses and doubles nothing.
+A continuous driver beats every 10 s into the ``drivers`` table; that
+heartbeat, not a pid, is what says it is alive, because the driver may run on
+another machine (a cluster's driver host) than the one that checks. Its age
+is measured on the store's clock (``scaling.last_heartbeat``), so a checker
+whose clock is off neither relaunches a live driver beside itself nor waits
+on a dead one. A job whose heartbeat is stale is launched again, detached;
+its new driver continues from the active model's checkpoints, so a relaunch
+loses and doubles nothing. A driver this host launched that has not beaten
+yet (a JVM starting) is known by its pid file, which only this host judges.
 
 Where something else keeps the drivers running (the compose file's driver
 services and their restart policy, a Kubernetes Deployment), a second

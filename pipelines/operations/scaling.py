@@ -17,13 +17,21 @@ if its N+1 became active the event is closed as recovered, otherwise as
 rolled back (N+1 stays an inert planned row in the history). A retry by the
 same owner (the same Airflow run) resumes its own event instead.
 
-How a running job switches. A continuous driver that is alive (fresh
-heartbeat) notices the activation, stops its query at a batch boundary,
-carries N's final checkpoints forward and starts N+1 in the same Spark
-application: ``stop`` only confirms the driver is live, and ``restart`` waits
-for its switch. A job with no live driver is given one available-now run of
-N+1 (``restart``), so the new model has processed the backlog and the
-scaling window can be verified; it is left stopped, as it was.
+How a running job switches. A continuous driver that is alive (a fresh
+heartbeat in the ``drivers`` table) notices the activation, stops its query
+at a batch boundary, carries N's final checkpoints forward and starts N+1 in
+the same Spark application: ``stop`` only confirms the driver is live, and
+``restart`` waits for its switch. A job with no live driver is given one
+available-now run of N+1 (``restart``), so the new model has processed the
+backlog and the scaling window can be verified; it is left stopped, as it was.
+
+Across hosts. The steps may run on different Airflow workers and the driver
+on yet another host, so nothing here compares one host's clock with
+another's: a driver's liveness is its last row's age on the store's clock,
+the lock's lease likewise, and the catch-up time is measured between two
+readings of the store's clock. A driver is stopped through the stop request
+it polls, on whichever host it runs; only a driver this host started (its pid
+file names this host) is ever signalled.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import Any
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
 from pipelines.control.dq_results import DagRunRef
+from pipelines.control.drivers import ENDED, RECENT_LIVE_S, STALE_AFTER_S
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock, dead_process_owner, process_owner
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.groupers import expansion_grouper, grouper_by_name
@@ -48,7 +57,7 @@ from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.systems.registry import JobSystems
 
-LIVE_AFTER_S = 35.0  # a driver whose last heartbeat is older than this is not live (it beats every 10 s)
+LIVE_AFTER_S = STALE_AFTER_S  # a driver whose last heartbeat is older than this is not live (it beats every 10 s)
 RESCALE = "rescale"
 EXPANSION = "partition expansion"
 Say = Callable[[str], None]
@@ -190,6 +199,7 @@ def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, w
     event = ScalingEvent.start(
         request.job,
         request.kind,
+        at=control.clock.now(),
         from_version=version.previous.version,
         from_factor=version.previous.elasticity_factor,
         to_factor=version.model.elasticity_factor,
@@ -226,7 +236,7 @@ def _settle(control: ControlPlane, event: ScalingEvent, owner: str, say: Say) ->
         note = f"v{active} stays in force" + (
             f"; v{event.to_version} was planned but never activated" if event.to_version is not None else ""
         )
-    control.events.record(event.finish(status, settled_by=owner, settled=note))
+    control.events.record(event.finish(status, at=control.clock.now(), settled_by=owner, settled=note))
     say(f"earlier scaling event {event.event_id} ({event.status}) {status}: {note}")
 
 
@@ -264,9 +274,11 @@ def stop(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
 
     A live driver is not stopped here: it stops its query at a batch boundary
     itself when N+1 is activated, and restarts in the same Spark application.
-    A driver process that exists but is not live (starting, stuck) is asked to
-    stop and, failing that, killed, so it cannot commit batches of model N
-    after the migration.
+    A driver process this host started that is not live (starting, stuck) is
+    asked to stop and, failing that, killed, so it cannot commit batches of
+    model N after the migration. A silent driver of another host is not
+    signalled (its pid means nothing here): it is taken for dead, as its
+    heartbeat says, and named, so an operator can look at its host.
     """
     renew(home, op)
     from pipelines.runtime import launcher
@@ -274,12 +286,20 @@ def stop(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any]:
     control = ControlPlane(home)
     beat = last_heartbeat(control, op.job)
     if beat is not None and beat["live"]:
-        say(f"driver of {op.job} is live on v{beat['model_version']} ({beat['age_s']:.1f}s since its heartbeat)")
+        say(
+            f"driver of {op.job} is live on v{beat['model_version']} on {beat['host']} "
+            f"({beat['age_s']:.1f}s since its heartbeat, by the store's clock)"
+        )
         result = {"mode": Mode.IN_PLACE, "driver_version": beat["model_version"]}
     else:
         if launcher.running_pid(home, op.job) is not None and not launcher.stop(home, op.job, timeout=60.0):
             launcher.kill(home, op.job)
             say(f"driver of {op.job} did not stop within 60s: killed")
+        if beat is not None and beat["state"] not in ENDED and not beat["on_this_host"]:
+            say(
+                f"the last driver of {op.job}, pid {beat['pid']} on host {beat['host']}, went silent "
+                f"{beat['age_s']:.0f}s ago without stopping: taken for dead (if it is stuck, stop it on its host)"
+            )
         say(f"no live driver of {op.job}: v{op.from_version} is stopped; the new model gets a catch-up run")
         result = {"mode": Mode.COLD, "driver_version": None}
     _status(control, op, EventStatus.STOPPED, **result)
@@ -324,7 +344,7 @@ def activate(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, A
     else:
         say(f"v{event.to_version} of {op.job} was already active: resuming")
     target = event.details.get("catch_up_target") or end_positions(home, op.job)
-    activated_at = event.details.get("activated_at") or time.time()
+    activated_at = event.details.get("activated_at") or control.clock.now_s()  # the store's time
     _status(control, op, EventStatus.ACTIVATED, activated_at=activated_at, catch_up_target=target)
     return {"to_version": event.to_version, "catch_up_target": target}
 
@@ -356,10 +376,10 @@ def switch_state(home: Home, job: str, version: int) -> Switch:
     if _metric_times(control, job, version, ("query_started",)):
         return Switch.SWITCHED
     beat = last_heartbeat(control, job)
-    # The driver that looked live has died (a kill -9 leaves a fresh heartbeat and no stop behind): nothing will
-    # switch. Only the heartbeat's age counts here: a switching driver has stopped its old query before it starts
-    # the new one, so its latest query event is a stop while it switches.
-    if beat is None or beat["age_s"] > LIVE_AFTER_S:
+    # The driver that looked live has died (a kill -9 leaves a fresh heartbeat and no stop behind) or stopped:
+    # nothing will switch. A switching driver is live throughout: it beats, and writes no end between its two
+    # queries.
+    if beat is None or not beat["live"]:
         return Switch.DRIVER_GONE
     return Switch.WAITING
 
@@ -459,7 +479,8 @@ def caught_up(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, 
     """Record that N+1 reached its activation point, with how long after the activation it did."""
     control = ControlPlane(home)
     event = _event(control, op)
-    caught = time.time() - float(event.details.get("activated_at") or time.time())
+    now = control.clock.now_s()  # the store's clock, like activated_at: one clock across hosts
+    caught = now - float(event.details.get("activated_at") or now)
     say(f"v{event.to_version} caught up with the input as of its activation ({caught:.1f}s after it)")
     _status(control, op, EventStatus.CAUGHT_UP, caught_up_s=round(caught, 3))
     return {"caught_up_s": round(caught, 3)}
@@ -560,7 +581,7 @@ def finish(home: Home, op: ScalingOperation, say: Say = _print) -> dict[str, Any
             status = EventStatus.ROLLED_BACK
             figures["failed_after"] = str(event.status)
         if event.finished_at is None:
-            control.events.record(event.finish(status, **figures))
+            control.events.record(event.finish(status, at=control.clock.now(), **figures))
     finally:
         ScalingLock(home).release(op.job, op.owner)
     say(f"scaling event {event.event_id} {status}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
@@ -611,6 +632,7 @@ def apply_plan(home: Home, version: planning.VersionPlan, reason: str, kind: str
     event = ScalingEvent.start(
         version.model.job_name,
         kind,
+        at=control.clock.now(),
         from_version=version.previous.version,
         to_version=version.model.version,
         from_factor=version.previous.elasticity_factor,
@@ -619,7 +641,7 @@ def apply_plan(home: Home, version: planning.VersionPlan, reason: str, kind: str
     )
     control.events.record(event)
     planning.save(home, version, reason, activate=True)
-    done = event.finish(EventStatus.ACTIVATED)
+    done = event.finish(EventStatus.ACTIVATED, at=control.clock.now())
     control.events.record(done)
     return done
 
@@ -712,24 +734,32 @@ def lag_behind(home: Home, job: str, version: int, target: Target) -> tuple[bool
 
 
 def last_heartbeat(control: ControlPlane, job: str) -> dict[str, Any] | None:
-    """The job driver's latest sign of life: model version, age, and whether it is live.
+    """The job's driver's latest sign of life, from the ``drivers`` table: which driver, its age, whether it is live.
 
-    Live means a fresh heartbeat (the driver beats every 10 s) from a driver
-    whose latest query event is not a stop: a driver that just finished an
-    available-now run has a fresh heartbeat too, but nothing will switch.
+    Live means a driver that has not ended (its registration wrote no stop or
+    failure) and whose last row is younger than ``LIVE_AFTER_S`` (it beats
+    every 10 s), both times the store's: the driver stamps its rows with the
+    store's time and the age is taken against the store's now, so neither
+    host's clock counts. A driver that finished an available-now run has
+    ended: it is not live, though its last beat is fresh. The live driver if
+    there is one, else the one heard from last; None when none ever ran.
     """
-    frame = control.metrics.read(job, metrics=["heartbeat", "query_started", "query_stopped"])
-    beats = frame[frame["metric"] == "heartbeat"] if len(frame) else frame
-    if not len(beats):
+    now = control.drivers.now()
+    drivers = control.drivers.latest(job, now=now, recent_s=RECENT_LIVE_S)
+    if not drivers:
         return None
-    row = beats.iloc[beats["value"].to_numpy().argmax()]
-    age = max(0.0, time.time() - float(row["value"]))
-    # The query's own events decide whether it runs: the driver beats from a thread of its own, which may beat
-    # once more after the query stopped, on its way out.
-    events = frame[frame["metric"] != "heartbeat"]
-    latest = events.iloc[events["value"].to_numpy().argmax()]["metric"] if len(events) else "query_started"
-    live = age <= LIVE_AFTER_S and latest != "query_stopped"
-    return {"model_version": int(row["model_version"]), "age_s": age, "live": bool(live)}
+    live = [d for d in drivers if d.live(now)]
+    d = live[0] if live else max(drivers, key=lambda d: d.at)
+    return {
+        "model_version": d.model_version,
+        "age_s": d.age_s(now),
+        "live": bool(live),
+        "state": d.state,
+        "driver_id": d.driver_id,
+        "host": d.host,
+        "pid": d.pid,
+        "on_this_host": d.on_this_host,
+    }
 
 
 def default_sequence(home: Home, job: str) -> str | None:

@@ -12,8 +12,11 @@ The one entry point for the CLI (``python -m pipelines verify``) and the Airflow
    (``docs_page``) and, when an Airflow task validated, its DAG run (``dag_id``, ``run_id``); the Data
    Docs site in ``<home>/quality/docs`` gets one page per validation.
 
-Everything is local files: no network, no GX Cloud. Two validations of the same home at the same moment
-may race on the GX context's files (the Delta table is safe: appends only); run them one after another.
+The GX project is files (no GX Cloud): in the home itself for a local home; for a home on object storage, in
+a working copy on this host (``storage.hostlocal``) pulled from ``<home>/quality`` before a validation and
+written back after it, so the Data Docs another host serves include it. Two validations of the same home at
+the same moment may race on the GX context's files (the Delta table is safe: appends only); run them one after
+another.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ from pipelines.control.dq_results import DagRunRef
 from pipelines.control.home import Home
 from pipelines.quality.checks import Annotated, Verdict, annotate
 from pipelines.quality.verify import Window, load_window
+from pipelines.storage.hostlocal import host_dir, pull, push
 
 DOCS_SITE = "quality"
 _VERDICT_CHECK = {
@@ -47,7 +54,7 @@ class QualityReport:
     window: str
     verdict: Verdict
     results: list[dict[str, Any]] = field(default_factory=list)  # the dq_results rows of this validation
-    docs_index: Path | None = None
+    docs_index: str | None = None  # the Data Docs index: a local path, or its URI in an object-store home
 
     @property
     def success(self) -> bool:
@@ -64,7 +71,34 @@ class QualityReport:
 
 
 def quality_dir(home: Home) -> Path:
-    return home.root / "quality"
+    """Where this host's GX project and Data Docs site are: in a local home, or this host's working copy."""
+    return home.root.local_path() / "quality" if home.is_local else host_dir(home.root, "quality")
+
+
+_SYNCED: dict[str, float] = {}
+
+
+def sync_docs(home: Home, every_s: float = 0.0) -> Path:
+    """This host's copy of an object-store home's Data Docs site, brought up to date (new and changed pages)."""
+    local = quality_dir(home) / "docs"
+    key = str(home.root)
+    if time.monotonic() - _SYNCED.get(key, -1e9) >= every_s:
+        pull(home.store, home.root / "quality" / "docs", local, changed_only=True)
+        _SYNCED[key] = time.monotonic()
+    return local
+
+
+@contextmanager
+def working_copy(home: Home) -> Iterator[Path]:
+    """The GX project to validate in; under an object-store home, pulled first and written back after."""
+    local = quality_dir(home)
+    if home.is_local:
+        yield local
+        return
+    local.mkdir(parents=True, exist_ok=True)
+    known = pull(home.store, home.root / "quality", local)
+    yield local
+    push(local, home.store, home.root / "quality", known)
 
 
 def run_quality(
@@ -96,14 +130,16 @@ def validate_window(
 ) -> QualityReport:
     annotated = annotate(window.expected, window.rows, window.dead, window.factors.__getitem__, sequence)
     verdict = annotated.verdict().with_unread(window.unread, window.version)
-    results = validate_annotated(quality_dir(home), window.job, window.window_id, annotated, verdict, docs=docs)
+    with working_copy(home) as root:
+        results = validate_annotated(root, window.job, window.window_id, annotated, verdict, docs=docs)
     if window.window_id.startswith("run:"):  # no suite can see them: they are in no frame
         results.append(_unread_result(window, verdict))
     if dag_run is not None:
         results = [{**r, **dag_run.columns()} for r in results]
     report = QualityReport(window.job, window.window_id, verdict, results)
     if docs:
-        report.docs_index = quality_dir(home) / "docs" / "index.html"
+        index = home.root / "quality" / "docs" / "index.html"
+        report.docs_index = str(index)
     if record:
         from pipelines.control import ControlPlane
 

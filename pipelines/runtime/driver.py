@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pipelines.control import ControlPlane
@@ -29,10 +28,10 @@ from pipelines.errors import PipelinesError, raised_inside
 from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.planning import carry_forward_on_start
-from pipelines.runtime import schemas
+from pipelines.runtime import requests, schemas
 from pipelines.runtime.lifetime import die_with_parent
+from pipelines.runtime.outage import STALL_S, record_outage
 from pipelines.runtime.outputs import ensure_output_tables
-from pipelines.runtime.requests import drain_request, failure_note, stop_request
 
 POLL_S = 0.25
 HEARTBEAT_S = 10.0
@@ -77,7 +76,7 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
     writer = (
         reader.writeStream.format("elastic_delta")
         .queryName(f"{model.job_name}-v{model.version}")
-        .option("checkpointLocation", str(home.spark_checkpoints / model.job_name / f"v{model.version}"))
+        .option("checkpointLocation", home.spark_checkpoint_uri(model.job_name, model.version))
         .option("home", str(home.root))
         .option("job", model.job_name)
         .option("modelVersion", str(model.version))
@@ -108,17 +107,21 @@ def run_job(
 ) -> int:
     """Run until done (available-now), stopped, or ``max_seconds``; returns the number of queries run."""
     control = ControlPlane(home)
-    stop_file = stop_request(home, job)
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     queries = 0
     control.job_models.active(job)  # an unknown job fails here, before it is registered as a driver
     registration = Registration(home, job, **_spark_identity(spark))
     registration.start()
     heartbeat = Heartbeat(control, job, registration)
+    watch = HomeWatch(home, job) if not home.is_local else None
+    if watch is not None:
+        watch.start()
     try:
         while True:
             model = control.job_models.active(job)
             heartbeat.version, heartbeat.batch = model.version, -1
+            if watch is not None:
+                watch.version = model.version
             heartbeat.ensure_started()
             _carry_forward_on_start(control, model, progress)
             started = time.monotonic()
@@ -128,9 +131,9 @@ def run_job(
             progress(
                 f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks"
             )
-            switch = _supervise(query, control, job, model, stop_file, deadline, progress, started, heartbeat)
+            switch = _supervise(query, control, job, model, deadline, progress, started, heartbeat)
             if not switch:
-                stop_file.unlink(missing_ok=True)
+                requests.clear_stop(home, job)
                 heartbeat.halt.set()
                 registration.end(model_version=heartbeat.version, batch_id=heartbeat.batch)
                 return queries
@@ -140,6 +143,45 @@ def run_job(
         raise
     finally:
         heartbeat.halt.set()
+        if watch is not None:
+            watch.halt.set()
+
+
+class HomeWatch(threading.Thread):
+    """Whether an object-store home answers: one small read a second, from a thread of its own.
+
+    A store that stops answering holds every call of the job up (planning,
+    reads, commits, the heartbeat), each in its own process and with its own
+    client's timeouts, and the job waits it out: nothing fails, so nothing
+    would say so. This thread asks the store for one small object every
+    ``every_s``; an answer that takes longer than ``STALL_S`` (or does not
+    come) opens an outage, the next prompt answer ends it, and the outage is
+    recorded like an input's (``record_outage``), so the views mark it.
+    """
+
+    def __init__(self, home: Home, job: str, every_s: float = 1.0) -> None:
+        super().__init__(name=f"home-watch-{job}", daemon=True)
+        self.home, self.job, self.every_s = home, job, every_s
+        self.version = 0
+        self.halt = threading.Event()
+        self.down_since: float | None = None
+
+    def run(self) -> None:
+        from pipelines.storage.conditional import MARKER
+
+        probe = self.home.root / MARKER
+        while not self.halt.wait(self.every_s):
+            asked = time.monotonic()
+            try:
+                self.home.store.exists(probe)
+                answered = time.monotonic() - asked <= STALL_S
+            except Exception:  # refused, timed out: down
+                answered = False
+            if not answered and self.down_since is None:
+                self.down_since = asked
+            elif answered and self.down_since is not None:
+                lasted, self.down_since = time.monotonic() - self.down_since, None
+                record_outage(self.home, self.job, self.version, lasted, "the home's store")
 
 
 def _spark_identity(spark: Any) -> dict[str, str | None]:
@@ -166,10 +208,11 @@ class Heartbeat(threading.Thread):
     not come round for ``STUCK_S`` (a JVM that hangs a py4j call): a driver
     stuck that long is dead to the scaling steps and the keepalive.
 
-    Each beat is a ``heartbeat`` metric row (what the scaling steps and the
-    keepalive read) and a row of the driver's registration in the ``drivers``
-    table (host, pid, application, model version, last batch: what operators
-    read).
+    Each beat is a row of the driver's registration in the ``drivers`` table
+    (host, pid, application, model version, last batch, and the store's time:
+    what the scaling steps, the keepalive, ``pipelines stop`` and operators
+    read) and a ``heartbeat`` metric row (its value this host's wall time, for
+    the plots; a query's start, which the autosizer skips, is its batch -1).
     """
 
     def __init__(self, control: ControlPlane, job: str, registration: Registration | None = None) -> None:
@@ -244,7 +287,6 @@ def _supervise(
     control: ControlPlane,
     job: str,
     model: JobModel,
-    stop_file: Path,
     deadline: float | None,
     progress: Callable[[str], None],
     started: float,
@@ -253,7 +295,10 @@ def _supervise(
     """Watch a query; True when it stopped because another model version became active."""
     last_batch = -1
     durations = BatchDurations(control, model)
-    last_model_check = 0.0
+    last_model_check = last_stop_check = 0.0
+    # On object storage each look is requests (a listing and a read, a HEAD): once a second is enough for an
+    # operator's stop and a rescale's activation (a switch starts up to a second later than on local disk).
+    stop_every = POLL_S if control.home.is_local else 1.0
     resumed = False
     while True:
         if not query.isActive:
@@ -275,16 +320,20 @@ def _supervise(
         heartbeat.progress()
         durations.record(query)
         now = time.monotonic()
-        if stop_file.exists() or (deadline is not None and now > deadline):
-            _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
+        asked = False
+        if now - last_stop_check >= stop_every:
+            last_stop_check = now
+            asked = requests.stop_asked(control.home, job)
+        if asked or (deadline is not None and now > deadline):
+            _stop_at_batch_boundary(query, control.home, job, model.version)
             _lifecycle(control, model, "query_stopped")
             durations.record(query)
             progress(f"[{job}] stopped at a batch boundary after {now - started:.1f}s")
             return False
-        if now - last_model_check >= POLL_S:  # a Delta read: at most every POLL_S, however fast the loop runs
+        if now - last_model_check >= stop_every:  # a Delta read: at most this often, however fast the loop runs
             last_model_check = now
             if control.job_models.active_version(job) != model.version:
-                _stop_at_batch_boundary(query, drain_request(control.home, job, model.version))
+                _stop_at_batch_boundary(query, control.home, job, model.version)
                 _lifecycle(control, model, "query_stopped")  # run_job carries the checkpoints forward, then starts
                 progress(f"[{job}] model v{control.job_models.active_version(job)} is active: switching")
                 return True
@@ -303,21 +352,20 @@ def _await(query: Any, seconds: float) -> None:
         query.awaitTermination(seconds)
 
 
-def _stop_at_batch_boundary(query: Any, drain: Path, timeout: float = 60.0) -> None:
+def _stop_at_batch_boundary(query: Any, home: Home, job: str, version: int, timeout: float = 60.0) -> None:
     """Drain the source, wait for the running micro-batch to finish, then stop.
 
     A batch still running at ``timeout`` is cut short: it is replayed from the
     committed checkpoints, never lost.
     """
-    drain.parent.mkdir(parents=True, exist_ok=True)
-    drain.touch()
+    requests.drain(home, job, version)
     try:
         end = time.monotonic() + timeout
         while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < end:
             time.sleep(0.05)
         query.stop()
     finally:
-        drain.unlink(missing_ok=True)
+        requests.undrain(home, job, version)
 
 
 class BatchDurations:
@@ -398,9 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=lambda m: print(m, file=sys.stderr, flush=True),
         )
     except PipelinesError as e:  # one line for the user; Spark's log above holds the whole trace
-        note = failure_note(home, args.job)
-        note.parent.mkdir(parents=True, exist_ok=True)
-        note.write_text(json.dumps({"error": type(e).__name__, "message": str(e)}))
+        requests.note_failure(home, args.job, type(e).__name__, str(e))
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
     finally:

@@ -4,16 +4,17 @@ SEP-32 names the cost of reading a partition once per virtual task: at
 factor 8 it is 8x the broker egress, and on Kinesis 8x the GetRecords calls
 against a 5 calls/s per-shard limit. So the virtual tasks of one partition
 share one fetch of its range. The first of them to arrive *claims* the range
-(an exclusive create in the staging folder), reads it from the input system
-once, computes every record's key bucket once, and writes the records grouped
-by bucket (stable, so each bucket keeps the input order) to an Arrow IPC file
-with an index; its siblings wait for the index, then map the file and take
-their bucket's slice. The staging folder lives in the home, which every
-driver and executor of a deployment shares (the sinks live there too), so
-this holds on a multi-executor cluster as in ``local[N]``: a range is fetched
-once per micro-batch, cluster-wide. A claimer that dies is replaced: a
-sibling takes the claim over when its holder's process is gone (same host)
-or its lease ran out.
+(a lease created in the home's store, ``storage.records``), reads it from the
+input system once, computes every record's key bucket once, and writes the
+records grouped by bucket (stable, so each bucket keeps the input order) to
+an Arrow IPC file, one record batch per bucket, with an index; its siblings
+wait for the index, then read their bucket's batch only (a ranged read on
+object storage, a mapped file on a local disk). The staging area lives in
+the home, which every driver and executor of a deployment shares, so this
+holds on a multi-host cluster as in ``local[N]``: a range is fetched once per
+micro-batch, cluster-wide. The claimer beats while it fetches; a claimer
+whose beat stands still for ``CLAIM_LEASE_S`` (measured by the waiter's own
+clock) is taken over by exactly one waiter (docs/storage.md).
 
 Pins. A ``Bounded`` end ("at most N records") is named by reading; the
 first read of it writes a *pin*, the position it ended at, with a create
@@ -35,12 +36,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import socket
 import time
-import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,19 +48,23 @@ from pipelines.core.positions import Position
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import StreamError
 from pipelines.runtime.offsets import Offset, Pending
+from pipelines.storage import records
+from pipelines.storage.location import Location, parse
 from pipelines.systems.base import RECORD_SCHEMA, InputSystem, ReadResult
 
-CLAIM_LEASE_S = 300.0
-"""A claim older than this with no index is taken over: its holder is presumed dead (another host)."""
+CLAIM_LEASE_S = 20.0
+"""A claim whose beat stood still this long (on the waiter's clock) with no index is taken over: its holder died."""
+CLAIM_BEAT_S = 2.0
+"""How often a claimer beats while it fetches."""
 PIN_KEEP_S = 600.0
-"""Pins older than this that no offset refers to are collected; replays only ever need the last batches'."""
+"""Pins this much older than the newest pin (by the store's clock) that no offset refers to are collected."""
 
 
-def staging_root(home: Home, job: str, version: int) -> Path:
+def staging_root(home: Home, job: str, version: int) -> Location:
     return home.root / "staging" / job / f"v{version}"
 
 
-def _pins(home: Home, job: str, version: int) -> Path:
+def _pins(home: Home, job: str, version: int) -> Location:
     return staging_root(home, job, version) / "pins"
 
 
@@ -99,11 +100,14 @@ def fetch(
     *,
     factor: int,
     shared: bool,
+    bucket: int | None = None,
 ) -> Fetched:
     """The records of whole partition ``ssp`` from ``start`` to ``end``, fetched once for all its key buckets.
 
     ``shared``: several virtual tasks read this range (factor > 1), so it is
-    staged for them, grouped by key bucket at ``factor``.
+    staged for them, grouped by key bucket at ``factor``. ``bucket``: the one
+    bucket the caller wants of a staged range (a sibling then reads that
+    bucket's record batch only); ``Fetched.bucket(b)`` gives it either way.
     """
     if not shared:
         t0 = time.perf_counter_ns()
@@ -117,26 +121,43 @@ def fetch(
             stats=dict(result.stats),
         )
     stage = staging_root(home, job, version) / _digest(ssp, start, end)
+    store = home.store
     waited = 0
-    backoff = 0.002
-    while True:
-        staged = _load(stage)
+    # Each look is a request on object storage: start later and wait longer between looks there.
+    backoff, ceiling = (0.002, 0.05) if store.is_local() else (0.02, 0.2)
+    watch = records.Watch(store, stage / "claim", CLAIM_LEASE_S)
+    lease = records.take(store, stage / "claim")
+    holder, last_check = 0, time.monotonic()
+    while lease is None:
+        staged = _load(home, stage, bucket)
         if staged is not None:
             staged.wait_ns = waited
             return staged
-        if _claim(stage):
-            try:
-                fetched = _fetch_and_stage(system, home, job, version, ssp, start, end, factor, stage)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    (stage / "claim").unlink()
-                raise
-            fetched.wait_ns = waited
-            return fetched
+        if time.monotonic() - last_check >= CLAIM_BEAT_S:  # the holder's beat can only change this often
+            last_check = time.monotonic()
+            holder = watch.current(holder)
+            if watch.expired(holder):
+                lease = watch.take_over(holder)  # its holder died: exactly one waiter fetches instead
+                if lease is not None:
+                    break
         t0 = time.perf_counter_ns()
         time.sleep(backoff)
-        backoff = min(backoff * 2, 0.05)
+        backoff = min(backoff * 2, ceiling)
         waited += time.perf_counter_ns() - t0
+    staged = _load(home, stage, bucket)  # a dead holder may have staged it after all
+    if staged is not None:
+        lease.stop()
+        staged.wait_ns = waited
+        return staged
+    lease.keep_alive(CLAIM_BEAT_S)
+    try:
+        fetched = _fetch_and_stage(system, home, job, version, ssp, start, end, factor, stage)
+    except BaseException:
+        lease.release()  # a retry (or a sibling) fetches at once instead of waiting out the lease
+        raise
+    lease.stop()
+    fetched.wait_ns = waited
+    return fetched
 
 
 def _fetch_and_stage(
@@ -148,7 +169,7 @@ def _fetch_and_stage(
     start: Position,
     end: Offset,
     factor: int,
-    stage: Path,
+    stage: Location,
 ) -> Fetched:
     t0 = time.perf_counter_ns()
     result = _read_pinned(system, home, job, version, ssp, start, end)
@@ -168,18 +189,25 @@ def _fetch_and_stage(
         first += counts[b]
     t2 = time.perf_counter_ns()
     data = grouped.append_column("bucket", grouped_buckets)
-    tmp = stage / f"data.{uuid.uuid4().hex}.tmp"
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, data.schema) as writer:
-        writer.write_table(data)
-    os.replace(tmp, stage / "data.arrow")
+    store = home.store
+    store.makedirs(stage)
+    batches: dict[str, int] = {}
+    with (
+        store.filesystem().open_output_stream(store.arrow_path(stage / "data.arrow")) as sink,
+        pa.ipc.new_file(sink, data.schema) as writer,
+    ):  # one record batch per bucket, so a sibling reads its own bucket only
+        for i, (b, (first_row, count)) in enumerate(sorted(rows.items())):
+            writer.write_batch(data.slice(first_row, count).combine_chunks().to_batches()[0])
+            batches[str(b)] = i
     index = {
         "next_position": result.next_position,
         "buckets": {str(b): list(r) for b, r in rows.items()},
+        "batches": batches,
         "records": records.num_rows,
         "bytes": result.bytes_fetched,
         "stats": dict(result.stats),
     }
-    _write_atomically(stage / "index.json", json.dumps(index))
+    store.write(stage / "index.json", json.dumps(index).encode())  # the index last: the data is whole by then
     return Fetched(
         grouped,
         result.next_position,
@@ -194,13 +222,27 @@ def _fetch_and_stage(
     )
 
 
-def _load(stage: Path) -> Fetched | None:
+def _load(home: Home, stage: Location, bucket: int | None = None) -> Fetched | None:
+    """The staged range, once its index is there: every bucket's records, or only ``bucket``'s record batch."""
+    store = home.store
     try:
-        index = json.loads((stage / "index.json").read_text())
-    except (FileNotFoundError, NotADirectoryError):
+        index = json.loads(store.read(stage / "index.json"))
+    except FileNotFoundError:
         return None
-    table = pa.ipc.open_file(pa.memory_map(str(stage / "data.arrow"))).read_all()
+    path = store.arrow_path(stage / "data.arrow")
+    source = pa.memory_map(path) if store.is_local() else store.filesystem().open_input_file(path)
     rows = {int(b): (int(r[0]), int(r[1])) for b, r in index["buckets"].items()}
+    with contextlib.closing(source):
+        reader = pa.ipc.open_file(source)
+        batch_of = index.get("batches", {})
+        if bucket is not None and str(bucket) in batch_of:
+            table = pa.Table.from_batches([reader.get_batch(int(batch_of[str(bucket)]))])
+            rows = {bucket: (0, table.num_rows)}  # the one bucket, from the first row of what was read
+        elif bucket is not None and bucket not in rows:
+            table = reader.schema.empty_table()  # no record of this range falls in the bucket
+            rows = {}
+        else:
+            table = reader.read_all()
     return Fetched(
         table.select(RECORD_SCHEMA.names),
         index["next_position"],
@@ -208,43 +250,6 @@ def _load(stage: Path) -> Fetched | None:
         bucket_rows=rows,
         stage=str(stage),
     )
-
-
-def _claim(stage: Path) -> bool:
-    """Take the right to fetch this range: True for exactly one live claimer at a time."""
-    stage.mkdir(parents=True, exist_ok=True)
-    claim = stage / "claim"
-    me = f"{socket.gethostname()} {os.getpid()} {uuid.uuid4().hex}"
-    try:
-        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        if not _claim_is_dead(claim):
-            return False
-        tmp = stage / f"claim.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(me)
-        os.replace(tmp, claim)  # take over; two takers race, the one whose name stays wins
-        time.sleep(0.01)
-        return claim.read_text() == me
-    with os.fdopen(fd, "w") as f:
-        f.write(me)
-    return True
-
-
-def _claim_is_dead(claim: Path) -> bool:
-    try:
-        host, pid, _ = claim.read_text().split(" ", 2)
-        age = time.time() - claim.stat().st_mtime
-    except (OSError, ValueError):
-        return False  # being written, or just removed: look again
-    if host == socket.gethostname():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        except (PermissionError, ValueError):
-            pass
-        return False
-    return age > CLAIM_LEASE_S
 
 
 def _read_pinned(
@@ -265,24 +270,15 @@ def _read_pinned(
 
 def read_pin(home: Home, job: str, version: int, pin: str) -> Position | None:
     try:
-        return json.loads((_pins(home, job, version) / f"{pin}.json").read_text())["next_position"]
+        return json.loads(home.store.read(_pins(home, job, version) / f"{pin}.json"))["next_position"]
     except FileNotFoundError:
         return None
 
 
 def write_pin(home: Home, job: str, version: int, pin: str, position: Position) -> Position:
     """Pin a pending end at ``position`` unless it is pinned already; returns the pinned position."""
-    folder = _pins(home, job, version)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f"{pin}.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(json.dumps({"next_position": position, "at": time.time()}))
-    try:
-        os.link(tmp, folder / f"{pin}.json")  # fails if it exists: the first pin wins, atomically
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    pinned = read_pin(home, job, version, pin)
+    home.store.create(_pins(home, job, version) / f"{pin}.json", json.dumps({"next_position": position}).encode())
+    pinned = read_pin(home, job, version, pin)  # ours, or the first writer's: the first pin wins
     if pinned is None:
         raise StreamError(f"pin {pin} of job {job} v{version} vanished right after it was written")
     return pinned
@@ -301,31 +297,31 @@ def resolve(home: Home, job: str, version: int, offset: Offset) -> Position:
     return pinned
 
 
-def remove_stages(stages: list[str]) -> None:
+def remove_stages(home: Home, stages: list[str]) -> None:
     """Drop staged ranges whose batch is committed (a replay fetches again, or reads up to the same pin)."""
+    store = home.store
     for stage in stages:
-        path = Path(stage)
-        for name in ("data.arrow", "index.json", "claim"):
-            with contextlib.suppress(OSError):
-                (path / name).unlink()
         with contextlib.suppress(OSError):
-            path.rmdir()
+            store.delete_tree(parse(stage, what="a staged range"))
 
 
 def collect_pins(home: Home, job: str, version: int, keep: set[str], older_than_s: float = PIN_KEEP_S) -> int:
-    """Remove old pins no offset refers to; returns how many went."""
-    folder = _pins(home, job, version)
-    if not folder.is_dir():
+    """Remove pins no offset refers to that are ``older_than_s`` older than the newest; returns how many went.
+
+    Ages are differences of the store's own timestamps, never this host's clock against the store's.
+    """
+    store = home.store
+    entries = [e for e in store.list(_pins(home, job, version)) if not e.is_dir and e.modified is not None]
+    if not entries:
         return 0
+    newest = max(e.modified for e in entries if e.modified is not None)
     removed = 0
-    cutoff = time.time() - older_than_s
-    for entry in os.scandir(folder):
-        pin = entry.name.split(".", 1)[0]
-        if pin in keep:
+    for entry in entries:
+        if entry.name.split(".", 1)[0] in keep or entry.modified is None:
             continue
-        with contextlib.suppress(OSError):
-            if entry.stat().st_mtime < cutoff:
-                os.unlink(entry.path)
+        if entry.modified < newest - older_than_s:
+            with contextlib.suppress(OSError):
+                store.delete(entry.location)
                 removed += 1
     return removed
 
@@ -333,9 +329,3 @@ def collect_pins(home: Home, job: str, version: int, keep: set[str], older_than_
 def _digest(ssp: SystemStreamPartition, start: Position, end: Offset) -> str:
     end_text = json.dumps(end.to_json(), sort_keys=True) if isinstance(end, Pending) else end
     return hashlib.sha1(f"{ssp.wire()}|{start}|{end_text}".encode()).hexdigest()[:24]
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -4,27 +4,36 @@ A job runs as its own Spark application through ``spark-submit`` (so any
 master works: ``local[*]`` by default, ``spark://host:7077`` or a cluster
 manager by flag). A stop is a request the driver honours at its next batch
 boundary, so stopping never cuts a micro-batch short.
+
+A pid means something only on the host that started the process (another
+host's pid 3 may be a kernel thread here). The pid file of a detached driver
+holds ``<host> <pid>``, and a pid is looked up or signalled only by that host;
+a file naming another host, or no host (written by an older version), is
+never judged. Drivers on other hosts are found, stopped and waited for
+through the control plane: the stop request they poll, and their
+registration in the ``drivers`` table, which says ``stopped`` when they have.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from pipelines.control import ControlPlane
+from pipelines.control.drivers import DriverRow
 from pipelines.control.home import Home
 from pipelines.errors import PipelinesError, by_name
-from pipelines.runtime import logs
+from pipelines.runtime import logs, requests
 from pipelines.runtime.lifetime import check_master, tied_command
-from pipelines.runtime.requests import failure_note, stop_request
 from pipelines.runtime.session import spark_confs, spark_env
+from pipelines.storage.hostlocal import host_dir
 
 DRIVER = str(Path(__file__).with_name("driver.py"))
 INTERRUPT_GRACE_S = 60.0  # a Ctrl-C'd driver gets this long to stop at a batch boundary
@@ -59,7 +68,17 @@ def driver_command(
 
 
 def pid_file(home: Home, job: str) -> Path:
-    return home.root / "run" / f"{job}.pid"
+    """``<host> <pid>`` of a driver this host started detached: host-local bookkeeping (``storage.hostlocal``).
+
+    Under a local home it lives in the home, which hosts may share (NFS):
+    hence the host in it.
+    """
+    return host_dir(home.root, "run") / f"{job}.pid"
+
+
+def driver_log(home: Home, job: str) -> Path:
+    """Where a detached driver started on this host writes its log."""
+    return host_dir(home.root, "run") / f"{job}.log"
 
 
 def run(
@@ -74,15 +93,22 @@ def run(
             f"job {job!r} already has a live driver in this home (pid {live}); stop it first "
             f"(python -m pipelines stop {job}) or let it run"
         )
-    (home.root / "run").mkdir(parents=True, exist_ok=True)
-    stop_request(home, job).unlink(missing_ok=True)
-    failure_note(home, job).unlink(missing_ok=True)
+    elsewhere = [d for d in ControlPlane(home).drivers.live(job) if not d.on_this_host]
+    if elsewhere:
+        d = elsewhere[0]
+        raise PipelinesError(
+            f"job {job!r} already has a live driver in this home, pid {d.pid} on host {d.host}; stop it first "
+            f"(python -m pipelines stop {job}) or let it run"
+        )
+    requests.clear_stop(home, job)
+    requests.clear_failure(home, job)
     cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
     if not detach:
         return _foreground(home, job, cmd, master)
-    log = open(home.root / "run" / f"{job}.log", "ab")  # noqa: SIM115 - handed to the child
+    driver_log(home, job).parent.mkdir(parents=True, exist_ok=True)
+    log = open(driver_log(home, job), "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(cmd, env=spark_env(master), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    pid_file(home, job).write_text(str(proc.pid))
+    pid_file(home, job).write_text(f"{socket.gethostname()} {proc.pid}\n")
     return proc.pid
 
 
@@ -110,9 +136,7 @@ def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        request = stop_request(home, job)
-        request.parent.mkdir(parents=True, exist_ok=True)
-        request.touch()
+        requests.ask_stop(home, job)
         sys.stderr.write(
             f"interrupted: stopping job {job} at its next batch boundary (Ctrl-C again to kill it at once)\n"
         )
@@ -124,46 +148,68 @@ def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         finally:
-            request.unlink(missing_ok=True)
+            requests.clear_stop(home, job)
         raise
 
 
 def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> bool:
-    """Ask the job's driver to stop at its next batch boundary; True once it has exited (or none ran)."""
-    ControlPlane(home).job_models.active(job)
-    request = stop_request(home, job)
-    request.parent.mkdir(parents=True, exist_ok=True)
-    request.touch()
+    """Ask the job's driver, on whichever host it runs, to stop at its next batch boundary; True once it has.
+
+    Waited for are the driver this host started detached (until its process
+    is gone) and every driver the ``drivers`` table shows live, on any host
+    (until its registration says it stopped or failed, or it goes silent);
+    none of another host's pids is looked up. True at once when none runs.
+    """
+    control = ControlPlane(home)
+    control.job_models.active(job)
+    requests.ask_stop(home, job)
     pid = _pid(home, job)
-    if not wait or pid is None:
-        return pid is None
+    if pid is not None and not _alive(pid):
+        pid_file(home, job).unlink(missing_ok=True)
+        pid = None
+    drivers = {d.driver_id for d in control.drivers.live(job) if not _gone_here(d)}
+    if not wait or (pid is None and not drivers):
+        return pid is None and not drivers
+    poll = 0.2 if home.is_local else 1.0  # on object storage each look is requests
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if not _alive(pid):
+        if pid is not None and not _alive(pid):
             pid_file(home, job).unlink(missing_ok=True)
+            pid = None
+        if drivers:
+            drivers &= {d.driver_id for d in control.drivers.live(job) if not _gone_here(d)}
+        if pid is None and not drivers:
             return True
-        time.sleep(0.2)
+        time.sleep(poll)
     return False
 
 
 def running_pid(home: Home, job: str) -> int | None:
-    """The pid of this home's detached driver of ``job`` if it is still alive (local drivers only)."""
+    """The pid of this home's detached driver of ``job`` that this host started, if it is still alive."""
     pid = _pid(home, job)
     return pid if pid is not None and _alive(pid) else None
 
 
 def kill(home: Home, job: str) -> None:
-    """The hard way (tests and emergencies): SIGKILL the driver's whole process group."""
+    """The hard way (tests and emergencies): SIGKILL the process group of the driver this host started."""
     pid = _pid(home, job)
     if pid is not None and _alive(pid):
-        os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it ended between the look and the kill
+            os.killpg(pid, signal.SIGKILL)
 
 
 def _pid(home: Home, job: str) -> int | None:
+    """The pid in the job's pid file if this host wrote it; None for none, another host's, or a host-less one."""
     try:
-        return int(pid_file(home, job).read_text())
+        host, pid = pid_file(home, job).read_text().split()
+        return int(pid) if host == socket.gethostname() else None
     except (FileNotFoundError, ValueError):
         return None
+
+
+def _gone_here(driver: DriverRow) -> bool:
+    """A driver of this host whose process is gone (killed: it wrote no end); another host's is never judged."""
+    return driver.on_this_host and not _alive(driver.pid)
 
 
 def _alive(pid: int) -> bool:
@@ -177,13 +223,14 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
+    except PermissionError:
+        return True  # alive, another user's
     return True
 
 
 def failure(home: Home, job: str) -> PipelinesError | None:
-    """The platform error the job's last driver failed with (``failure_note``), as its own class, or None."""
-    try:
-        note = json.loads(failure_note(home, job).read_text())
-    except (OSError, ValueError):
+    """The platform error the job's last driver failed with (``requests.read_failure``), as its own class, or None."""
+    note = requests.read_failure(home, job)
+    if note is None:
         return None
     return by_name(str(note.get("error")), str(note.get("message")))

@@ -5,7 +5,8 @@ lines (55 of them ``WARN ProcessingTimeExecutor: Current batch is falling
 behind``, one per trigger), and ``pipelines run`` printed Spark's INFO log.
 Those are the libraries' diagnostics, for whoever digs into a problem; an
 operator watching a run wants the platform's own lines. So, unless
-``--verbose`` is given, ``quiet(home)`` sends them to ``<home>/logs/pipelines.log``
+``--verbose`` is given, ``quiet(home)`` sends them to ``<home>/logs/pipelines.log`` (this host's folder for
+an object-store home, ``storage.hostlocal``)
 and says so once, when the first Spark starts:
 
 * an in-process Spark (the demo): the JVM is started with its standard error on
@@ -31,13 +32,16 @@ from pathlib import Path
 from typing import IO
 
 from pipelines.control.home import Home
+from pipelines.storage.hostlocal import host_dir
 
 _target: Path | None = None
 _announced = False
 
 
 def log_path(home: Home) -> Path:
-    return home.root / "logs" / "pipelines.log"
+    """``<home>/logs/pipelines.log``; under an object-store home, this host's folder for it (a log is appended to,
+    which an object cannot be, and it is this host's processes' diagnostics)."""
+    return host_dir(home.root, "logs") / "pipelines.log"
 
 
 class _HomeLog(logging.FileHandler):

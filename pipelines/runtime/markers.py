@@ -33,6 +33,7 @@ class TaskMarker:
     process_ns: int = 0
     stages: list[str] = field(default_factory=list)  # staging folders the task read (cleaned after the commit)
     stats: dict[str, float] = field(default_factory=dict)  # the input systems' own counters (e.g. throttles)
+    stores: dict[str, Any] | None = None  # the adjunct store versions the batch was planned with (None: no stores)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)

@@ -1,4 +1,5 @@
-"""An input that stops answering: wait with bounded, jittered back-off, and say so once in a while, not per try.
+"""An input that stops answering: wait with bounded, jittered back-off, and say so once in a while, not per try;
+and outages that were waited out in a call, recorded after the fact (``record_outage``).
 
 Spark asks the source for the next batch's end again as soon as the trigger
 allows (at once with a 0 s trigger); an input that fails fast (a refused
@@ -16,6 +17,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -51,3 +53,38 @@ class InputOutage:
 
     def down_for(self) -> float:
         return 0.0 if self.since is None else self.clock() - self.since
+
+
+STALL_S = 5.0
+"""A call to the home's store or an input that took longer than this was held up by an outage, not by work: the
+store's and the inputs' small requests answer in milliseconds."""
+
+
+def record_outage(home: Any, job: str, version: int, seconds: float, what: str) -> None:
+    """An outage that was waited out (a read held up, a home that did not answer): recorded after the fact.
+
+    Two rows, the outage's start (down 0 s so far) and its end (how long it
+    lasted), the same pair the source writes when it is the one to notice,
+    so the views mark it whoever met it first.
+    """
+    from datetime import timedelta
+
+    from pipelines.control import ControlPlane
+    from pipelines.observe.series import OUTAGE_BACK, OUTAGE_DOWN
+
+    print(f"[{job}] v{version}: {what} waited {seconds:.1f}s for an answer", flush=True)
+    try:
+        control = ControlPlane(home)
+        now = control.clock.now()  # the store's time, like every row's ``at``
+    except Exception as e:  # a report must never take the batch down
+        print(f"[{job}] could not record the outage: {e}", flush=True)
+        return
+    row = {"job": job, "model_version": version, "batch_id": -1}
+    rows = [
+        {**row, "metric": OUTAGE_DOWN, "value": 0.0, "at": now - timedelta(seconds=seconds)},
+        {**row, "metric": OUTAGE_BACK, "value": seconds, "at": now},
+    ]
+    try:
+        control.metrics.append(rows)
+    except Exception as e:  # a report must never take the batch down
+        print(f"[{job}] could not record the outage: {e}", flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.control.home import Home
+from pipelines.deltaio import create_table, is_table
 from pipelines.jobs.config import JobConfig
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.runtime import schemas
@@ -16,14 +17,11 @@ from pipelines.runtime import schemas
 
 def ensure_output_tables(home: Home, config: JobConfig, output: Any | None = None) -> None:
     """Create the sink and dead-letter Delta tables with their schemas, if they do not exist yet."""
-    from deltalake import DeltaTable
-
     output = output or parse_output_schema(config.output_schema)
-    home.sinks.mkdir(parents=True, exist_ok=True)
     for name, struct in (
         (config.sink_table, schemas.sink_schema(output)),
         (config.dead_letter_table, schemas.DEAD_LETTER),
     ):
         path = home.sinks / name
-        if not (path / "_delta_log").exists():
-            DeltaTable.create(str(path), schema=schemas.arrow(struct), mode="ignore")
+        if not is_table(path):
+            create_table(path, schemas.arrow(struct), mode="ignore")

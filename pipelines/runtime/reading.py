@@ -31,6 +31,7 @@ from pipelines.core.ssp import SystemStreamPartition
 from pipelines.runtime import fetch, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.offsets import Offset, Pending
+from pipelines.runtime.outage import record_outage
 from pipelines.systems.base import InputSystem
 
 # Input-system clients opened by ``read_task`` on executors, kept for the life of the (reused) Python worker:
@@ -70,6 +71,7 @@ class TaskRange(InputPartition):
     ranges: list[SspRange]  # old partitions first
     settings: dict[str, dict[str, Any]]  # the job's input-system settings (never secrets)
     shared: bool  # several virtual tasks read each partition: fetch once, stage, and take a bucket
+    stores: dict[str, Any] | None = None  # the batch's adjunct store versions, from its end offset (None: none)
 
 
 def describe(task: TaskRange) -> bytes:
@@ -109,11 +111,13 @@ def read_described(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
 
 def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
     """The task's records in the partitions' order (old partitions first), then its marker row."""
-    from pathlib import Path
-
-    home = Home(Path(partition.home))
+    home = Home(partition.home)
     target = schemas.arrow(schemas.RECORDS)
-    marker = TaskMarker(partition.task_name)
+    marker = TaskMarker(partition.task_name, stores=partition.stores)
+    if partition.stores is not None:  # the processing step opens the task's store views at these versions
+        from pipelines.adjunct.runtime import remember_batch
+
+        remember_batch(home, partition.job, partition.model_version, _batch_id(), partition.stores)
     for r in partition.ranges:
         ssp = SystemStreamPartition.from_wire(r.ssp)
         system = _executor_system(ssp.system, home, partition.settings.get(ssp.system, {}))
@@ -128,9 +132,11 @@ def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
             end,
             factor=partition.factor,
             shared=partition.shared,
+            bucket=ssp.key_bucket if partition.shared else None,
         )
         if got.stats.get("outage_s"):
-            _report_outage(home, partition.job, partition.model_version, ssp.whole(), float(got.stats["outage_s"]))
+            seconds = float(got.stats["outage_s"])
+            record_outage(home, partition.job, partition.model_version, seconds, f"a read of {ssp.whole().wire()}")
         table = got.bucket(ssp.key_bucket) if partition.shared and ssp.key_bucket is not None else got.records
         if r.start != r.fetch_start and table.num_rows:  # this bucket is ahead of its partition's floor
             offsets = table.column("offset").to_pylist()
@@ -175,26 +181,9 @@ def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
     )
 
 
-def _report_outage(home: Home, job: str, version: int, ssp: SystemStreamPartition, seconds: float) -> None:
-    """A read in flight waited out a silent input: recorded as the planner records an outage, so views mark it.
+def _batch_id() -> int:
+    from pyspark import TaskContext as SparkTaskContext
 
-    Two rows, the outage's start (down 0 s so far) and its end (how long it
-    lasted), the same pair the planner writes when it is the one to notice.
-    """
-    from datetime import timedelta
-
-    from pipelines.control import ControlPlane
-    from pipelines.control.table import utc_now
-    from pipelines.observe.series import OUTAGE_BACK, OUTAGE_DOWN
-
-    print(f"[{job}] v{version}: a read of {ssp.wire()} waited {seconds:.1f}s for its input to answer", flush=True)
-    now = utc_now()
-    row = {"job": job, "model_version": version, "batch_id": -1}
-    rows = [
-        {**row, "metric": OUTAGE_DOWN, "value": 0.0, "at": now - timedelta(seconds=seconds)},
-        {**row, "metric": OUTAGE_BACK, "value": seconds, "at": now},
-    ]
-    try:
-        ControlPlane(home).metrics.append(rows)
-    except Exception as e:  # a report must never take the batch down
-        print(f"[{job}] could not record the outage: {e}", flush=True)
+    ctx = SparkTaskContext.get()
+    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    return int(value) if value is not None else -1

@@ -201,29 +201,17 @@ def spark_classpath(jars: Path = SPARK_JARS) -> str:
 def s3a_confs(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Hadoop's s3a filesystem set from the standard AWS variables, so a checkpoint can be an ``s3a://`` URI.
 
-    ``AWS_ENDPOINT_URL`` names an S3-compatible store (then path-style
-    requests, which such stores serve without a DNS name per bucket);
-    ``AWS_REGION`` its region; an ``http://`` endpoint needs
-    ``AWS_ALLOW_HTTP=true`` as it does for delta-rs. The keys never become
-    confs (a conf is on spark-submit's command line, which ``ps`` shows): the
-    AWS SDK's default chain reads ``AWS_ACCESS_KEY_ID`` and
-    ``AWS_SECRET_ACCESS_KEY`` from the environment of the driver, which
-    ``spark_env`` passes on. No variable set: no confs, AWS's defaults.
+    The same reading of the variables as every other client of the home
+    (``storage.s3config``): ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``)
+    names an S3-compatible store (then path-style requests, which such stores
+    serve without a DNS name per bucket), ``AWS_REGION`` its region, and an
+    ``http://`` endpoint needs ``AWS_ALLOW_HTTP=true`` as it does for delta-rs.
+    The keys never become confs: the AWS SDK's default chain reads them from
+    the environment, which ``spark_env`` passes on. No variable set: no confs.
     """
-    confs: dict[str, str] = {}
-    endpoint = env.get("AWS_ENDPOINT_URL", "").strip()
-    if endpoint:
-        if endpoint.startswith("http://") and env.get("AWS_ALLOW_HTTP", "").strip().lower() not in ("1", "true"):
-            raise PipelinesError(
-                f"AWS_ENDPOINT_URL {endpoint} is plain http: set AWS_ALLOW_HTTP=true to allow it, or use https"
-            )
-        confs["spark.hadoop.fs.s3a.endpoint"] = endpoint
-        confs["spark.hadoop.fs.s3a.path.style.access"] = "true"
-        confs["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(not endpoint.startswith("http://")).lower()
-    region = env.get("AWS_REGION", "").strip() or env.get("AWS_DEFAULT_REGION", "").strip()
-    if region:
-        confs["spark.hadoop.fs.s3a.endpoint.region"] = region
-    return confs
+    from pipelines.storage.s3config import S3Settings
+
+    return S3Settings.from_environment(dict(env)).hadoop_confs()
 
 
 def driver_java_options() -> str:

@@ -20,13 +20,12 @@ reopened) before every use, never a source of truth.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,12 +38,15 @@ from pipelines.control.home import Home
 from pipelines.control.metrics import metric
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
+from pipelines.deltaio import open_table
 from pipelines.errors import PipelinesError
 from pipelines.faults import crash_point
 from pipelines.runtime import fetch, heap, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.processing import make_processor
 from pipelines.runtime.reading import read_described
+from pipelines.storage.location import parse
+from pipelines.storage.objects import store_for
 
 
 @dataclass
@@ -137,7 +139,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         present = [m for m in messages if m is not None]
         if not present:
             return
-        home = Home(Path(self.home))
+        home = Home(self.home)
         app_id = f"{self.job}/v{self.version}/{present[0].query_id}"
         t0 = time.perf_counter()
         dead_files = [f for m in present for f in m.dead]
@@ -155,8 +157,9 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
             control.checkpoints.write(self.job, self.version, checkpoints, batchId)
         from pipelines.adjunct.runtime import commit_store_checkpoints
 
+        stores = next((mk.stores for mk in markers if mk.stores is not None), None)
         try:  # adjunct stores: the versions the batch saw (a store's own Delta state stays its truth)
-            commit_store_checkpoints(home, self.job, self.version, batchId)
+            commit_store_checkpoints(home, self.job, self.version, batchId, stores)
         except (PipelinesError, OSError) as e:
             print(f"[{self.job}] store checkpoints of batch {batchId} not written: {e}", flush=True)
         rows = _task_metrics(markers, self.job, self.version, batchId)
@@ -170,7 +173,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
             rows.append(metric(self.job, self.version, batchId, None, name, value))
         rows.append(metric(self.job, self.version, batchId, None, "control_commit_s", time.perf_counter() - t1))
         control.metrics.append(rows)
-        fetch.remove_stages([stage for mk in markers for stage in mk.stages])
+        fetch.remove_stages(home, [stage for mk in markers for stage in mk.stages])
         heap.settle()
 
     def abort(self, messages: list[BatchFiles | None], batchId: int) -> None:
@@ -178,18 +181,21 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
 
 
 class _FileWriter:
-    """One parquet file per task and table, opened on the first row."""
+    """One parquet file per task and table, opened on the first row, written through the home's store."""
 
     def __init__(self, table_path: str) -> None:
-        self.root = Path(table_path)
+        self.root = parse(table_path, what="a sink table")
+        self.store = store_for(self.root)
         self.writer: pq.ParquetWriter | None = None
+        self.stream: Any = None
         self.rel = ""
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self.writer is None:
             self.rel = f"part-{uuid.uuid4().hex}.parquet"
-            self.writer = pq.ParquetWriter(self.root / self.rel, batch.schema)
+            self.stream = self.store.filesystem().open_output_stream(self.store.arrow_path(self.root / self.rel))
+            self.writer = pq.ParquetWriter(self.stream, batch.schema)
         self.writer.write_batch(batch)
         self.rows += batch.num_rows
 
@@ -197,7 +203,9 @@ class _FileWriter:
         if self.writer is None:
             return []
         self.writer.close()
-        return [FileAdd(self.rel, (self.root / self.rel).stat().st_size, self.rows)]
+        size = self.stream.tell()
+        self.stream.close()  # on S3 the object exists from here on
+        return [FileAdd(self.rel, size, self.rows)]
 
 
 def commit_files(table_path: str, files: list[FileAdd], app_id: str, batch_id: int) -> bool:
@@ -283,7 +291,7 @@ _CONTROL: dict[str, Any] = {}
 _SYSTEMS: dict[tuple[str, str], Any] = {}
 
 
-_TABLES: dict[str, tuple[tuple[int, ...] | None, Any]] = {}
+_TABLES: dict[str, tuple[str | None, Any]] = {}
 
 
 def _table(path: str) -> Any:
@@ -292,22 +300,22 @@ def _table(path: str) -> Any:
 
     A kept handle is used only while the table's first commit is the one it was opened on: a table deleted
     and made again at the same path starts a new log, which a stale handle would not see, and its app ids
-    would make a new batch look committed. (Inode numbers alone are reused at once; with the first commit's
-    modification time in nanoseconds they are not. Once Delta's log cleanup removed that commit, after
-    30 days, the table is opened afresh each time: slower, never wrong.)
+    would make a new batch look committed. The first commit's identity is its content (its commitInfo holds
+    the creation time in milliseconds and the table's id, a random UUID), read once per check: the same bytes on
+    a local disk and on S3. Once Delta's log cleanup removed that commit, after 30 days, the table is opened
+    afresh each time: slower, never wrong.
     """
-    from deltalake import DeltaTable
-
+    loc = parse(path, what="a sink table")
     try:
-        first = os.stat(os.path.join(path, "_delta_log", f"{0:020d}.json"))
-        identity: tuple[int, ...] | None = (first.st_ino, first.st_mtime_ns, first.st_size)
+        first = store_for(loc).read(loc / "_delta_log" / f"{0:020d}.json")
+        identity: str | None = hashlib.sha256(first).hexdigest()
     except OSError:
         identity = None
     kept = _TABLES.get(path)
     if kept is not None and identity is not None and kept[0] == identity:
         kept[1].update_incremental()
         return kept[1]
-    table = DeltaTable(path)
+    table = open_table(loc)
     _TABLES[path] = (identity, table)
     return table
 

@@ -51,11 +51,10 @@ from pipelines.core.model import JobModel
 from pipelines.core.positions import Bounded, End, Position
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.errors import StreamError
-from pipelines.runtime import fetch, heap, schemas
+from pipelines.runtime import fetch, heap, requests, schemas
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.outage import InputOutage
 from pipelines.runtime.reading import SspRange, TaskRange, describe
-from pipelines.runtime.requests import drain_request
 from pipelines.systems.base import InputSystem
 
 
@@ -75,9 +74,7 @@ class ElasticSource(DataSource):
 
 class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Any) -> None:
-        from pathlib import Path
-
-        self.home = Home(Path(options["home"]))
+        self.home = Home(options["home"])
         self.job = options["job"]
         self.version = int(options["modelVersion"])
         self.max_records = int(options.get("maxRecords", "10000"))
@@ -125,7 +122,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._target[SystemStreamPartition(stream.system, stream.stream, p)] = end
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        if drain_request(self.home, self.job, self.version).exists():
+        if requests.draining(self.home, self.job, self.version):
             return start  # the driver is stopping this query between batches: admit nothing new
         begun = BatchOffsets.from_json(start)
         positions = {ssp: self._resolve(offset) for ssp, offset in begun.positions.items()}
@@ -286,6 +283,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         ranges,
                         self.settings(),
                         shared,
+                        end.get("stores"),  # adjunct.runtime.OFFSET_KEY (not imported: the runner starts light)
                     )
                 )
         return tasks

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -49,6 +50,7 @@ class S3Server:
     access_key: str
     secret_key: str
     region: str = "us-east-1"
+    pgid: int = 0  # the server's process group (``paused`` freezes it)
 
     def env(self) -> dict[str, str]:
         """The standard AWS variables that point boto3, delta-rs, pyarrow and s3a at this store."""
@@ -131,9 +133,20 @@ def running_s3(data_dir: Path, *, timeout: float = START_TIMEOUT_S) -> Iterator[
         )
     try:
         _wait_until_ready(server, proc, log_path, timeout)
-        yield server
+        yield dataclasses.replace(server, pgid=proc.pid)
     finally:
         _stop(proc)
+
+
+@contextlib.contextmanager
+def paused(server: S3Server) -> Iterator[None]:
+    """Freeze every process of the store (SIGSTOP), then let it go on (SIGCONT): an outage in which requests
+    are neither answered nor refused, as when a store or the network to it stops, with the data kept."""
+    os.killpg(server.pgid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(server.pgid, signal.SIGCONT)
 
 
 def _identity(server: S3Server) -> dict[str, Any]:

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
@@ -35,8 +34,10 @@ from pipelines.backoff import Backoff
 from pipelines.core.batchplan import expansion_holds
 from pipelines.core.partitioner import murmur2
 from pipelines.core.ssp import validate_name
-from pipelines.deltaio import open_table, readable, refresh
+from pipelines.deltaio import create_table, is_table, open_table, readable, refresh
 from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError
+from pipelines.storage.location import Location, parse
+from pipelines.storage.objects import store_for
 from pipelines.systems.base import (
     RECORD_SCHEMA,
     Bounded,
@@ -139,7 +140,7 @@ class DeltaLog(OffsetOrder):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | Location,
         *,
         max_attempts: int = 64,
         app_id: str = APP_ID,
@@ -149,7 +150,8 @@ class DeltaLog(OffsetOrder):
             raise ConfigError(f"max_attempts must be a whole number >= 1, got {max_attempts!r}")
         if isinstance(read_timeout_s, bool) or not isinstance(read_timeout_s, int | float) or not read_timeout_s >= 0:
             raise ConfigError(f"read_timeout_s must be a number of seconds >= 0, got {read_timeout_s!r}")
-        self.root = Path(os.fspath(root)).absolute()
+        self.root = parse(root, what="the embedded log's folder")
+        self.store = store_for(self.root)
         self.max_attempts = max_attempts
         self.app_id = app_id
         self.read_timeout_s = float(read_timeout_s)
@@ -179,25 +181,26 @@ class DeltaLog(OffsetOrder):
     # ----------------------------------------------------------------- admin
 
     def path(self, stream: str) -> str:
-        """The Delta table directory of a stream (which need not exist)."""
-        return str(self.root / validate_name("stream", stream))
+        """The Delta table of a stream (which need not exist): a local path or an ``s3://`` URI."""
+        return str(self.location(stream))
+
+    def location(self, stream: str) -> Location:
+        return self.root / validate_name("stream", stream)
 
     def list_streams(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(e.name for e in os.scandir(self.root) if e.is_dir() and Path(e.path, "_delta_log").is_dir())
+        folders = [e for e in self.store.list(self.root) if e.is_dir]
+        return sorted(e.name for e in folders if self.store.list(e.location / "_delta_log"))
 
     def create(self, stream: str, partitions: int) -> StreamMetadata:
         path = self.path(stream)
         count = _validate_count(partitions)
-        if DeltaTable.is_deltatable(path):
+        if is_table(path):
             raise StreamError(f"stream {stream!r} already exists in {self.root}")
         meta = {"format": META_FORMAT, "partitions": count, "expansions": []}
-        self.root.mkdir(parents=True, exist_ok=True)
         try:
-            DeltaTable.create(
+            create_table(
                 path,
-                schema=_table_schema(meta),
+                _table_schema(meta),
                 partition_by=["partition"],
                 mode="error",
                 name=stream,
@@ -206,7 +209,7 @@ class DeltaLog(OffsetOrder):
                 commit_properties=CommitProperties(custom_metadata={"deltalog.operation": "create"}),
             )
         except Exception as error:
-            if DeltaTable.is_deltatable(path):  # another process created it between our check and our commit
+            if is_table(path):  # another process created it between our check and our commit
                 raise StreamError(f"stream {stream!r} already exists in {self.root}") from error
             raise
         return self.describe(stream)
@@ -359,7 +362,7 @@ class DeltaLog(OffsetOrder):
                 placed.append((p, str(ends[p] + len(group))))
                 group.append(i)
 
-            written: list[Path] = []
+            written: list[Location] = []
             adds: list[AddAction] = []
             try:
                 adds = self._write_files(stream, body, groups, ends, written)
@@ -373,11 +376,11 @@ class DeltaLog(OffsetOrder):
             except CommitFailedError:
                 if self._landed(stream, [a.path for a in adds]):
                     break
-                _remove(written)
+                self._remove(written)
                 _backoff(attempt)
                 continue
             except BaseException:
-                _remove(written)
+                self._remove(written)
                 raise
             break
         else:
@@ -394,9 +397,10 @@ class DeltaLog(OffsetOrder):
         body: pa.Table,
         groups: dict[int, list[int]],
         ends: dict[int, int],
-        written: list[Path],
+        written: list[Location],
     ) -> list[AddAction]:
-        root = Path(self.path(stream))
+        root = self.location(stream)
+        filesystem = self.store.filesystem()
         now = datetime.now(UTC)
         now = now.replace(microsecond=now.microsecond // 1000 * 1000)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
@@ -417,9 +421,11 @@ class DeltaLog(OffsetOrder):
             )
             rel = f"partition={p}/{first:020d}-{uuid.uuid4().hex}.parquet"
             target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
+            self.store.makedirs(target.parent)
             written.append(target)
-            pq.write_table(data, target)
+            with filesystem.open_output_stream(self.store.arrow_path(target)) as out:
+                pq.write_table(data, out)
+                size = out.tell()
             stats = {
                 "numRecords": n,
                 "minValues": {"offset": first, "timestamp": stamp},
@@ -435,7 +441,7 @@ class DeltaLog(OffsetOrder):
             adds.append(
                 AddAction(
                     path=rel,
-                    size=target.stat().st_size,
+                    size=size,
                     partition_values={"partition": str(p)},
                     modification_time=int(time.time() * 1000),
                     data_change=True,
@@ -458,6 +464,10 @@ class DeltaLog(OffsetOrder):
             app_transactions=[Transaction(app_id=self.app_id, version=read_version + 1)],
             custom_metadata={"deltalog.operation": operation},
         )
+
+    def _remove(self, paths: list[Location]) -> None:
+        for path in paths:
+            self.store.delete(path)
 
     # -------------------------------------------------------------- consumer
 
@@ -493,12 +503,19 @@ class DeltaLog(OffsetOrder):
         files = self._plan(stream, partition, start, end)
         if start == end:
             return LOG_SCHEMA.empty_table()
-        root = self.path(stream)
+        root = self.location(stream)
         filters = [("offset", ">=", start), ("offset", "<", end)]
         wanted = None if columns is None else [c for c in _FILE_SCHEMA.names if c in columns or c == "offset"]
+        filesystem = self.store.filesystem()
         with readable(root):
             parts = [
-                pq.read_table(_local_path(root, rel), schema=_FILE_SCHEMA, filters=filters, columns=wanted)
+                pq.read_table(
+                    self.store.arrow_path(_data_file(root, rel)),
+                    schema=_FILE_SCHEMA,
+                    filters=filters,
+                    columns=wanted,
+                    filesystem=filesystem,
+                )
                 for rel in files
             ]
         data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -555,8 +572,11 @@ class DeltaLog(OffsetOrder):
     # ------------------------------------------------------------- storage
 
     def _storage_gone(self, stream: str) -> bool:
-        """The stream's log directory is not there (any error asking counts): its storage went away."""
-        return not (Path(self.path(stream)) / "_delta_log").is_dir()
+        """The stream's log is not there (any error asking counts): its storage went away, or does not answer."""
+        try:
+            return not self.store.list(self.location(stream) / "_delta_log")
+        except Exception:
+            return True
 
     def _unavailable(self, stream: str, error: BaseException | None = None) -> StreamError:
         cause = f": {type(error).__name__}: {str(error)[:200]}" if error is not None else ""
@@ -596,7 +616,7 @@ class DeltaLog(OffsetOrder):
         cached = self._tables.get(stream)
         if cached is None:
             path = self.path(stream)
-            if not DeltaTable.is_deltatable(path):
+            if not is_table(path):
                 existing = self.list_streams()
                 raise StreamError(
                     f"stream {stream!r} does not exist in {self.root}; existing streams: "
@@ -743,16 +763,12 @@ def _describe(stream: str, snap: _Snapshot) -> StreamMetadata:
     )
 
 
-def _local_path(root: str, rel: str) -> str:
-    """A data file's local path; the log may hold it percent-encoded or as an absolute file URI."""
+def _data_file(root: Location, rel: str) -> Location:
+    """A data file of the table; the log may hold it percent-encoded or as an absolute URI."""
     if "://" in rel:
-        return unquote(urlparse(rel).path)
-    return os.path.join(root, unquote(rel))
-
-
-def _remove(paths: list[Path]) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)
+        parsed = urlparse(rel)
+        return parse(unquote(parsed.path) if parsed.scheme == "file" else rel, what="a data file")
+    return root / unquote(rel)
 
 
 def _backoff(attempt: int) -> None:

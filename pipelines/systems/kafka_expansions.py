@@ -3,44 +3,60 @@
 Kafka records no expansion point, and each producer switches to a new
 partition count only at its next metadata refresh. So the platform keeps its
 own record per cluster and topic in the home
-(``<home>/systems/kafka/<cluster id>/<topic>.json``): the count it first saw,
-each growth with the time it noticed it, and, once ``expansion_grace_ms`` has
-passed, the old partitions' end positions, written once under ``flock``. What
-this guarantees and what it does not: docs/systems/kafka.md, "Partition
-expansion".
+(``<home>/systems/kafka/<cluster id>/<topic>/``, a ``storage.records.VersionedRecord``):
+the count it first saw, each growth with the time it noticed it, and, once
+``expansion_grace_ms`` has passed, the old partitions' end positions, written
+once: a change creates the record's next version, which exactly one of racing
+writers (the driver, the repartition watch, on any hosts) can do. What this
+guarantees and what it does not: docs/systems/kafka.md, "Partition expansion".
+
+The grace period is a duration judged across hosts (one process notices the
+growth, another may settle it), so ``detected_at`` and the settling process's
+now are both the store's time (``storage.clock``), never two hosts' clocks.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from pipelines.core.batchplan import expansion_holds
 from pipelines.core.positions import Expansion, Position
+from pipelines.storage.clock import StoreClock, store_clock
+from pipelines.storage.location import Location, parse
+from pipelines.storage.objects import store_for
+from pipelines.storage.records import VersionedRecord
 
 DEFAULT_GRACE_MS = 360_000
 
 
 class ExpansionLog:
-    """One topic's partition history as this platform observed it; plain JSON, readable by a human."""
+    """One topic's partition history as this platform observed it; plain JSON, readable by a human.
 
-    def __init__(self, root: Path, cluster: str, topic: str) -> None:
+    A process keeps the last record it read: while the topic's count is what
+    it was and no expansion awaits its points, nothing can change the record
+    (only a new count or a due point does), so planning a batch costs no read.
+    """
+
+    def __init__(self, root: Location | str | os.PathLike[str], cluster: str, topic: str) -> None:
+        root = parse(root, what="the home")
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in cluster) or "cluster"
-        self.path = root / "systems" / "kafka" / safe / f"{topic}.json"
+        self.folder = root / "systems" / "kafka" / safe / topic
+        self.record = VersionedRecord(store_for(root), self.folder)
+        self.clock: StoreClock = store_clock(root)
 
     def observe(
         self, count: int, ends: Callable[[], Mapping[int, int]], grace_ms: int, now: datetime | None = None
     ) -> list[Expansion]:
         """Record what ``count`` says, settle due points with ``ends()``; the expansions with their points."""
-        now = now or datetime.now(UTC)
-        with self._locked() as state:
+        cached = _SETTLED.get(str(self.folder))
+        if cached is not None and cached.get("partitions") == count:
+            return [_expansion(e) for e in cached["expansions"]]
+        now = now or self.clock.now()
+
+        def change(state: dict[str, Any]) -> dict[str, Any]:
             if state.get("partitions") is None:
                 state["partitions"] = count
                 state.setdefault("expansions", [])
@@ -61,7 +77,12 @@ class ExpansionLog:
                 for e in pending:
                     e["points"] = {str(p): str(current[p]) for p in range(e["from_partitions"]) if p in current}
                     e["settled_at"] = now.isoformat()
-            return [_expansion(e) for e in state["expansions"]]
+            return state
+
+        state = self.record.update(change)
+        if all(e["points"] is not None for e in state["expansions"]):
+            _SETTLED[str(self.folder)] = state
+        return [_expansion(e) for e in state["expansions"]]
 
     def holds(
         self, expansions: list[Expansion], floors: Mapping[int, Position], key: Callable[[Position], Any]
@@ -71,24 +92,9 @@ class ExpansionLog:
         settled = [e for e in expansions if e.end_offsets]
         return held | expansion_holds(settled, floors, key)
 
-    @contextmanager
-    def _locked(self) -> Iterator[dict[str, Any]]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                state = json.loads(self.path.read_text()) if self.path.exists() else {}
-                before = json.dumps(state, sort_keys=True)
-                yield state
-                if json.dumps(state, sort_keys=True) != before:
-                    fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
-                    with os.fdopen(fd, "w") as f:
-                        json.dump(state, f, indent=2, sort_keys=True)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    os.replace(tmp, self.path)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+
+_SETTLED: dict[str, dict[str, Any]] = {}
+"""Records with every expansion settled, by folder: they change only when the topic's count does."""
 
 
 def _due(expansion: Mapping[str, Any], now: datetime) -> bool:

@@ -109,10 +109,18 @@ def _text(value: Any) -> str | None:
 
 
 def site_root(home: Any = None) -> Path:
+    """The Data Docs site on this host's disk: the home's own, or, for an object-store home, this host's copy of
+    it, brought up to date with what validations on any host wrote (at most every ``SYNC_S``)."""
     from pipelines.control.home import resolve_home
-    from pipelines.quality.report import quality_dir
+    from pipelines.quality.report import quality_dir, sync_docs
 
-    return quality_dir(home if home is not None else resolve_home()) / "docs"
+    home = home if home is not None else resolve_home()
+    if not home.is_local:
+        sync_docs(home, every_s=SYNC_S)
+    return quality_dir(home) / "docs"
+
+
+SYNC_S = 10.0
 
 
 def gx_static() -> Path:

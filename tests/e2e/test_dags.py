@@ -194,7 +194,7 @@ def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
     assert set(window["check"]) >= {"no_loss", "no_duplicates", "key_order"}
     # the verify task recorded its DAG run and each check's Data Docs page with the verdict
     assert set(zip(window["dag_id"], window["run_id"], strict=True)) == {("elastic_rescale", run.run_id)}
-    assert all((home.root / "quality" / "docs" / page).is_file() for page in window["docs_page"])
+    assert all((home.root.local_path() / "quality" / "docs" / page).is_file() for page in window["docs_page"])
 
 
 def test_repartition_watch_absorbs_an_expansion_with_keys_kept_on_their_tasks(dagbag: Any, home: Home) -> None:
@@ -284,7 +284,7 @@ def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any,
     assert str(run.state) == "success", _task_states(run)
     dq = ControlPlane(home).dq_results.read(config.name)
     assert len(dq) and dq["success"].all()
-    assert (home.root / "quality" / "docs" / "index.html").exists()
+    assert (home.root.local_path() / "quality" / "docs" / "index.html").exists()
 
 
 def _utc_now() -> Any:

@@ -63,8 +63,11 @@ def fast_jvm_confs() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Iterator[Any]:
     """One ``local[2]`` SparkSession for the whole test run, with our data sources registered and warm workers.
+
+    Started after the session's S3 store (``s3_server``), whose address its environment carries, so a test
+    can run a job on an ``s3://`` home in this session as on a local one.
 
     Do not stop it in a test; streaming tests should stop their own queries.
     """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -235,6 +236,22 @@ def test_a_read_only_home_is_refused_before_anything_is_written_and_still_read(h
         assert refused(home, *command, as_user=AS_USER) == expected, command
     done = cli(home, "--json", "job", "list", rc=0, as_user=AS_USER)
     assert [j["job"] for j in json.loads(done.stdout)] == ["enrichment"]
+    assert _tree(home) == before
+
+
+def test_lock_show_reads_a_held_lease_from_a_read_only_home(home: Path) -> None:
+    """The store's clock needs a probe write; a process that cannot write still shows the lease, writing nothing."""
+    from pipelines.control.home import Home
+    from pipelines.control.locks import ScalingLock
+
+    ScalingLock(Home(home)).acquire("enrichment", "run-elsewhere", "rescale to 4")
+    _read_only(home)
+    before = _tree(home)
+    shown = cli(home, "lock", "show", "enrichment", rc=0, as_user=AS_USER).stdout
+    assert re.fullmatch(
+        r"enrichment: run-elsewhere holds it for 'rescale to 4' since \S+ \S+ UTC \(lease expires in (8\d\d|900)s\)\n",
+        shown,
+    ), shown
     assert _tree(home) == before
 
 

@@ -124,7 +124,9 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
         tmp_path, "stream", "produce", "events", "--records", "120", "--keys", "7", "--seed", "1", "--chunk", "50"
     )
     assert "produced 50/120 records" in first.stderr and "produced 120 records over 7 keys" in first.stdout
-    (home.producers / "deltalog" / "events.json").unlink()  # the cache is lost: sequences must continue from the stream
+    (
+        home.producers / "deltalog" / "events.json"
+    ).local_path().unlink()  # the cache is lost: sequences must continue from the stream
     run(tmp_path, "stream", "produce", "events", "--records", "30", "--keys", "7")
     assert "shrinking to 1 is not possible" in fails(tmp_path, "stream", "expand", "events", "--partitions", "1")
     assert "must be a multiple" in fails(tmp_path, "stream", "expand", "events", "--partitions", "3")

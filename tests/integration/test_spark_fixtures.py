@@ -75,8 +75,8 @@ def test_a_spark_home_the_user_set_is_left_alone(monkeypatch: pytest.MonkeyPatch
 
 
 def test_home_is_fresh_and_lazy(home: Home, tmp_path: Any) -> None:
-    assert home.root.parent == tmp_path
-    assert not home.root.exists()
+    assert home.root.local_path().parent == tmp_path
+    assert not home.root.local_path().exists()
 
 
 # A separate driver process: the pytest process may already own the local ``spark`` SparkContext.

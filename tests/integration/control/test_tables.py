@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from pipelines.control import ControlPlane, Home, job_models, resolve_home
+from pipelines.control import ControlPlane, Home, resolve_home
 from pipelines.control.checkpoints import CHECKPOINTS
 from pipelines.control.job_models import JOB_MODELS
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
@@ -19,6 +18,7 @@ from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.errors import ModelError, UnknownJobError
+from tests.skew import SkewedHost
 
 pytestmark = pytest.mark.integration
 
@@ -46,12 +46,12 @@ def cp(home: Home) -> ControlPlane:
 def test_home_layout_and_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PIPELINES_HOME", raising=False)
-    assert resolve_home(None).root == tmp_path / ".pipelines-home"
+    assert resolve_home(None).root.local_path() == tmp_path / ".pipelines-home"
     monkeypatch.setenv("PIPELINES_HOME", "from-env")
-    assert resolve_home(None).root == tmp_path / "from-env"
+    assert resolve_home(None).root.local_path() == tmp_path / "from-env"
     home = resolve_home(str(tmp_path / "cli"))
-    assert home.root == tmp_path / "cli"
-    assert (home.streams, home.control, home.spark_checkpoints, home.sinks) == tuple(
+    assert home.root.local_path() == tmp_path / "cli"
+    assert tuple(p.local_path() for p in (home.streams, home.control, home.spark_checkpoints, home.sinks)) == tuple(
         tmp_path / "cli" / d for d in ("streams", "control", "spark", "sinks")
     )
 
@@ -60,7 +60,7 @@ def test_empty_home_reads_without_creating_tables(cp: ControlPlane, home: Home) 
     assert cp.job_models.jobs() == []
     assert cp.job_models.active_version("orders") is None
     assert cp.job_models.latest_version("orders") is None
-    assert not home.control.exists()
+    assert not home.control.local_path().exists()
 
 
 def test_save_activate_and_read_back(cp: ControlPlane, home: Home) -> None:
@@ -78,7 +78,7 @@ def test_save_activate_and_read_back(cp: ControlPlane, home: Home) -> None:
     assert history[0]["factor"] == 2 and history[0]["task_count"] == 4
     # another process (a fresh instance) sees the same state
     assert ControlPlane(home).job_models.active("orders") == m1
-    assert DeltaTable(home.control_table("job_models")).metadata().partition_columns == ["job"]
+    assert DeltaTable(str(home.control_table("job_models"))).metadata().partition_columns == ["job"]
 
 
 def test_planned_but_not_activated_keeps_previous_version_active(cp: ControlPlane, home: Home) -> None:
@@ -130,8 +130,9 @@ def test_activation_order_does_not_trust_clocks(cp: ControlPlane, home: Home, mo
     with pytest.raises(ModelError, match="activated a model of job 'orders' at the same time"):
         racer.job_models.activate("orders", 2)
     # a machine whose clock is an hour behind activates version 2 again: it is still the latest activation
-    monkeypatch.setattr(job_models, "utc_now", lambda: datetime.now(UTC) - timedelta(hours=1))
-    cp.job_models.activate("orders", 2, reason="slow clock")
+    slow = SkewedHost(home, wall_offset_s=-3600.0, boot_offset_s=-5000.0)
+    with slow.wall():
+        slow.control().job_models.activate("orders", 2, reason="slow clock")
     assert ControlPlane(home).job_models.active_version("orders") == 2
     assert [h["reason"] for h in cp.job_models.history("orders") if h["active"]] == ["slow clock"]
 
@@ -175,7 +176,7 @@ def test_corrupt_model_row_names_job_and_version(cp: ControlPlane, home: Home) -
     }
     activation = {**row, "event": "activated", "model": None, "activation": 2, "created_at": utc_now()}
     write_deltalake(
-        home.control_table("job_models"),
+        str(home.control_table("job_models")),
         pa.Table.from_pylist([row, activation], schema=JOB_MODELS.schema),
         mode="append",
     )
@@ -204,12 +205,12 @@ def test_tables_made_by_an_older_version_gain_new_nullable_columns(cp: ControlPl
         "created_at": utc_now(),
     }
     write_deltalake(
-        home.control_table("job_models"), pa.Table.from_pylist([planned], schema=old_schema), partition_by=["job"]
+        str(home.control_table("job_models")), pa.Table.from_pylist([planned], schema=old_schema), partition_by=["job"]
     )
     assert cp.job_models.get("orders", 1) == m1 and cp.job_models.active_version("orders") is None
     cp.job_models.activate("orders", 1)
     assert ControlPlane(home).job_models.active_version("orders") == 1
-    assert "activation" in DeltaTable(home.control_table("job_models")).schema().to_arrow().names
+    assert "activation" in DeltaTable(str(home.control_table("job_models"))).schema().to_arrow().names
 
 
 def test_latest_checkpoints_take_the_highest_batch_per_bucket(cp: ControlPlane) -> None:
@@ -226,7 +227,8 @@ def test_latest_checkpoints_take_the_highest_batch_per_bucket(cp: ControlPlane) 
     assert cp.checkpoints.latest_batch("orders", 2) == 3
     whole = cp.checkpoints.latest("orders", 1)
     assert whole.offsets == {ssp(0): "99", ssp(1): "99"}
-    stored = DeltaTable(cp.home.control_table(CHECKPOINTS.name)).to_pyarrow_table(filters=[("model_version", "=", 1)])
+    table = DeltaTable(str(cp.home.control_table(CHECKPOINTS.name)))
+    stored = table.to_pyarrow_table(filters=[("model_version", "=", 1)])
     assert set(stored.column("key_bucket").to_pylist()) == {-1}
 
 

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 def cli(home: Home, *args: str, rc: int) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "pipelines", "--home", str(home.root), *args]
-    done = subprocess.run(argv, cwd=home.root.parent, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(argv, cwd=home.root.local_path().parent, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == rc, f"{args}: rc {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
     assert "Traceback" not in done.stderr, done.stderr
     return done

@@ -65,7 +65,7 @@ def _control_state(home: Home) -> tuple[Any, ...]:
         len(control.job_models.history(JOB)),
         len(control.events.history(JOB)),
         None if lock is None else (lock.status, lock.owner, lock.at),
-        sorted(p.name for p in home.control_table("checkpoints").rglob("*") if p.is_file()),
+        sorted(p.name for p in home.control_table("checkpoints").local_path().rglob("*") if p.is_file()),
     )
 
 

@@ -20,8 +20,8 @@ from pipelines.faults import FAULT_ENV, InjectedFault
 from pipelines.operations import scaling
 from pipelines.operations.scaling import ScalingRequest
 from pipelines.quality.verify import verify_job
+from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.systems.deltalog import DeltaLog
 from tests.integration.runtime.jobs import job, order_violations, sink
 
@@ -193,8 +193,7 @@ def test_a_live_driver_switches_in_place_with_a_short_measured_downtime(spark: A
         stop_producing.set()
         threads[0].join(30)
         time.sleep(3)  # let the driver take the last records in
-        stop_request(home, ran_once).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(home, ran_once).touch()
+        requests.ask_stop(home, ran_once)
         threads[1].join(120)
     assert not failures, failures
     assert result["status"] == "verified", result
@@ -264,3 +263,44 @@ def test_a_live_holder_is_never_settled(home: Home) -> None:
     assert scaling.settle_abandoned(home, name, say=QUIET) == []
     state = ScalingLock(home).state(name)
     assert state is not None and state.held and state.owner == live
+
+
+def _remote_driver(home: Home, job_name: str, host: str, pid: int) -> Any:
+    """A driver registered as another host's: its rows name that host, and a pid that means something only there."""
+    from pipelines.control.drivers import Registration
+
+    registration = Registration(home, job_name)
+    registration.identity.update(host=host, pid=pid)
+    registration.start()
+    registration.beat(1, 2)
+    return registration
+
+
+def test_the_stop_step_takes_a_live_remote_driver_for_in_place_and_a_silent_one_for_dead_never_signalling_it(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.control import drivers
+
+    produce(home, "events", 40, keys=5)
+    name = job(home, "remote_driver", 1).name
+    # the same number as a process of this host: signalled by mistake, it would die
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        _remote_driver(home, name, "driver-host-b", bystander.pid)
+        op = scaling.begin(home, ScalingRequest(name, 2, "remote"), "run-remote", say=QUIET)
+        said: list[str] = []
+        assert scaling.stop(home, op, say=said.append)["mode"] == "in-place"
+        assert any("live on v1 on driver-host-b" in s for s in said), said
+
+        monkeypatch.setattr(drivers, "STALE_AFTER_S", 1.0)  # its beats stop: silent after 1 s of the store's time
+        deadline = time.monotonic() + 20
+        while (scaling.last_heartbeat(ControlPlane(home), name) or {}).get("live"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        said.clear()
+        assert scaling.stop(home, op, say=said.append)["mode"] == "cold"
+        assert any(f"pid {bystander.pid} on host driver-host-b, went silent" in s for s in said), said
+        assert bystander.poll() is None, "another host's pid was never signalled"
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -34,7 +35,7 @@ def test_clean_runs_pass_and_a_seeded_fault_copy_fails(spark, home: Home) -> Non
             "partitions_read",
         }
         assert next(r for r in report.results if r["check"] == "dead_letters")["observed"] == 3
-    assert report.docs_index is not None and report.docs_index.exists()
+    assert report.docs_index is not None and Path(report.docs_index).exists()
 
     # seeded faults on a copy of the factor-4 sink: a dropped row, two records of one key swapped
     window = load_window(home, "q4")
@@ -57,7 +58,9 @@ def test_clean_runs_pass_and_a_seeded_fault_copy_fails(spark, home: Home) -> Non
     results = ControlPlane(home).dq_results.read("q4")
     assert set(results["window"]) == {"run:v1", "run:seeded-faults"}
     assert len(results) == 12 and results["success"].sum() == 10  # 6 checks per window, 2 failed
-    assert list((home.root / "quality" / "docs" / "validations").rglob("*.html")), "one Data Docs page per validation"
+    assert list((home.root.local_path() / "quality" / "docs" / "validations").rglob("*.html")), (
+        "one Data Docs page per validation"
+    )
 
     # the CLI: a clean run exits 0 and prints the docs index; an event window of the same job works too
     out, err = io.StringIO(), io.StringIO()

@@ -12,8 +12,8 @@ from pipelines.control.home import Home
 from pipelines.jobs.config import JobConfig
 from pipelines.observe.collect import observe
 from pipelines.quality.verify import verify_job
+from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.systems.deltalog import DeltaLog
 
 from .jobs import SeqProducer, job, misrouted, order_violations, sink
@@ -30,23 +30,23 @@ def test_a_job_waits_out_its_embedded_logs_storage_going_away_and_resumes_with_n
         target=lambda: run_job(spark, home, config.name, available_now=False, progress=lambda m: None)
     )
     driver.start()
-    away = home.streams.with_name(home.streams.name + ".detached")
+    streams = home.streams.local_path()
+    away = streams.with_name(streams.name + ".detached")
     deadline = time.monotonic() + 240
     try:
         while _rows(home, config) < producer.total and time.monotonic() < deadline:
             time.sleep(0.3)
-        home.streams.rename(away)
+        streams.rename(away)
         time.sleep(8.0)  # several plans find the storage gone
         assert driver.is_alive(), "the job waits for its input's storage instead of failing"
-        away.rename(home.streams)
+        away.rename(streams)
         producer.produce(300)
         while _rows(home, config) < producer.total and time.monotonic() < deadline:
             time.sleep(0.3)
     finally:
-        if away.exists() and not home.streams.exists():
-            away.rename(home.streams)
-        stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(home, config.name).touch()
+        if away.exists() and not streams.exists():
+            away.rename(streams)
+        requests.ask_stop(home, config.name)
         driver.join(timeout=120)
     assert not driver.is_alive(), "the driver survived the outage and stopped when asked"
     rows = sink(home, config)
@@ -65,4 +65,4 @@ def test_a_job_waits_out_its_embedded_logs_storage_going_away_and_resumes_with_n
 
 def _rows(home: Home, config: JobConfig) -> int:
     table = home.sinks / config.sink_table
-    return len(sink(home, config)) if (table / "_delta_log").exists() else 0
+    return len(sink(home, config)) if (table / "_delta_log").local_path().exists() else 0

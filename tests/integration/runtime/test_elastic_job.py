@@ -85,7 +85,7 @@ def _driver(home: Home, job_name: str, **env: str) -> subprocess.Popen:
 
 
 def _log_file(home: Home, job_name: str):
-    home.root.mkdir(parents=True, exist_ok=True)
+    home.root.local_path().mkdir(parents=True, exist_ok=True)
     return open(home.root / f"{job_name}-driver.log", "ab")
 
 
@@ -93,7 +93,7 @@ def _restart_and_check(home: Home, config, records: int) -> None:
     """Run the job again to the end: every record exactly once, every key in order."""
     finished = _driver(home, config.name)
     finished.wait(timeout=300)
-    assert finished.returncode == 0, (home.root / f"{config.name}-driver.log").read_text()[-3000:]
+    assert finished.returncode == 0, (home.root.local_path() / f"{config.name}-driver.log").read_text()[-3000:]
     rows = sink(home, config)
     assert len(rows) == records
     assert not rows.duplicated(["partition", "offset"]).any()
@@ -121,7 +121,7 @@ def test_kill_9_of_the_driver_mid_run_loses_and_doubles_nothing(home: Home) -> N
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         table = home.sinks / config.sink_table
-        if (table / "_delta_log").exists() and len(sink(home, config)) > 0:
+        if (table / "_delta_log").local_path().exists() and len(sink(home, config)) > 0:
             break
         time.sleep(0.3)
     os.killpg(driver.pid, 9)

@@ -47,18 +47,18 @@ def test_the_heartbeat_goes_on_while_the_loop_is_busy_and_stops_when_it_is_stuck
     assert set(rows["model_version"]) == {3} and set(rows["batch_id"]) == {7}
 
 
-def test_a_beat_after_the_query_stopped_does_not_make_the_driver_live(home: Home) -> None:
-    """The thread may beat once more on the driver's way out; only the query's own events say it runs."""
+def test_a_beat_after_the_driver_ended_does_not_make_it_live(home: Home) -> None:
+    """The thread may come round once more on the driver's way out; after its end the registration writes nothing."""
+    from pipelines.control.drivers import Registration
     from pipelines.operations.scaling import last_heartbeat
 
     control = ControlPlane(home)
-    now = time.time()
-
-    def row(metric: str, at: float) -> dict[str, object]:
-        return {"job": "beating", "model_version": 1, "batch_id": -1, "metric": metric, "value": at}
-
-    control.metrics.append([row("query_started", now - 20), row("heartbeat", now - 10)])
-    assert last_heartbeat(control, "beating")["live"]
-    control.metrics.append([row("query_stopped", now - 2), row("heartbeat", now - 1)])
+    registration = Registration(home, "beating")
+    registration.start()
+    registration.beat(1, -1)
     beat = last_heartbeat(control, "beating")
-    assert beat is not None and beat["age_s"] < 5 and not beat["live"]
+    assert beat is not None and beat["live"] and beat["driver_id"] == registration.driver_id
+    registration.end(model_version=1, batch_id=4)
+    registration.beat(1, 5)  # the heartbeat thread, one last time
+    beat = last_heartbeat(control, "beating")
+    assert beat is not None and beat["age_s"] < 5 and not beat["live"] and beat["state"] == "stopped"

@@ -24,7 +24,7 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
-from pipelines.runtime import launcher
+from pipelines.runtime import launcher, requests
 
 from .jobs import job, produce, sink
 
@@ -40,14 +40,14 @@ class Cli:
 
     def __init__(self, home: Home, *args: str) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"PYTHONPATH": str(REPO)}
-        self.log = home.root.parent / f"cli-{time.monotonic_ns()}.log"
+        self.log = home.root.local_path().parent / f"cli-{time.monotonic_ns()}.log"
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pipelines", "--home", str(home.root), *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
-                cwd=home.root.parent,
+                cwd=home.root.local_path().parent,
                 start_new_session=True,
             )
 
@@ -124,7 +124,7 @@ def test_ctrl_c_stops_a_foreground_run_at_a_batch_boundary_and_a_detached_run_ou
     assert psutil.wait_procs(tree, timeout=5)[1] == [], "the driver and its workers ended with the CLI"
     lifecycle = ControlPlane(home).metrics.read(config.name, metrics=["query_started", "query_stopped"])
     assert sorted(lifecycle["metric"]) == ["query_started", "query_stopped"], "the query stopped, and said so"
-    assert not launcher.stop_request(home, config.name).exists(), "no stop request is left for the next run"
+    assert not requests.stop_asked(home, config.name), "no stop request is left for the next run"
 
     # the next run starts normally; detached, it outlives the CLI that started it
     produce(home, "events", 60, keys=6)

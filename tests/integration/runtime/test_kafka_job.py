@@ -25,8 +25,8 @@ from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
+from pipelines.runtime import requests
 from pipelines.runtime.driver import batch_budget, run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.servers.kafka_broker import KafkaBroker
 from pipelines.systems.kafka import KafkaSystem
 from tests.integration.kafka_fixtures import SASL_PREFIX, new_topic, sasl_settings
@@ -86,8 +86,7 @@ class Driver(threading.Thread):
             self.error = e
 
     def stop(self) -> None:
-        stop_request(self.home, self.job).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(self.home, self.job).touch()
+        requests.ask_stop(self.home, self.job)
         self.join(timeout=120)
         assert not self.is_alive(), "the driver stopped when asked"
         assert self.error is None, self.error

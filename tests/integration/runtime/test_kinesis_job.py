@@ -22,8 +22,8 @@ from pipelines.observe.collect import observe
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
+from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_slot
@@ -177,8 +177,7 @@ def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_wi
         finally:
             if emulator.process is not None:
                 os.killpg(emulator.process.pid, signal.SIGCONT)
-            stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-            stop_request(home, config.name).touch()
+            requests.ask_stop(home, config.name)
             driver.join(timeout=120)
         assert not driver.is_alive(), "the driver survived the outage and stopped when asked"
         _check(home, config, 300, "an outage of the emulator")
@@ -197,4 +196,4 @@ def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_wi
 
 def _rows(home: Home, config: JobConfig) -> int:
     table = home.sinks / config.sink_table
-    return len(sink(home, config)) if (table / "_delta_log").exists() else 0
+    return len(sink(home, config)) if (table / "_delta_log").local_path().exists() else 0

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from pipelines.control import ControlPlane
+from pipelines.control.drivers import Registration
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.errors import PipelinesError
-from pipelines.runtime import launcher
+from pipelines.runtime import launcher, requests
 
 from .jobs import job, produce
 
@@ -28,7 +31,7 @@ def test_a_second_run_is_refused_while_the_first_driver_lives(home: Home) -> Non
     first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         launcher.pid_file(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-        launcher.pid_file(home, config.name).write_text(str(first.pid))
+        launcher.pid_file(home, config.name).write_text(f"{socket.gethostname()} {first.pid}\n")
         for detach in (True, False):
             with pytest.raises(PipelinesError, match=f"already has a live driver in this home \\(pid {first.pid}\\)"):
                 launcher.run(home, config.name, available_now=True, master="local[1]", detach=detach)
@@ -37,6 +40,88 @@ def test_a_second_run_is_refused_while_the_first_driver_lives(home: Home) -> Non
         first.kill()
         first.wait()
     assert launcher.running_pid(home, config.name) is None
+
+
+def test_a_pid_of_another_host_or_of_no_host_is_never_judged_or_signalled(home: Home) -> None:
+    """A pid file on a home shared by hosts (NFS) may name another host's process: its number means nothing here."""
+    produce(home, "events", 10, keys=2)
+    config = job(home, "shared", 1)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        launcher.pid_file(home, config.name).parent.mkdir(parents=True, exist_ok=True)
+        for content in (f"another-host {bystander.pid}\n", f"{bystander.pid}\n"):  # another host's; an old file's
+            launcher.pid_file(home, config.name).write_text(content)
+            assert launcher.running_pid(home, config.name) is None
+            launcher.kill(home, config.name)
+            assert launcher.stop(home, config.name, timeout=5) is True  # nothing of this host's to wait for
+            assert bystander.poll() is None, "a pid this host did not start was not signalled"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def _driver_on(home: Home, job: str, host: str, pid: int) -> Registration:
+    """A driver registered as another host's would be: its rows name that host and its pid there."""
+    registration = Registration(home, job)
+    registration.identity.update(host=host, pid=pid)
+    registration.start()
+    registration.beat(1, 3)
+    return registration
+
+
+def test_a_driver_on_another_host_is_refused_a_twin_and_stopped_through_the_control_plane(home: Home) -> None:
+    produce(home, "events", 10, keys=2)
+    config = job(home, "remote", 1)
+    # pid 3 on its host; here pid 3 may be anything (a kernel thread): it must not be looked at
+    remote = _driver_on(home, config.name, "driver-host-b", 3)
+    with pytest.raises(PipelinesError, match="live driver in this home, pid 3 on host driver-host-b"):
+        launcher.run(home, config.name, available_now=True, master="local[1]", detach=True)
+
+    stopped_after: list[float] = []
+
+    def the_remote_driver() -> None:  # polls its stop request between batches, stops, says so
+        end = time.monotonic() + 30
+        while not requests.stop_asked(home, config.name) and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the batch in flight
+        remote.end(model_version=1, batch_id=4)
+        stopped_after.append(time.monotonic())
+
+    thread = threading.Thread(target=the_remote_driver)
+    thread.start()
+    try:
+        assert launcher.stop(home, config.name, timeout=30) is True
+        returned = time.monotonic()
+    finally:
+        thread.join(30)
+    assert stopped_after and returned >= stopped_after[0], "stop returned only once the registration said stopped"
+    (driver,) = ControlPlane(home).drivers.latest(config.name)
+    assert (driver.host, driver.state) == ("driver-host-b", "stopped")
+
+
+def test_stop_gives_up_on_a_remote_driver_that_does_not_stop_and_never_signals_it(home: Home) -> None:
+    produce(home, "events", 10, keys=2)
+    config = job(home, "stubborn", 1)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        stubborn = _driver_on(home, config.name, "driver-host-c", sleeper.pid)  # the same number, another host
+        beating = threading.Event()
+
+        def beat() -> None:
+            while not beating.wait(0.5):
+                stubborn.beat(1, 3)
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            assert launcher.stop(home, config.name, timeout=3) is False
+        finally:
+            beating.set()
+            thread.join(5)
+        assert sleeper.poll() is None, "a pid named by another host's driver was not signalled"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 PARENT = """
@@ -101,6 +186,7 @@ def test_an_unreachable_spark_master_is_one_line_and_quick_and_starts_nothing(tm
         )
         assert (done.returncode, done.stderr) == (2, message), args
         assert time.monotonic() - started < 20, "refused at once, not after Spark's registration retries"
-    assert not (home.root / "run").exists() and not (home.spark_checkpoints / config.name).exists()
+    assert not (home.root.local_path() / "run").exists()
+    assert not (home.spark_checkpoints / config.name).local_path().exists()
     assert ScalingLock(home).state(config.name) == lock_before, "the rescale was refused before it took the lock"
     assert ControlPlane(home).job_models.latest_version(config.name) == 1

@@ -14,8 +14,8 @@ from pipelines.core.model import JobModel
 from pipelines.operations.scaling import apply_plan
 from pipelines.planning import plan_next
 from pipelines.quality.verify import verify_job
+from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.systems.deltalog import DeltaLog
 
 from .jobs import SeqProducer, job, misrouted, order_violations, sink
@@ -87,7 +87,7 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
     import threading
     import time
 
-    from pipelines.runtime.requests import stop_request
+    from pipelines.runtime import requests
 
     producer = Producer(home, "events", 2, keys=30)
     config = job(home, "live", 1, max_records=100)
@@ -111,8 +111,7 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
         if len(sink(home, config)) >= producer.total and (control.checkpoints.latest_batch(config.name, 2) or -1) >= 0:
             break
         time.sleep(0.3)
-    stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-    stop_request(home, config.name).touch()
+    requests.ask_stop(home, config.name)
     driver.join(timeout=120)
     assert not driver.is_alive()
     assert queries == [2], messages
@@ -131,9 +130,9 @@ def test_a_driver_keeps_beating_while_it_switches_models(spark, home: Home, monk
     monkeypatch.setattr(driver, "HEARTBEAT_S", 0.5)
     real_stop = driver._stop_at_batch_boundary
 
-    def slow_stop(query, drain, timeout=60.0):  # a batch that takes 12 s to finish, deterministically
+    def slow_stop(query, *args, **kwargs):  # a batch that takes 12 s to finish, deterministically
         time.sleep(12.0)
-        real_stop(query, drain, timeout)
+        real_stop(query, *args, **kwargs)
 
     monkeypatch.setattr(driver, "_stop_at_batch_boundary", slow_stop)
     producer = Producer(home, "events", 2, keys=8)
@@ -145,15 +144,16 @@ def test_a_driver_keeps_beating_while_it_switches_models(spark, home: Home, monk
     )
     thread.start()
     try:
-        _until(lambda: len(sink(home, config)) == 80 if (home.sinks / config.sink_table).exists() else False)
+        _until(
+            lambda: len(sink(home, config)) == 80 if (home.sinks / config.sink_table).local_path().exists() else False
+        )
         switched_at = time.time()
         rescale(home, config.name, 2)
         _until(lambda: bool(_times(control, config.name, "query_started", version=2)))
         producer.produce(40)
         _until(lambda: len(sink(home, config)) == 120)
     finally:
-        stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(home, config.name).touch()
+        requests.ask_stop(home, config.name)
         thread.join(120)
     assert not thread.is_alive()
     beats = sorted(t for t in _times(control, config.name, "heartbeat") if t >= switched_at - 1)

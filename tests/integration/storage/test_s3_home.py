@@ -1,0 +1,284 @@
+"""The home on a real S3-compatible store (SeaweedFS): the CLI's walk, the input contract, stores, Data Docs,
+every coordination record raced, an outage of the store, and the homes and stores that are refused."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.control import ControlPlane
+from pipelines.control.home import Home
+from pipelines.deltaio import read_delta
+from pipelines.runtime import fetch
+from pipelines.servers.s3 import S3Server
+from pipelines.servers.s3_proxy import proxied
+from pipelines.storage.location import parse
+from pipelines.storage.objects import S3Store
+from pipelines.storage.records import VersionedRecord, take
+from pipelines.storage.s3config import S3Settings
+from pipelines.systems.deltalog import DeltaLog
+from tests.integration.runtime.jobs import SeqProducer, job, order_violations, sink
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def s3_home(s3_server: S3Server) -> Home:
+    return Home(f"s3://{s3_server.create_bucket()}/home")
+
+
+def _cli(
+    home: str, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "pipelines", "--home", home, *args]
+    return subprocess.run(argv, cwd=cwd, env=env or dict(os.environ), capture_output=True, text=True, timeout=420)
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, (
+        f"{done.args[4:]} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    )
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_readme_walk_runs_on_an_s3_home_and_leaves_only_caches_on_local_disk(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """create, produce, run, rescale, expand (absorbed by the next run), verify: every verdict PASS, the state in the
+    bucket."""
+    bucket = s3_server.create_bucket()
+    home = f"s3://{bucket}/walk"
+    local = tmp_path / "local-state"
+    env = {**os.environ, "PIPELINES_LOCAL_DIR": str(local), "PIPELINES_SPARK_MASTER": "local[2]"}
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    config = REPO / "include" / "jobs" / "enrichment.yaml"
+    _ok(_cli(home, "stream", "create", "events", "--partitions", "2", env=env, cwd=cwd))
+    _ok(_cli(home, "stream", "produce", "events", "--records", "600", "--keys", "40", env=env, cwd=cwd))
+    _ok(_cli(home, "job", "create", "enrichment", "--config", str(config), env=env, cwd=cwd))
+    _ok(_cli(home, "run", "enrichment", "--available-now", env=env, cwd=cwd))
+    _ok(_cli(home, "rescale", "enrichment", "--factor", "4", env=env, cwd=cwd))
+    _ok(_cli(home, "stream", "produce", "events", "--records", "300", "--keys", "40", env=env, cwd=cwd))
+    _ok(_cli(home, "stream", "expand", "events", "--partitions", "4", env=env, cwd=cwd))
+    _ok(_cli(home, "run", "enrichment", "--available-now", env=env, cwd=cwd))
+    verdict = _ok(_cli(home, "--json", "verify", "enrichment", "--sequence", "seq", env=env, cwd=cwd))
+    report = json.loads(verdict)
+    assert report["success"] is True, report
+    assert list(cwd.iterdir()) == [], "nothing was written to the working directory (no local 's3:' folder)"
+    keys = {o["Key"].split("/")[1] for o in s3_server.client().list_objects_v2(Bucket=bucket)["Contents"]}
+    assert {"streams", "control", "sinks", "spark"} <= keys, keys
+    left = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
+    host_local = ("/run/", "/quality/", "/logs/")  # pids and drivers' logs, the GX working copy, the CLI's log
+    assert all(any(part in f"/{p}" for part in host_local) for p in left), f"only host-local caches: {left}"
+
+
+def test_the_embedded_log_keeps_the_input_system_contract_on_s3(s3_home: Home) -> None:
+    from tests.integration.systems.contract import check_input_system_contract
+
+    log = DeltaLog(s3_home.streams)
+    log.create("events", 3)
+    check_input_system_contract(log, "events", abilities=frozenset())
+    assert log.list_streams() == ["events"]
+
+
+def test_a_job_with_a_store_runs_rescales_and_switches_store_versions_on_s3(spark: Any, s3_home: Home) -> None:
+    from pipelines.adjunct.checkpoints import read_store_checkpoints
+    from pipelines.runtime.driver import run_job
+    from tests.integration.adjunct.test_job import KEYS
+    from tests.integration.adjunct.test_job import config as store_job
+    from tests.integration.runtime.jobs import produce
+    from tests.integration.runtime.test_rescale import rescale
+
+    log = DeltaLog(s3_home.streams)
+    log.create("customers", 2)
+    log.produce("customers", [(f"key-{i}".encode(), f"name-{i}".encode(), None) for i in range(KEYS)])
+    produce(s3_home, "events", 160, KEYS)
+    job_config = store_job("s3_stores")
+    from pipelines.operations.jobs import create_job
+
+    create_job(s3_home, job_config)
+    run_job(spark, s3_home, job_config.name, available_now=True, progress=lambda m: None)
+    first = read_store_checkpoints(s3_home, job_config.name)
+    log.produce("customers", [(b"key-3", b"renamed-3", None)])
+    rescale(s3_home, job_config.name, 4)
+    produce(s3_home, "events", 160, KEYS)
+    run_job(spark, s3_home, job_config.name, available_now=True, progress=lambda m: None)
+    rows = sink(s3_home, job_config)
+    assert len(rows) == 320 and not rows.duplicated(["partition", "offset"]).any()
+    late = rows[rows["model_version"] == 2]
+    assert order_violations(late) == []  # (the helper restarts each key's seq at every produce)
+    renamed = late[late["event_key"] == "key-3"]
+    assert len(renamed) and (renamed["enriched"] == "renamed-3").all(), "the batches after the switch see it"
+    later = read_store_checkpoints(s3_home, job_config.name)
+    assert set(later) == set(first) == {"owned", "everything"}
+    assert all(later[s].positions == log.end_positions("customers") != first[s].positions for s in first)
+
+
+def test_data_docs_are_written_to_the_bucket_and_readable(spark: Any, s3_home: Home) -> None:
+    from pipelines.quality.report import run_quality
+    from pipelines.runtime.driver import run_job
+
+    producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=8)
+    producer.produce(80)
+    config = job(s3_home, "s3_docs", 2)
+    run_job(spark, s3_home, config.name, available_now=True, progress=lambda m: None)
+    report = run_quality(s3_home, config.name, sequence="seq")
+    assert report.success, report.summary()
+    assert report.docs_index == f"{s3_home.root}/quality/docs/index.html"
+    store = s3_home.store
+    index = store.read(s3_home.root / "quality" / "docs" / "index.html").decode()
+    pages = [r["docs_page"] for r in report.results if r["docs_page"]]
+    assert pages and all(store.exists(s3_home.root / "quality" / "docs" / p) for p in pages)
+    assert "s3_docs" in index
+
+
+# ---------------------------------------------------------------------------------------------- races
+
+
+def _race(target: Any, args: tuple[Any, ...], racers: int = 4) -> list[Any]:
+    """Run ``target(*args, barrier_time)`` in ``racers`` fresh processes started together; their results."""
+    context = multiprocessing.get_context("spawn")
+    start_at = time.time() + 3.0  # every racer is imported and waiting before the shot
+    with context.Pool(racers) as pool:
+        return pool.starmap(target, [(*args, start_at, i) for i in range(racers)])
+
+
+def _sleep_until(t: float) -> None:
+    time.sleep(max(0.0, t - time.time()))
+
+
+def _race_pin(home: str, start_at: float, i: int) -> str:
+    h = Home(home)
+    _sleep_until(start_at)
+    return str(fetch.write_pin(h, "job", 1, "the-pin", str(100 + i)))
+
+
+def _race_lease(home: str, start_at: float, i: int) -> bool:
+    h = Home(home)
+    _sleep_until(start_at)
+    return take(h.store, h.root / "staging" / "claim") is not None
+
+
+def _race_record(home: str, start_at: float, i: int) -> dict[str, Any]:
+    h = Home(home)
+    record = VersionedRecord(h.store, h.root / "record")
+    _sleep_until(start_at)
+    return record.update(lambda doc: {**doc, f"racer-{i}": i})
+
+
+def _race_lock(home: str, start_at: float, i: int) -> bool:
+    from pipelines.control.locks import ScalingLock
+    from pipelines.errors import PipelinesError
+
+    lock = ScalingLock(Home(home))
+    _sleep_until(start_at)
+    try:
+        lock.acquire("raced", f"racer-{i}", "rescale")
+    except PipelinesError:
+        return False
+    return True
+
+
+def test_every_coordination_record_has_exactly_one_winner_among_racing_processes(s3_home: Home) -> None:
+    home = str(s3_home.root)
+    pins = _race(_race_pin, (home,))
+    assert len(set(pins)) == 1 and pins[0] in {"100", "101", "102", "103"}, pins
+    leases = _race(_race_lease, (home,))
+    assert sorted(leases) == [False, False, False, True], leases
+    records = _race(_race_record, (home,))
+    final = VersionedRecord(s3_home.store, s3_home.root / "record").latest()[1]
+    assert final == {f"racer-{i}": i for i in range(4)}, f"no change is lost: {final} (each saw {records})"
+    locks = _race(_race_lock, (home,))
+    assert sorted(locks) == [False, False, False, True], locks
+
+
+# ---------------------------------------------------------------------------------------------- outage
+
+
+@pytest.mark.slow
+def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
+    spark: Any, s3_server: S3Server, s3_home: Home
+) -> None:
+    from pipelines.runtime import requests
+    from pipelines.runtime.driver import run_job
+    from pipelines.servers.s3 import paused
+
+    producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=16)
+    config = job(s3_home, "s3_outage", 2, max_records=100)
+    producer.produce(300)
+    failure: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            run_job(spark, s3_home, config.name, available_now=False, progress=lambda m: None)
+        except BaseException as e:  # the test says what the driver died of
+            failure.append(e)
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    deadline = time.monotonic() + 300
+    try:
+        while len(_rows(s3_home, config)) < 300 and time.monotonic() < deadline and driver.is_alive():
+            time.sleep(0.5)
+        with paused(s3_server):  # every process of the store frozen: no answer, no refusal
+            time.sleep(10.0)
+            assert driver.is_alive(), f"the job waits for its store instead of failing: {failure}"
+        producer.produce(300)
+        while len(_rows(s3_home, config)) < 600 and time.monotonic() < deadline and driver.is_alive():
+            time.sleep(0.5)
+    finally:
+        requests.ask_stop(s3_home, config.name)
+        driver.join(timeout=180)
+    assert not failure, failure
+    rows = sink(s3_home, config)
+    assert len(rows) == 600 and not rows.duplicated(["partition", "offset"]).any()
+    assert order_violations(rows) == []
+    metrics = ControlPlane(s3_home).metrics.read(config.name)
+    assert {"input_unavailable_s", "input_recovered_s"} <= set(metrics["metric"]), "the outage is marked"
+
+
+def _rows(home: Home, config: Any) -> Any:
+    table = home.sinks / config.sink_table
+    if not home.store.list(table / "_delta_log"):
+        return []
+    return read_delta(table).to_pandas()
+
+
+# ---------------------------------------------------------------------------------------------- refused
+
+
+def test_an_s3_uri_without_slashes_is_refused_and_no_local_folder_appears(tmp_path: Path) -> None:
+    done = _cli("s3:bucket/home", "stream", "create", "events", "--partitions", "2", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_that_ignores_if_none_match_is_refused_and_nothing_is_written(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket = s3_server.create_bucket()
+    credentials = (s3_server.access_key, s3_server.secret_key, s3_server.region)
+    with proxied(s3_server.endpoint, strip_conditions=True, credentials=credentials) as lax:
+        env = {**os.environ, **s3_server.env(), "AWS_ENDPOINT_URL_S3": lax.endpoint, "AWS_ENDPOINT_URL": lax.endpoint}
+        done = _cli(f"s3://{bucket}/home", "stream", "create", "events", "--partitions", "2", env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "does not honour conditional writes" in done.stderr and lax.endpoint in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Contents" not in s3_server.client().list_objects_v2(Bucket=bucket), "nothing was written"
+    # the real store is accepted, and the verdict is recorded in the home
+    honest = S3Store(S3Settings.from_environment(s3_server.env()))
+    from pipelines.storage.conditional import MARKER, verify
+
+    verify(honest, parse(f"s3://{bucket}/home"))
+    assert honest.exists(parse(f"s3://{bucket}/home") / MARKER)

@@ -1,0 +1,56 @@
+"""The store's clock on a real store (a local folder and SeaweedFS), and a lease measured on it by skewed hosts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.control.home import Home
+from pipelines.control.locks import ScalingInProgressError
+from pipelines.servers.s3 import S3Server
+from pipelines.storage.clock import PROBES, store_clock
+from tests.skew import SkewedHost
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])  # S3: a server, so slow
+def home(request: pytest.FixtureRequest, tmp_path: Path) -> Home:
+    if request.param == "local":
+        return Home(tmp_path / "home")
+    server: S3Server = request.getfixturevalue("s3_server")
+    return Home(f"s3://{server.create_bucket()}/home")
+
+
+def test_the_stores_time_is_read_from_a_probe_and_the_probe_is_removed(home: Home) -> None:
+    """Both stores run on this machine, so their clocks are this machine's: the reading must match it."""
+    clock = store_clock(home.root)
+    before = time.time()
+    now = clock.now_s()
+    after = time.time()
+    tolerance = 0.05 if home.is_local else 1.1  # S3 stamps to the second
+    assert before - tolerance <= now <= after + tolerance
+    assert clock.now_s() > now
+    assert [e for e in home.store.walk(home.root / PROBES)] == [], "no probe object is left behind"
+
+
+def test_two_hosts_minutes_apart_measure_one_lease_alike(home: Home) -> None:
+    """A holder 20 min ahead with a 3 s lease, a reader 20 min behind: held at first, then taken over after ~3 s."""
+    ahead, behind = SkewedHost(home, +1200.0, 5e5), SkewedHost(home, -1200.0, -3e3)
+    with ahead.wall():
+        ahead.lock().acquire("job", "run-ahead", "rescale", ttl_s=3.0)
+    taken = time.monotonic()
+    with behind.wall():
+        state = behind.lock().state("job")
+        assert state is not None and state.held and 1.0 < state.remaining_s <= 4.2, state
+        while time.monotonic() - taken < 30:
+            try:
+                state = behind.lock().acquire("job", "run-behind", "rescale")
+                break
+            except ScalingInProgressError:
+                time.sleep(0.2)
+    waited = time.monotonic() - taken
+    assert state.owner == "run-behind" and state.status == "taken over"
+    assert 1.5 < waited < 6.0, f"a 3 s lease was taken over after {waited:.1f}s"
