@@ -35,8 +35,8 @@ from pipelines.operations.jobs import create_job
 from pipelines.operations.scaling import apply_plan
 from pipelines.planning import plan_next
 from pipelines.quality.verify import verify_job
+from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
-from pipelines.runtime.requests import stop_request
 from pipelines.systems.deltalog import DeltaLog
 from tests.integration.runtime.jobs import DEMO, SeqProducer, job, sink
 from tests.integration.runtime.test_rescale import rescale
@@ -222,8 +222,7 @@ def test_a_spark_stream_on_a_sink_gets_every_record_once_across_a_live_rescale(s
         events.produce(200)  # for the new model
         _until(lambda: seen() >= events.total, messages)
     finally:
-        stop_request(home, config.name).parent.mkdir(parents=True, exist_ok=True)
-        stop_request(home, config.name).touch()
+        requests.ask_stop(home, config.name)
         driver.join(timeout=120)
         if downstream is not None:
             downstream.stop()
