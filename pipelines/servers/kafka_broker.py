@@ -235,7 +235,15 @@ class KafkaBroker:
             AclBinding(kind, prefix, ResourcePatternType.PREFIXED, f"User:{user}", "*", AclOperation.ALL, ALLOW)
             for kind in (ResourceType.TOPIC, ResourceType.GROUP)
         ]
-        _result(admin.create_acls(bindings, request_timeout=30))
+        deadline = time.monotonic() + 60.0
+        while True:  # a broker that just answered metadata may not have its authorizer ready yet
+            try:
+                _result(admin.create_acls(bindings, request_timeout=30))
+                return
+            except KafkaException as e:
+                if not e.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def consumer_groups(self, group: str) -> list[GroupOffset]:
         """``kafka-consumer-groups --describe --group <group>``, Kafka's own tool, its table parsed."""

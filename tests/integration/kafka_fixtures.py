@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -32,13 +33,32 @@ os.environ.setdefault(SASL_PASSWORD_ENV, secrets.token_hex(8))
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(sasl_users={SASL_USER: os.environ[SASL_PASSWORD_ENV]})
+    broker = _started_broker()
     try:
-        broker.start()
-        broker.grant(SASL_USER, SASL_PREFIX)
         yield broker
     finally:
         broker.close()
+
+
+def _started_broker(attempts: int = 2) -> KafkaBroker:
+    """A started broker with the SASL user's grants; a failed start is said on stderr and tried once more afresh.
+
+    Fourteen Kafka tests share this fixture, so one failed start (a port taken between picking and binding it,
+    the ACL request sent before the authorizer answers on a loaded machine) errors them all; the first failure
+    is printed whole, so a CI log shows what it was even when the second attempt succeeds.
+    """
+    for attempt in range(1, attempts + 1):
+        broker = KafkaBroker(sasl_users={SASL_USER: os.environ[SASL_PASSWORD_ENV]})
+        try:
+            broker.start()
+            broker.grant(SASL_USER, SASL_PREFIX)
+            return broker
+        except Exception as e:
+            broker.close()
+            print(f"[kafka] start {attempt} of {attempts} failed: {e!r}", file=sys.stderr)
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
 
 
 def unique_topic(prefix: str = "topic") -> str:
