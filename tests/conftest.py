@@ -94,3 +94,13 @@ def _fast_tier_starts_nothing_heavy(request: pytest.FixtureRequest) -> Iterator[
         yield
     finally:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Silence py4j once the run is over: its connections close from ``__del__`` at interpreter exit and log at INFO
+    through a handler whose stream pytest has closed ("--- Logging error ---" after the summary). Every driver of
+    this process (the shared session, a test's own) is stopped by then."""
+    import logging
+
+    for name in [n for n in logging.root.manager.loggerDict if n == "py4j" or n.startswith("py4j.")]:
+        logging.getLogger(name).disabled = True

@@ -24,11 +24,11 @@ import re
 from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from pipelines.control.home import Home
 from pipelines.errors import PipelinesError
+from pipelines.storage.location import Location
 
 COMMANDS = ("show", "describe", "desc", "explain")
 """Statements that only read but are not queries to Spark's parser."""
@@ -56,23 +56,25 @@ def sql_session(master: str) -> Iterator[Any]:
         spark.stop()
 
 
-def views(home: Home) -> dict[str, Path]:
-    """View name -> Delta table, for every table of the home an operator asks about."""
-    found: dict[str, Path] = {}
+def views(home: Home) -> dict[str, Location]:
+    """View name -> Delta table, for every table of the home an operator asks about (on any store)."""
+    store = home.store
+    found: dict[str, Location] = {}
     for folder, prefix in ((home.control, ""), (home.streams, "stream_"), (home.sinks, "sink_")):
-        if not folder.is_dir():
-            continue
-        for table in sorted(folder.iterdir()):
-            if (table / "_delta_log").is_dir():
-                found[prefix + re.sub(r"\W", "_", table.name)] = table
+        for entry in sorted(store.list(folder), key=lambda e: e.name):
+            if entry.is_dir and store.list(entry.location / "_delta_log"):
+                found[prefix + re.sub(r"\W", "_", entry.name)] = entry.location
     return found
 
 
 def register(spark: Any, home: Home) -> list[str]:
-    """Every table of ``views`` as a temporary view of ``spark``; returns their names."""
+    """Every table of ``views`` as a temporary view of ``spark``; returns their names. Spark reads an S3 home's
+    tables through s3a (hadoop-aws), configured from the same AWS variables as the home's own store."""
     names = []
-    for name, path in views(home).items():
-        spark.read.format("delta").load(str(path)).createOrReplaceTempView(name)
+    for name, place in views(home).items():
+        spark.read.format("delta").load(place.path if place.is_local else place.hadoop_uri()).createOrReplaceTempView(
+            name
+        )
         names.append(name)
     return names
 

@@ -85,7 +85,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Iterator[
         # py4j closes its last connections from __del__ at interpreter exit, logging each at INFO through a handler
         # whose stream pytest has closed by then: "--- Logging error ---" and a traceback after the summary line.
         # The session is stopped; nothing py4j says from here on is news.
-        logging.getLogger("py4j").disabled = True
+        for name in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # each logger's own flag: not inherited
+            logging.getLogger(name).disabled = True
 
 
 def _warm_up(session: Any) -> None:
