@@ -47,9 +47,10 @@ def test_the_home_the_connection_form_stores_is_the_home_the_hook_resolves(
 
     for extra in ({"home": str(tmp_path / "a")}, {"extra__pipelines__home": str(tmp_path / "a")}):
         monkeypatch.setenv("AIRFLOW_CONN_PIPELINES_FORM", json.dumps({"conn_type": "pipelines", "extra": extra}))
-        assert PipelinesHook("pipelines_form").home().root == tmp_path / "a"
+        assert PipelinesHook("pipelines_form").home().root.local_path() == tmp_path / "a"
     monkeypatch.setenv("PIPELINES_HOME", str(tmp_path / "b"))
-    assert PipelinesHook("no_such_connection").home().root == tmp_path / "b"  # no connection: the environment's
+    # no connection: the environment's
+    assert PipelinesHook("no_such_connection").home().root.local_path() == tmp_path / "b"
 
 
 def test_airflow_lists_the_provider_and_registers_the_plugin_once_from_its_entry_point(

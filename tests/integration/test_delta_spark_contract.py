@@ -69,7 +69,7 @@ def _run(spark: Any, home: Home, job: str) -> None:
 
 
 def _tables(home: Home) -> list[Path]:
-    return sorted(p.parent for p in home.root.rglob("_delta_log") if p.is_dir())
+    return sorted(p.parent for p in home.root.local_path().rglob("_delta_log") if p.is_dir())
 
 
 def _plain(value: Any) -> Any:
@@ -167,7 +167,7 @@ def test_delta_spark_reads_every_table_after_a_run_a_rescale_an_expansion_and_a_
     rows = sink(home, config)
     assert len(rows) == events.total and set(rows["model_version"]) == {1, 2, 3}
     tables = _tables(home)
-    kinds = {str(t.relative_to(home.root)).split("/")[0] for t in tables}
+    kinds = {str(t.relative_to(home.root.local_path())).split("/")[0] for t in tables}
     assert kinds == {"control", "streams", "sinks", "adjunct"}, tables
     named = {t.name for t in tables}
     assert {"events", "customers", "catalog", "contract_out", "contract_dead"} <= named
@@ -175,7 +175,7 @@ def test_delta_spark_reads_every_table_after_a_run_a_rescale_an_expansion_and_a_
     assert control | {"autosize_decisions", "dq_results"} <= named
     assert {"incarnations", "changes", "snapshots"} <= named, "adjunct state: incarnations, segments, snapshots"
 
-    problems = {str(t.relative_to(home.root)): p for t in tables if (p := _compare(spark, t))}
+    problems = {str(t.relative_to(home.root.local_path())): p for t in tables if (p := _compare(spark, t))}
     assert not problems, json.dumps(problems, indent=1, default=str)[:6000]
 
 
