@@ -26,6 +26,7 @@ from pipelines_airflow.triggers import (
 )
 
 from pipelines.control import ControlPlane
+from pipelines.control.drivers import Registration
 from pipelines.control.home import Home
 from pipelines.control.metrics import metric
 from pipelines.core.checkpoints import CheckpointMap
@@ -34,6 +35,7 @@ from pipelines.demo import producer
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.operations.scaling import end_positions
+from pipelines.storage.clock import StoreClock, boot_clock
 from pipelines.systems.deltalog import DeltaLog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +83,12 @@ async def _run(trigger: Any, *, meanwhile: Any = None) -> dict[str, Any]:
 
 
 def _beat(home: Home, version: int, *, age_s: float = 0.0) -> None:
-    ControlPlane(home).metrics.append([metric(JOB, version, -1, None, "heartbeat", time.time() - age_s)])
+    """A driver registered in the ``drivers`` table, its last beat ``age_s`` old by the store's clock: the
+    registration stamps its rows with a clock that far behind the store's (what a driver killed then left)."""
+    clock = StoreClock(lambda: (boot_clock(), time.time() - age_s, boot_clock())) if age_s else None
+    registration = Registration(home, JOB, clock=clock)
+    registration.start()
+    registration.beat(model_version=version)
 
 
 def test_the_trigger_rebuilds_itself_from_what_it_serializes(home: Home) -> None:
