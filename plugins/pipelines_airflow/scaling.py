@@ -27,9 +27,11 @@ typed Params): ``lock_wait_s``, ``restart_timeout_s``, ``catch_up_timeout_s``,
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, get_current_context, task, task_group
+from airflow.sdk.exceptions import AirflowFailException
 
 from pipelines.control.dq_results import DagRunRef
 from pipelines.operations import scaling
@@ -88,6 +90,20 @@ def activate_model(op: dict[str, Any]) -> int:
     return scaling.activate(_home(), _op(op))["to_version"]
 
 
+RESUME_RETRIES = 1
+"""The deferrable waits are retried once: Airflow 3.3 can fail a resumed task that runs already when the executor's
+report of the deferring try arrives late, as on a loaded worker ("finished with state success, but the task
+instance's state attribute is running", apache/airflow#71580 and #72716, open). Each wait starts with one look, so
+a retry after the switch or the catch-up returns at once. A wait that timed out fails for good
+(``AirflowFailException``): retrying would only wait as long again."""
+
+
+def _deferrable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs.setdefault("retries", RESUME_RETRIES)
+    kwargs.setdefault("retry_delay", timedelta(seconds=5))
+    return kwargs
+
+
 class RestartJob(BaseOperator):
     """Get the new model running: wait (deferred) for a live driver's in-place switch, or run a catch-up.
 
@@ -98,7 +114,7 @@ class RestartJob(BaseOperator):
     ui_color = "#e8f4fa"
 
     def __init__(self, *, op: Any, mode: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**_deferrable(kwargs))
         self.op = op
         self.mode = mode
 
@@ -135,7 +151,7 @@ class RestartJob(BaseOperator):
         if event["status"] == triggers.DRIVER_GONE:
             scaling.driver_gone(op, version)
             return self._catch_up(home, op, version)
-        raise scaling.restart_timed_out(op, version, self._timeout())
+        raise AirflowFailException(str(scaling.restart_timed_out(op, version, self._timeout())))
 
     def _catch_up(self, home: Any, op: scaling.ScalingOperation, version: int) -> str:
         return str(scaling.catch_up_run(home, op, version, master=_param("spark_master"))["restarted"])
@@ -151,7 +167,7 @@ class WaitCaughtUp(BaseOperator):
     ui_color = "#e8f4fa"
 
     def __init__(self, *, op: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**_deferrable(kwargs))
         self.op = op
 
     def execute(self, context: Context) -> float:
@@ -183,7 +199,7 @@ class WaitCaughtUp(BaseOperator):
         _report(event)
         if event["status"] == triggers.CAUGHT_UP:
             return float(scaling.caught_up(home, op)["caught_up_s"])
-        raise scaling.catch_up_timed_out(op, version, event.get("behind"), self._timeout())
+        raise AirflowFailException(str(scaling.catch_up_timed_out(op, version, event.get("behind"), self._timeout())))
 
     def _timeout(self) -> float:
         return float(_param("catch_up_timeout_s", 600))
