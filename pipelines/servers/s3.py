@@ -4,7 +4,8 @@ It is a real object store that checks request signatures against the one
 identity it is started with, honours conditional writes and keeps its data in
 the folder the caller gives. ``weed mini`` runs a master, a volume server, a
 filer, S3 (and its Iceberg and Lance catalogues) and an admin server in one
-process, each on a port of its own: all of them are bound to 127.0.0.1 on free
+process, each on a port of its own: all of them are bound to 127.0.0.1 (or the
+one address given, as the store host of a multi-host test needs) on free
 ports, the admin UI and WebDAV are off, telemetry is off, and a bucket must be
 created before use (no bucket appears because a request named it).
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 START_TIMEOUT_S = 60.0
+LOOPBACK = "127.0.0.1"
 MEMORY_LIMIT = "512MiB"
 """``GOMEMLIMIT``: the Go runtime collects harder as it nears this, so a test's store stays small."""
 GRPC_OFFSET = 10000
@@ -92,8 +94,10 @@ def weed() -> str:
 
 
 @contextlib.contextmanager
-def running_s3(data_dir: Path, *, timeout: float = START_TIMEOUT_S) -> Iterator[S3Server]:
+def running_s3(data_dir: Path, *, ip: str = LOOPBACK, timeout: float = START_TIMEOUT_S) -> Iterator[S3Server]:
     """Start ``weed mini`` with its data in ``data_dir``, wait until a signed request succeeds, stop it after.
+
+    Every server of it listens on ``ip`` alone: loopback unless the store must serve other hosts.
 
     The server runs in a process group of its own and the whole group is
     killed on the way out, also when the start or the caller's code failed.
@@ -104,15 +108,15 @@ def running_s3(data_dir: Path, *, timeout: float = START_TIMEOUT_S) -> Iterator[
     config = data_dir / "s3-identity.json"
     config.write_text(json.dumps({"identities": [_identity(identity)]}))
     config.chmod(0o600)
-    ports = _free_port_pairs(len(_PAIRED) + len(_SINGLE))
+    ports = _free_port_pairs(len(_PAIRED) + len(_SINGLE), ip)
     flags = [f"-{flag}={port}" for flag, port in zip(_PAIRED + _SINGLE, ports, strict=True)]
-    server = S3Server(f"http://127.0.0.1:{ports[_PAIRED.index('s3.port')]}", identity.access_key, identity.secret_key)
+    server = S3Server(f"http://{ip}:{ports[_PAIRED.index('s3.port')]}", identity.access_key, identity.secret_key)
     cmd = [
         weed(),
         "mini",
         f"-dir={data_dir}",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
+        f"-ip={ip}",
+        f"-ip.bind={ip}",
         "-master.telemetry=false",
         "-s3.autoCreateBucket=false",
         f"-s3.config={config}",
@@ -188,21 +192,21 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
             return
 
 
-def _free_port_pairs(n: int) -> list[int]:
-    """``n`` free loopback ports P, each with P + GRPC_OFFSET free as well, all distinct."""
+def _free_port_pairs(n: int, ip: str = LOOPBACK) -> list[int]:
+    """``n`` ports P free on ``ip``, each with P + GRPC_OFFSET free as well, all distinct."""
     held: list[socket.socket] = []
     chosen: list[int] = []
     try:
         while len(chosen) < n:
             first = socket.socket()
-            first.bind(("127.0.0.1", 0))
+            first.bind((ip, 0))
             held.append(first)
             port = first.getsockname()[1]
             if port + GRPC_OFFSET > 65535:
                 continue
             second = socket.socket()
             try:
-                second.bind(("127.0.0.1", port + GRPC_OFFSET))
+                second.bind((ip, port + GRPC_OFFSET))
             except OSError:
                 second.close()
                 continue
@@ -222,12 +226,14 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipelines.servers.s3 --dir DIR [--bucket NAME]``: a store for a demo, until Ctrl-C."""
+    """``python -m pipelines.servers.s3 --dir DIR [--ip ADDRESS] [--bucket NAME]``: a store until Ctrl-C or SIGTERM."""
     parser = argparse.ArgumentParser(prog="python -m pipelines.servers.s3", description=main.__doc__)
     parser.add_argument("--dir", type=Path, required=True, help="where the store keeps its data")
+    parser.add_argument("--ip", default=LOOPBACK, help="the one address it listens on (default 127.0.0.1)")
     parser.add_argument("--bucket", action="append", default=[], help="a bucket to create (repeatable)")
     args = parser.parse_args(argv)
-    with running_s3(args.dir.resolve()) as server:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a service manager's stop also stops the store
+    with running_s3(args.dir.resolve(), ip=args.ip) as server:
         for bucket in args.bucket:
             server.create_bucket(bucket)
         for key, value in server.env().items():

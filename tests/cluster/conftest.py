@@ -1,5 +1,7 @@
-"""Multi-host fixtures: ``cluster``, the test session's hosts (Linux namespaces, see ``hosts.py``), and
-``spark_cluster``, a standalone Spark master on host ``master`` with a worker on ``worker1`` and ``worker2``.
+"""Multi-host fixtures: ``cluster``, the test session's hosts (Linux namespaces, see ``hosts.py``), ``store``,
+an S3 server (SeaweedFS) in host ``store`` bound to that host's address, and ``spark_cluster``, a standalone Spark
+master on host ``master`` with a worker on ``worker1`` and ``worker2``, whose daemons (and so their executors) have
+the store's AWS variables in their environment, as every host of a deployment on an object-store home needs.
 
 One set of hosts serves the whole session (building it takes about a second, tearing it down less). A test may
 kill a host whole (``Host.kill_all``); the ``cluster`` fixture boots any host found down after a test, so the next
@@ -15,6 +17,7 @@ import pytest
 
 from tests.cluster.hosts import Cluster, NamespacesUnavailable
 from tests.cluster.spark import SparkCluster, start_spark_cluster
+from tests.cluster.store import StoreHost, start_store
 
 HOSTS = ("store", "master", "worker1", "worker2", "driver1", "driver2")
 """The object store, the Spark master, two worker hosts, a driver host and a second one to move the driver to."""
@@ -47,12 +50,19 @@ def cluster(cluster_session: Cluster) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(cluster_session: Cluster) -> Iterator[SparkCluster]:
+def store(cluster_session: Cluster) -> Iterator[StoreHost]:
+    """The session's S3 server, in host ``store`` at its own address; tests create buckets of their own."""
+    with start_store(cluster_session["store"]) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(cluster_session: Cluster, store: StoreHost) -> Iterator[SparkCluster]:
     """One standalone Spark cluster for the session: master on ``master``, workers on ``worker1`` and ``worker2``.
 
     A test that kills a worker host starts its worker again (``spark_cluster.start_worker(host)`` once the host is
     booted) and waits for it (``wait_for_workers``), so later tests find both workers.
     """
     hosts = cluster_session
-    with start_spark_cluster(hosts["master"], [hosts["worker1"], hosts["worker2"]]) as spark:
+    with start_spark_cluster(hosts["master"], [hosts["worker1"], hosts["worker2"]], env=store.env) as spark:
         yield spark

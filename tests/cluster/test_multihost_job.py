@@ -1,0 +1,309 @@
+"""A job across hosts on an object-store home, operated with the CLI from hosts of its own.
+
+The home is ``s3://<bucket>/home`` on the S3 server of host ``store``; the
+Spark master runs on ``master``, a worker on ``worker1`` and ``worker2``, the
+driver (``pipelines run``, a Spark application of the cluster) on ``driver1``,
+and every operation (produce, rescale, expand, stop, verify) is a CLI call on
+``driver2``, standing in for an Airflow worker. The hosts share nothing but the
+store and the network: each has its own ``/tmp``, pids and host-local state,
+and every process gets the store's AWS variables in its environment.
+
+In one run: a 2-partition stream read at factor 4 by tasks on both worker
+hosts; a live rescale to 8 issued from another host; the stream expanded to 4
+partitions and absorbed live; worker1 killed whole while a batch is in flight
+(Spark retries its tasks on worker2, the job goes on); the driver stopped from
+another host and started again on ``driver2``. The whole run must then verify
+with nothing lost, duplicated, out of order or misrouted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from tests.cluster.hosts import Cluster, Host, HostProcess
+from tests.cluster.spark import SparkCluster, driver_confs
+from tests.cluster.store import StoreHost
+
+pytestmark = pytest.mark.slow
+
+JOB = "multihost"
+KEYS = 40
+STEP = 800  # records produced per step
+SINK = f"{JOB}_out"
+JOB_YAML = f"""
+name: {JOB}
+inputs:
+  - system: deltalog
+    stream: events
+grouper: GroupByPartition
+elasticity_factor: 4
+containers: 1
+process: pipelines.demo.enrich:process
+output_schema: "event_key STRING, seq BIGINT, payload STRING, enriched STRING"
+process_options:
+  latency_ms: 2
+sink:
+  table: {SINK}
+dead_letter:
+  table: {JOB}_dead
+batch:
+  max_records: 100
+  trigger_interval: "0 seconds"
+trigger: continuous
+"""
+SPARK_CONF_DIR = "/tmp/spark-conf"  # in each driver host's own /tmp: its spark-defaults.conf
+LOG4J2 = """
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = info
+"""
+"""The driver's log: Spark's warnings, and each task's start, end and loss with its host (``setLogLevel`` moves
+the root logger only), which is how the test sees tasks lost with a killed worker host retried on the other."""
+
+SINK_ROWS = """
+import json, sys
+from pipelines.control.home import Home
+from pipelines.deltaio import is_table, read_delta
+table = Home(sys.argv[1]).sinks / sys.argv[2]
+rows = read_delta(table).to_pandas() if is_table(table) else None
+versions = {} if rows is None else {int(v): int(n) for v, n in rows["model_version"].value_counts().items()}
+print(json.dumps({"rows": 0 if rows is None else len(rows), "versions": versions}))
+"""
+DRIVERS = """
+import json, sys
+from pipelines.control import ControlPlane
+from pipelines.control.home import Home
+drivers = ControlPlane(Home(sys.argv[1])).drivers.latest(sys.argv[2], recent_s=3600)
+print(json.dumps([[d.host, d.state] for d in drivers]))
+"""
+VERIFY = """
+import json, sys
+from pipelines.control.home import Home
+from pipelines.quality.verify import verify_job
+v = verify_job(Home(sys.argv[1]), sys.argv[2], sequence="seq")
+print(json.dumps({k: getattr(v, k) for k in (
+    "records_expected", "rows", "dead_letters", "lost", "duplicates", "order_violations", "misrouted", "unread")}))
+"""
+
+
+class Deployment:
+    """The job's home and the hosts' environments: what a real deployment configures on every host."""
+
+    def __init__(self, cluster: Cluster, store: StoreHost, spark: SparkCluster, home: str) -> None:
+        self.cluster, self.store, self.spark, self.home = cluster, store, spark, home
+
+    def env(self) -> dict[str, str]:
+        # Host-local state (pid files, logs) and HOME in the host's own /tmp: nothing shared through the disk.
+        return {
+            **self.store.env,
+            "PIPELINES_LOCAL_DIR": "/tmp/pipelines-local",
+            "HOME": "/tmp/home",
+            "SPARK_CONF_DIR": SPARK_CONF_DIR,
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def configure_driver_host(self, host: Host) -> None:
+        """Small JVMs, and no batch before both workers' executors registered (``spark-defaults.conf``)."""
+        conf = "".join(f"{k} {v}\n" for k, v in driver_confs(cores=2).items())
+        script = f"mkdir -p {SPARK_CONF_DIR} && cat > {SPARK_CONF_DIR}/spark-defaults.conf"
+        host.exec(["sh", "-c", script], input=conf, check=True)
+        host.exec(["sh", "-c", f"cat > {SPARK_CONF_DIR}/log4j2.properties"], input=LOG4J2, check=True)
+
+    def cli(self, host: Host, *args: str, timeout: float = 240.0) -> str:
+        argv = [sys.executable, "-m", "pipelines", "--home", self.home, *args]
+        try:
+            done = host.exec(argv, self.env(), timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"`pipelines {' '.join(args)}` on {host.name}: no end in {timeout:.0f} s") from e
+        assert done.returncode == 0, (
+            f"`pipelines {' '.join(args)}` on {host.name} exited {done.returncode}:\n"
+            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
+        return done.stdout
+
+    def start_driver(self, host: Host) -> HostProcess:
+        argv = [sys.executable, "-m", "pipelines", "--home", self.home, "--verbose", "run", JOB]
+        argv += ["--master", self.spark.url, "--continuous"]
+        return host.run(argv, self.env(), log_name="driver")
+
+    def python(self, host: Host, code: str, *args: str) -> Any:
+        done = host.python(code, *args, env=self.env(), timeout=120)
+        assert done.returncode == 0, f"on {host.name}:\n{done.stderr[-3000:]}"
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def sink(self, host: Host) -> dict[str, Any]:
+        return self.python(host, SINK_ROWS, self.home, SINK)
+
+    def wait_rows(
+        self, host: Host, driver: HostProcess, total: int, timeout: float, until: Callable[[int], bool] | None = None
+    ) -> dict[str, Any]:
+        """Poll the sink until it holds ``total`` rows (or ``until(rows)``); fail if the driver ends first."""
+        done = until or (lambda rows: rows >= total)
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = self.sink(host)
+            if done(seen["rows"]):
+                return seen
+            if driver.poll() is not None:
+                raise AssertionError(f"the driver exited with {driver.returncode}:\n{_tail(driver)}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"sink at {seen} after {timeout:.0f} s, {total} due\n{_tail(driver)}")
+            time.sleep(0.5)
+
+
+def _tail(proc: HostProcess, chars: int = 6000) -> str:
+    return proc.log_path.read_text(errors="replace")[-chars:]
+
+
+STARTED = re.compile(r"^(\S+) .*Starting task (\d+)\.(\d+) in stage (\S+) \(TID (\d+)\) \(([\d.]+),", re.M)
+FINISHED = re.compile(r"^(\S+) .*Finished task (\d+)\.(\d+) in stage (\S+) \(TID (\d+)\) .* on ([\d.]+) ", re.M)
+LOST = re.compile(
+    r"task (\d+)\.(\d+) in stage (\S+) \(TID (\d+)\) failed because while it was being computed, its exec"
+)
+
+
+JUST_STARTED_S = 0.05
+
+
+def _finished_per_host(log: str) -> Counter[str]:
+    """Tasks the driver saw finish, per executor host address."""
+    return Counter(m[6] for m in FINISHED.finditer(log))
+
+
+def _wait_for_a_running_task(ip: str, driver: HostProcess, timeout: float) -> None:
+    """Return as soon as the driver's log shows a task on ``ip`` started less than ``JUST_STARTED_S`` ago and not
+    finished: so it is still running when the caller acts (none of the job's tasks takes under 0.1 s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = _tail(driver, 10**8)
+        now = _seconds(datetime.now().strftime("%H:%M:%S.%f"))
+        started = {
+            m[5] for m in STARTED.finditer(log) if m[6] == ip and (now - _seconds(m[1])) % 86400 < JUST_STARTED_S
+        }
+        if started - {m[5] for m in FINISHED.finditer(log)}:
+            return
+        if driver.poll() is not None:
+            raise AssertionError(f"the driver exited with {driver.returncode}:\n{_tail(driver)}")
+        time.sleep(0.02)
+    raise AssertionError(f"no task ran on {ip} for {timeout:.0f} s")
+
+
+def _seconds(stamp: str) -> float:
+    hours, minutes, seconds = stamp.split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver_across_hosts(
+    cluster: Cluster, store: StoreHost, spark_cluster: SparkCluster
+) -> None:
+    timings: dict[str, Any] = {}
+    began = time.monotonic()
+    ops_host, first_driver_host, worker1 = cluster["driver2"], cluster["driver1"], cluster["worker1"]
+    deployment = Deployment(cluster, store, spark_cluster, f"s3://{store.create_bucket()}/home")
+    for host in (cluster["driver1"], cluster["driver2"]):
+        deployment.configure_driver_host(host)
+    cli = deployment.cli
+    try:
+        # (a) a 2-partition stream, a factor-4 job on driver1, tasks on both worker hosts
+        cli(ops_host, "stream", "create", "events", "--partitions", "2")
+        ops_host.exec(["sh", "-c", "cat > /tmp/job.yaml"], input=JOB_YAML, check=True)
+        cli(ops_host, "job", "create", JOB, "--config", "/tmp/job.yaml")
+        cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
+        driver = deployment.start_driver(first_driver_host)
+        deployment.wait_rows(ops_host, driver, STEP, timeout=240)
+        timings["first rows"] = time.monotonic() - began
+        per_host = _finished_per_host(_tail(driver, 10**8))
+        assert sorted(per_host) == sorted(h.ip for h in spark_cluster.workers), f"tasks on both workers: {per_host}"
+
+        # (b) a live rescale to 8 from another host; records before (above) and after
+        mark = time.monotonic()
+        cli(ops_host, "rescale", JOB, "--factor", "8", "--master", spark_cluster.url, timeout=300)
+        timings["rescale"] = time.monotonic() - mark
+        cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
+        seen = deployment.wait_rows(ops_host, driver, 2 * STEP, timeout=120)
+        assert driver.poll() is None, "the driver switched in place"
+        assert set(seen["versions"]) == {"1", "2"}, seen
+
+        # (c) the stream expanded to 4 partitions while the job runs; absorbed live (SEP-5)
+        mark = time.monotonic()
+        cli(ops_host, "stream", "expand", "events", "--partitions", "4")
+        cli(ops_host, "watch", "--apply", "--master", spark_cluster.url, timeout=300)
+        timings["expansion"] = time.monotonic() - mark
+        cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
+        seen = deployment.wait_rows(ops_host, driver, 3 * STEP, timeout=120)
+        assert set(seen["versions"]) == {"1", "2", "3"}, seen
+
+        # (d) worker1 killed whole (every process of the host) while a batch is in flight; the job goes on
+        before = 3 * STEP
+        backlog = 5 * STEP  # batches of 100 records x factor 8: several batches behind
+        cli(ops_host, "stream", "produce", "events", "--records", str(backlog), "--keys", str(KEYS))
+        _wait_for_a_running_task(worker1.ip, driver, timeout=120)  # a task of the batch is running on worker1
+        killed_at = time.monotonic()
+        worker1.kill_all()
+        deployment.wait_rows(ops_host, driver, before + backlog, timeout=180)
+        timings["backlog done after the kill"] = time.monotonic() - killed_at
+        assert driver.poll() is None, "the driver went on with worker2"
+        log = _tail(driver, 10**8)
+        gone = re.search(rf"^(\S+) ERROR .*Lost executor \d+ on {re.escape(worker1.ip)}", log, re.M)
+        assert gone, "Spark saw worker1's executor go"
+        lost = [(m[1], m[3]) for m in LOST.finditer(log)]
+        assert lost, f"a task in flight on {worker1.name} was lost with it:\n{log[-4000:]}"
+        retried = {(m[2], m[4]): m[1] for m in FINISHED.finditer(log) if m[3] != "0" and m[6] != worker1.ip}
+        assert set(lost) <= set(retried), f"each lost task was retried on worker2: lost {lost}, retried {retried}"
+        timings["tasks lost with worker1"] = len(lost)
+        timings["kill to last retry finished (s)"] = max(_seconds(retried[t]) for t in lost) - _seconds(gone[1])
+        after_kill = log[gone.start() :]
+        timings["batches after the kill (s)"] = [float(t) for t in re.findall(r"tasks read, ([\d.]+)s", after_kill)]
+
+        # the host comes back (as after a reboot: empty /tmp) and its worker joins the cluster again
+        worker1.boot()
+        spark_cluster.start_worker(worker1)
+        spark_cluster.wait_for_workers()
+
+        # (e) the driver stopped from another host, started again on driver2
+        mark = time.monotonic()
+        cli(ops_host, "stop", JOB, timeout=180)
+        assert driver.wait(timeout=60) == 0, _tail(driver)
+        driver = deployment.start_driver(ops_host)
+        cli(first_driver_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
+        total = before + backlog + STEP
+        deployment.wait_rows(first_driver_host, driver, total, timeout=240)
+        timings["driver moved"] = time.monotonic() - mark
+        cli(first_driver_host, "stop", JOB, timeout=180)
+        assert driver.wait(timeout=60) == 0, _tail(driver)
+
+        drivers = deployment.python(first_driver_host, DRIVERS, deployment.home, JOB)
+        assert drivers == [["driver2", "stopped"], ["driver1", "stopped"]], (
+            f"the move is in the drivers table: {drivers}"
+        )
+        verdict = deployment.python(first_driver_host, VERIFY, deployment.home, JOB)
+        assert verdict["records_expected"] == verdict["rows"] == total, verdict
+        assert verdict["lost"] == verdict["duplicates"] == verdict["order_violations"] == 0, verdict
+        assert verdict["misrouted"] == verdict["unread"] == verdict["dead_letters"] == 0, verdict
+        timings["total"] = time.monotonic() - began
+    finally:
+        print(f"timings (s from the test's start or per step): {json.dumps(timings)}")
+        for host in (cluster["driver1"], cluster["driver2"]):  # no driver outlives the test, whatever failed
+            host.kill_all()
+            host.boot()
+        if not worker1.alive:  # the session's Spark cluster gets both workers back for the tests after this one
+            worker1.kill_all()
+            worker1.boot()
+            spark_cluster.start_worker(worker1)
+            spark_cluster.wait_for_workers()
