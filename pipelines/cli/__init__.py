@@ -1,0 +1,73 @@
+"""``python -m pipelines``: operate streams, job models and the control plane from a shell.
+
+Every user mistake is a ``PipelinesError`` and ends as one ``error: ...`` line
+on stderr with exit code 2 (argparse's own usage errors use 2 as well), so
+scripts and Airflow's BashOperator can tell "fix your input" from a crash,
+which keeps its traceback. ``--json`` prints machine-readable output on
+stdout; progress and notes always go to stderr so stdout stays parseable.
+
+The commands are declared once in ``table``; ``parser`` builds argparse from it;
+each command group's handlers live in their own module, imported only when
+one of its commands runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from pipelines.cli.output import Output
+from pipelines.cli.parser import build_parser, handler, writes
+from pipelines.cli.table import EMBEDDED_SYSTEM
+from pipelines.control.home import Home, check_writable, resolve_home
+from pipelines.errors import PipelinesError
+
+__all__ = ["EMBEDDED_SYSTEM", "Output", "build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = build_parser().parse_args(argv)
+    output = Output(args.json, out, err)
+    try:
+        home = resolve_home(args.home)
+        if writes(args):
+            check_writable(home)
+        with _libraries_log(home, args.verbose):  # Spark's and Airflow's own lines: the home's log file
+            handler(args.entry)(args, home, output)
+    except PipelinesError as e:
+        return _fail(output, e.code, str(e))
+    except OSError as e:  # the home or a file cannot be read or written: the user's to fix, not a bug
+        where = f" ({e.filename})" if e.filename else ""
+        return _fail(output, "io", f"{e.strerror or e}{where}")
+    except KeyboardInterrupt:
+        err.write("interrupted\n")
+        return 130
+    except BrokenPipeError:  # `pipelines ... | head`: the reader is gone, nothing to report
+        if out is sys.stdout:  # keep Python from complaining again when it flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return 0
+
+
+def _libraries_log(home: Home, verbose: bool) -> contextlib.AbstractContextManager[object]:
+    """Unless --verbose, the libraries' log lines go to ``<home>/logs/pipelines.log`` (``runtime.logs``)."""
+    if verbose:
+        return contextlib.nullcontext()
+    from pipelines.runtime.logs import quiet
+
+    return quiet(home)
+
+
+def _fail(output: Output, code: str, message: str) -> int:
+    """``error: ...`` on stderr and exit 2; with ``--json`` also ``{"error": code, "message": ...}`` on stdout."""
+    output.err.write(f"error: {message}\n")
+    if output.as_json:
+        json.dump({"error": code, "message": message}, output.out)
+        output.out.write("\n")
+    return 2

@@ -1,0 +1,137 @@
+"""``pipelines job ...``: the jobs in the control plane, their models, checkpoints, and registering one."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipelines.cli.output import Output, dash, sorted_offsets, table, text
+from pipelines.control.home import Home
+from pipelines.core.ssp import validate_name
+from pipelines.errors import ConfigError
+
+
+def list_jobs(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control import ControlPlane
+
+    cp = ControlPlane(home)
+    rows = []
+    for job in cp.job_models.jobs():
+        history = cp.job_models.history(job)
+        active = next((h for h in reversed(history) if h["active"]), None)
+        rows.append(
+            {
+                "job": job,
+                "active_version": active["version"] if active else None,
+                "latest_version": max(h["version"] for h in history),
+                "factor": active["factor"] if active else None,
+                "grouper": active["grouper"] if active else None,
+                "tasks": active["task_count"] if active else None,
+                "activated_at": active["created_at"] if active else None,
+            }
+        )
+
+    def human() -> str:
+        if not rows:
+            return f"no jobs in {home.control}"
+        return table(
+            ["JOB", "ACTIVE", "LATEST", "FACTOR", "TASKS", "ACTIVATED"],
+            [
+                [
+                    r["job"],
+                    dash(r["active_version"]),
+                    r["latest_version"],
+                    dash(r["factor"]),
+                    dash(r["tasks"]),
+                    text(r["activated_at"]) if r["activated_at"] else "-",
+                ]
+                for r in rows
+            ],
+        )
+
+    output.emit(rows, human)
+
+
+def show(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control import ControlPlane
+
+    cp = ControlPlane(home)
+    job = validate_name("job", args.job)
+    history = cp.job_models.history(job)
+    active_version = cp.job_models.active_version(job)
+    model = cp.job_models.get(job, active_version) if active_version is not None else None
+    data = {
+        "job": job,
+        "active_version": active_version,
+        "latest_version": cp.job_models.latest_version(job),
+        "active_model": model.to_json() if model else None,
+        "history": history,
+    }
+
+    def human() -> str:
+        if model is None:
+            head = f"job {job}: no active model (latest planned version {data['latest_version']})"
+        else:
+            head = (
+                f"job {job}: active version {model.version}, factor {model.elasticity_factor}, "
+                f"grouper {model.grouper}, {len(model.containers)} containers, {model.task_count} tasks\n"
+                f"inputs: {', '.join(f'{s} ({n} partitions)' for s, n in sorted(model.partitions().items()))}"
+            )
+        rows = [
+            [
+                text(h["created_at"]),
+                h["version"],
+                h["event"] + (" *" if h["active"] else ""),
+                h["factor"],
+                h["task_count"],
+                h["reason"],
+            ]
+            for h in history
+        ]
+        return (
+            head
+            + "\n\nhistory (* = in force):\n"
+            + table(["AT", "VERSION", "EVENT", "FACTOR", "TASKS", "REASON"], rows)
+        )
+
+    output.emit(data, human)
+
+
+def checkpoints(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control import ControlPlane
+
+    cp = ControlPlane(home)
+    job = validate_name("job", args.job)
+    version = args.version
+    if version is None:
+        version = cp.job_models.active(job).version
+    checkpoints = cp.checkpoints.latest(job, version)
+    output.emit(
+        checkpoints.to_json(),
+        lambda: (
+            f"job {job} version {version}, factor {checkpoints.factor}\n"
+            + table(
+                ["SYSTEM", "STREAM", "PARTITION", "BUCKET", "OFFSET"],
+                [
+                    [s.system, s.stream, s.partition, "-" if s.key_bucket is None else s.key_bucket, off]
+                    for s, off in sorted_offsets(checkpoints)
+                ],
+            )
+        ),
+    )
+
+
+def create(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.jobs.config import JobConfig
+    from pipelines.operations.jobs import create_job
+
+    config = JobConfig.load(args.config)
+    if config.name != args.job:
+        raise ConfigError(f"{args.config} configures job {config.name!r}, not {args.job!r}")
+    model = create_job(home, config)
+    output.emit(
+        {"job": model.job_name, "version": model.version, "factor": model.elasticity_factor, "tasks": model.task_count},
+        lambda: (
+            f"job {model.job_name}: model v{model.version} active, factor {model.elasticity_factor}, "
+            f"{model.task_count} virtual tasks"
+        ),
+    )

@@ -1,0 +1,48 @@
+"""``pipelines lock ...``: a job's scaling lock, who holds it, and the operator's release of a dead holder's."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipelines.cli.output import Output
+from pipelines.control.home import Home
+from pipelines.core.ssp import validate_name
+from pipelines.errors import ConfigError
+
+
+def show(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control.locks import ScalingLock, dead_process_owner
+
+    state = ScalingLock(home).state(validate_name("job", args.job))
+    if state is None:
+        output.emit({"job": args.job, "status": "never taken", "held": False}, lambda: f"{args.job}: never taken")
+        return
+    dead = state.held and dead_process_owner(state.owner)
+    data = {**{k: str(v) for k, v in vars(state).items()}, "held": state.held, "holder_dead": dead}
+
+    def human() -> str:
+        if not state.held:
+            return f"{args.job}: free ({state.status} by {state.owner} at {state.at:%Y-%m-%d %H:%M:%S} UTC)"
+        note = "; its process is gone, the next operation takes it over" if dead else ""
+        return f"{args.job}: {state.describe()}{note}"
+
+    output.emit(data, human)
+
+
+def release(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.control.locks import ScalingLock, process_owner
+
+    if not args.yes:
+        raise ConfigError(
+            "releasing another holder's lock lets a second operation start beside it; make sure the holder is dead "
+            "(pipelines lock show JOB names its host and pid) and add --yes"
+        )
+    job = validate_name("job", args.job)
+    released = ScalingLock(home).force_release(job, by=process_owner("cli"))
+    if released is None:
+        output.emit({"job": job, "released": None}, lambda: f"{job}: the lock is not held; nothing to release")
+        return
+    output.emit(
+        {"job": job, "released": released.owner, "operation": released.operation},
+        lambda: f"{job}: released the lock {released.owner} held for {released.operation!r}",
+    )

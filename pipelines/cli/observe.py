@@ -1,0 +1,50 @@
+"""Observing a job: ``status`` (figures over time), ``verify`` (data quality) and ``sql`` over the home."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipelines.cli.output import Output, table
+from pipelines.control.home import Home
+from pipelines.core.ssp import validate_name
+from pipelines.errors import PipelinesError
+
+
+def status(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.observe.status import status as show_status
+
+    job = validate_name("job", args.job)
+    show_status(home, job, output, minutes=args.minutes, watch=args.watch, export=args.export)
+
+
+def verify(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.quality.report import run_quality
+
+    report = run_quality(home, validate_name("job", args.job), args.event, sequence=args.sequence)
+    output.emit(
+        {
+            "job": report.job,
+            "window": report.window,
+            "success": report.success,
+            "checks": report.results,
+            "data_docs": str(report.docs_index) if report.docs_index else None,
+        },
+        report.summary,
+    )
+    if not report.success:
+        raise PipelinesError(f"data quality of job {report.job} ({report.window}) failed; see the checks above")
+
+
+def sql(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.observe.sql import register, run_query, sql_session
+
+    with sql_session(args.master) as spark:
+        register(spark, home)
+        columns, rows = run_query(spark, args.query)
+    output.emit(
+        [dict(zip(columns, row, strict=True)) for row in rows],
+        lambda: (
+            table(columns, [["NULL" if v is None else v for v in row] for row in rows])
+            + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
+        ),
+    )

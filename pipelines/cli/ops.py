@@ -1,0 +1,130 @@
+"""Operating a job: ``run`` and ``stop`` it, ``rescale`` it, ``watch`` its inputs, ``autosize`` it, and the ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipelines.cli.output import Output, text
+from pipelines.control.home import Home
+from pipelines.core.ssp import validate_name
+from pipelines.errors import PartitionChangeError, PipelinesError
+
+
+def run(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.runtime import launcher
+
+    result = launcher.run(home, args.job, available_now=args.available_now, master=args.master, detach=args.detach)
+    if args.detach:
+        output.emit({"job": args.job, "pid": result}, lambda: f"job {args.job} running as pid {result}")
+    elif result != 0:
+        raise launcher.failure(home, args.job) or PipelinesError(f"job {args.job} driver exited with code {result}")
+
+
+def demo(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.demo.run import main as embedded_demo
+
+    if args.home is None:  # the demo wipes its home: never the default one by accident
+        home = Home(home.root / "demo")
+    if args.input == "kinesis":
+        from pipelines.demo.kinesis import main as kinesis_demo
+
+        passed = kinesis_demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master) == 0
+    else:
+        passed = embedded_demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master, args.input) == 0
+    if not passed:
+        raise PipelinesError("the demo's verification failed; see the table above")
+
+
+def _resolve_factor(home: Home, job: str, factor: str, reason: str, output: Output) -> tuple[object, str]:
+    if factor.strip().lower() != "auto":
+        return factor, reason
+    from pipelines.control.locks import ScalingInProgressError
+    from pipelines.core.autosize import SKIP
+    from pipelines.operations.autosize import evaluate
+
+    decision = evaluate(home, validate_name("job", job))
+    if decision.action == SKIP:
+        raise ScalingInProgressError(f"the autosizer {'; '.join(decision.reasons)}; try again when it is done")
+    output.note(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
+    return decision.factor, f"{reason} (auto: {'; '.join(decision.reasons)})"
+
+
+def rescale(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.operations import scaling
+
+    factor, reason = _resolve_factor(home, args.job, args.factor, args.reason, output)
+    request = scaling.ScalingRequest(validate_name("job", args.job), factor, reason, grouper=args.grouper)  # type: ignore[arg-type]
+    summary = scaling.plan(home, request)
+    if not args.dry_run and not summary["changes"]:
+        scaling.settle_abandoned(home, request.job, say=output.note)
+    if args.dry_run or not summary["changes"]:
+        output.emit(
+            {"applied": False, "plan": summary},
+            lambda: (
+                "\n".join(f"{k:>14}: {text(v)}" for k, v in summary.items())
+                + (
+                    "\n(dry run: nothing changed)"
+                    if args.dry_run
+                    else "\n(the job already runs this model: nothing to do)"
+                )
+            ),
+        )
+        return
+    result = scaling.run_all(
+        home, request, sequence=args.sequence, master=args.master, lock_wait_s=args.lock_wait, say=output.note
+    )
+    output.emit(
+        {"applied": True, **result},
+        lambda: (
+            f"job {args.job}: {result['status']}, "
+            + ", ".join(f"{k} {result.get(k)}" for k in ("downtime_s", "records_replayed", "caught_up_s", "dq"))
+        ),
+    )
+    if result["status"] != "verified":
+        raise PipelinesError(f"rescale of {args.job} ended {result['status']}; see the steps above")
+
+
+def watch(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.operations import repartition, scaling
+
+    changes = repartition.detect(home)
+    results = []
+    if args.apply:
+        repartition.settle_unchanged(home, changes, say=output.note)
+    for change in changes:
+        if args.apply and change.error is None and change.busy is None:
+            results.append(scaling.run_all(home, change.request(), master=args.master, say=output.note))
+    output.emit(
+        {"changes": [c.to_dict() for c in changes], "absorbed": results},
+        lambda: (
+            "\n".join(
+                f"{c.job}: {c.stream} {c.before} -> {c.after} partitions: "
+                + (f"REFUSED: {c.error}" if c.error else f"busy: {c.busy}" if c.busy else "absorbable")
+                for c in changes
+            )
+            or "every job's inputs match its active model"
+        ),
+    )
+    refused = [c for c in changes if c.error]
+    if refused:
+        raise PartitionChangeError("; ".join(f"{c.job}: {c.error}" for c in refused))
+
+
+def autosize(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.operations.autosize import evaluate
+
+    decision = evaluate(home, validate_name("job", args.job), record=not args.no_record)
+    output.emit(
+        {"job": args.job, **decision.to_dict()},
+        lambda: f"{args.job}: {decision.action} -> factor {decision.factor}\n  " + "\n  ".join(decision.reasons),
+    )
+
+
+def stop(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.runtime import launcher
+
+    stopped = launcher.stop(home, args.job, wait=not args.no_wait)
+    output.emit(
+        {"job": args.job, "stopped": stopped},
+        lambda: f"job {args.job}: " + ("stopped" if stopped else "stop requested"),
+    )

@@ -1,0 +1,90 @@
+"""``pipelines stream ...``: create, fill, grow and describe input streams (the embedded log by default)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from pipelines.cli.output import Output, table, text
+from pipelines.control.home import Home
+from pipelines.core.ssp import validate_name
+from pipelines.errors import ConfigError
+
+
+def open_system(args: argparse.Namespace, home: Home) -> Any:
+    """The commands' input system, imported late: model and job commands must work without it."""
+    from pipelines.systems.registry import open_system
+
+    return open_system(validate_name("system", args.system), home, settings(args))
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    if args.settings:
+        try:
+            parsed = json.loads(args.settings)
+        except ValueError as e:
+            raise ConfigError(
+                f'--settings must be a JSON object, e.g. \'{{"bootstrap_servers": "host:9092"}}\': {e}'
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ConfigError(f"--settings must be a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+def create(args: argparse.Namespace, home: Home, output: Output) -> None:
+    system = open_system(args, home)
+    _show_stream(system.create(validate_name("stream", args.name), args.partitions), output)
+
+
+def produce(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.demo.producer import PRODUCE_CHUNK, produce
+
+    summary = produce(
+        open_system(args, home),
+        home,
+        validate_name("stream", args.name),
+        args.records,
+        args.keys,
+        args.seed,
+        chunk=PRODUCE_CHUNK if args.chunk is None else args.chunk,
+        progress=output.note,
+    )
+    output.emit(
+        summary,
+        lambda: (
+            f"produced {summary['records']} records over {summary['keys']} keys to {summary['stream']} "
+            f"(seed {summary['seed']})\n"
+            + table(
+                ["PARTITION", "PRODUCED", "END"],
+                [[p, summary["per_partition"].get(p, 0), end] for p, end in sorted(summary["end_offsets"].items())],
+            )
+        ),
+    )
+
+
+def expand(args: argparse.Namespace, home: Home, output: Output) -> None:
+    system = open_system(args, home)
+    _show_stream(system.expand(validate_name("stream", args.name), args.partitions), output)
+
+
+def describe(args: argparse.Namespace, home: Home, output: Output) -> None:
+    _show_stream(open_system(args, home).describe(validate_name("stream", args.name)), output)
+
+
+def _show_stream(meta: Any, output: Output) -> None:
+    def human() -> str:
+        lines = [f"stream {meta.system}.{meta.stream}: {len(meta.partitions)} partitions"]
+        lines.append(
+            table(
+                ["PARTITION", "EARLIEST", "END"],
+                [[p.partition, p.earliest, p.end] for _, p in sorted(meta.partitions.items())],
+            )
+        )
+        for e in meta.expansions:
+            ends = ", ".join(f"{p}:{o}" for p, o in sorted(e.end_offsets.items()))
+            lines.append(f"expanded {e.from_partitions} -> {e.to_partitions} at {text(e.at)} (old ends {ends})")
+        return "\n".join(lines)
+
+    output.emit(meta, human)

@@ -1,0 +1,420 @@
+"""The CLI's one command table: every command, its arguments, whether it writes, and where its handler lives.
+
+The parser, the ``--help`` order, the usage line's list of commands and the set of commands that must be
+refused up front on a home they cannot write are all derived from this table (``pipelines.cli.parser``), so
+they cannot drift apart. Handlers are named by dotted path and imported only when their command runs, the
+way Airflow's ``cli_config`` does it: ``pipelines --help`` or a model command never loads Spark, Airflow or
+the demo. This module imports nothing beyond the standard library and the pure core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.core.groupers import GROUPERS
+
+EMBEDDED_SYSTEM = "deltalog"
+VERBOSE_HELP = "show Spark's and Airflow's own log lines here (default: in <home>/logs/pipelines.log)"
+DEFAULT_STREAM = "events"
+DEFAULT_JOB = "job"
+
+Writes = bool | Callable[[argparse.Namespace], bool]
+"""Whether a command changes state in the home: always, never, or depending on its arguments."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One ``add_argument`` call; ``exclusive`` names the mutually exclusive group it belongs to, if any."""
+
+    flags: tuple[str, ...]
+    options: Mapping[str, Any]
+    exclusive: str | None = None
+
+
+def arg(*flags: str, exclusive: str | None = None, **options: Any) -> Arg:
+    return Arg(flags, options, exclusive)
+
+
+@dataclass(frozen=True)
+class ActionCommand:
+    """A command that runs: ``handler`` is ``module.function`` taking ``(args, home, output)``."""
+
+    name: str
+    help: str
+    handler: str
+    args: tuple[Arg, ...] = ()
+    writes: Writes = False
+
+
+@dataclass(frozen=True)
+class GroupCommand:
+    """A command with subcommands (``pipelines stream create ...``)."""
+
+    name: str
+    help: str
+    subcommands: tuple[ActionCommand, ...]
+
+
+# ---------------------------------------------------------------------- argument types
+
+
+def seconds(text: str) -> float:
+    """A finite, non-negative number of seconds: ``nan`` or ``inf`` would wait forever."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
+
+
+# ---------------------------------------------------------------------- conditional writes
+
+
+def _plan_saves(args: argparse.Namespace) -> bool:
+    return bool(args.save)
+
+
+def _rescale_writes(args: argparse.Namespace) -> bool:
+    return not args.dry_run or args.factor.strip().lower() == "auto"  # auto records the autosizer's decision
+
+
+def _watch_applies(args: argparse.Namespace) -> bool:
+    return bool(args.apply)
+
+
+def _autosize_records(args: argparse.Namespace) -> bool:
+    return not args.no_record
+
+
+# ---------------------------------------------------------------------- the table
+
+SYSTEM = (
+    arg("--system", default=EMBEDDED_SYSTEM, help="input system (default: the embedded log)"),
+    arg("--settings", default=None, help="the system's settings as a JSON object (e.g. Kafka's bootstrap_servers)"),
+)
+JOB = arg("job")
+GROUPER_NAMES = ", ".join(sorted(GROUPERS))
+
+STREAM = GroupCommand(
+    "stream",
+    "input streams (the embedded log by default)",
+    (
+        ActionCommand(
+            "create",
+            "create a stream",
+            "pipelines.cli.streams.create",
+            (*SYSTEM, arg("name"), arg("--partitions", type=count(1), required=True)),
+            writes=True,
+        ),
+        ActionCommand(
+            "produce",
+            "append test records (JSON with a per-key sequence)",
+            "pipelines.cli.streams.produce",
+            (
+                *SYSTEM,
+                arg("name"),
+                arg("--records", type=count(1), required=True),
+                arg("--keys", type=count(1), required=True),
+                arg("--seed", type=int, default=None, help="random seed (default: a fresh one, printed)"),
+                # None: the producer's own chunk size (kept in the demo package, which loads only to produce)
+                arg("--chunk", type=count(1), default=None, help="records per commit"),
+            ),
+            writes=True,
+        ),
+        ActionCommand(
+            "expand",
+            "grow a stream's partition count",
+            "pipelines.cli.streams.expand",
+            (*SYSTEM, arg("name"), arg("--partitions", type=count(1), required=True)),
+            writes=True,
+        ),
+        ActionCommand(
+            "describe",
+            "partitions, positions and expansions of a stream",
+            "pipelines.cli.streams.describe",
+            (*SYSTEM, arg("name")),
+        ),
+    ),
+)
+
+MODEL = GroupCommand(
+    "model",
+    "plan job models and migrate checkpoints",
+    (
+        ActionCommand(
+            "plan",
+            "print the job model for an input and elasticity factor",
+            "pipelines.cli.models.plan",
+            (
+                arg("--partitions", type=count(1), help="input partitions (default: the embedded stream's count)"),
+                arg("--factor", default="1", help="elasticity factor X >= 1 (default 1)"),
+                arg("--grouper", default="GroupByPartition", help=f"one of {GROUPER_NAMES}"),
+                arg("--containers", type=count(1), default=1),
+                arg("--stream", default=DEFAULT_STREAM),
+                arg("--system", default=EMBEDDED_SYSTEM),
+                arg("--settings", default=None, help="the system's settings as a JSON object"),
+                arg("--job", default=DEFAULT_JOB, help="plan on top of this job's active model, if it has one"),
+                arg("--save", action="store_true", help="store the plan in the control plane (not activated)"),
+                arg("--reason", default="planned from the CLI", help="why the model was planned (with --save)"),
+            ),
+            writes=_plan_saves,
+        ),
+        ActionCommand(
+            "migrate",
+            "migrate a checkpoint map to a new factor / partition count",
+            "pipelines.cli.models.migrate",
+            (
+                arg("--from", dest="source", required=True, help="JSON checkpoint map file ('-': stdin)"),
+                arg("--to-factor", required=True, help="new elasticity factor X'"),
+                arg("--partitions", type=count(1), help="new partition count (default: unchanged)"),
+                arg("--stream", help="the stream that grew, when the map has several"),
+                arg("--earliest", default="0", help="start offset of new partitions (default 0)"),
+            ),
+        ),
+        ActionCommand(
+            "import",
+            "read a job model Samza serialized (hyphenated keys, keyBucket -1)",
+            "pipelines.cli.models.import_samza",
+            (
+                arg("--samza", required=True, metavar="FILE", help="the Samza job model JSON ('-': stdin)"),
+                arg("--job", help="the job's name (default: the model's job.name)"),
+                arg("--version", type=count(1), default=1, help="the version it gets here (default 1)"),
+            ),
+        ),
+        ActionCommand(
+            "export",
+            "write a stored job model the way Samza serializes it",
+            "pipelines.cli.models.export_samza",
+            (arg("--job", required=True), arg("--version", type=count(1), help="default: the active version")),
+        ),
+    ),
+)
+
+JOB_GROUP = GroupCommand(
+    "job",
+    "jobs in the control plane",
+    (
+        ActionCommand("list", "jobs with their active and latest versions", "pipelines.cli.jobs.list_jobs"),
+        ActionCommand("show", "a job's active model and model history", "pipelines.cli.jobs.show", (JOB,)),
+        ActionCommand(
+            "checkpoints",
+            "latest checkpoints of a job's model version",
+            "pipelines.cli.jobs.checkpoints",
+            (JOB, arg("--version", type=count(0), help="model version (default: the active one)")),
+        ),
+        ActionCommand(
+            "create",
+            "register a job from its YAML config: model v1, start checkpoints, tables",
+            "pipelines.cli.jobs.create",
+            (
+                arg("job", help="the job's name (must match the config's 'name')"),
+                arg("--config", required=True, help="job YAML, e.g. include/jobs/enrichment.yaml"),
+            ),
+            writes=True,
+        ),
+    ),
+)
+
+STATUS = ActionCommand(
+    "status",
+    "a job's throughput, lag, batch durations and scaling steps over time, its virtual tasks and inputs",
+    "pipelines.cli.observe.status",
+    (
+        JOB,
+        arg(
+            "--watch",
+            nargs="?",
+            type=seconds,
+            const=5.0,
+            metavar="SECONDS",
+            help="refresh every SECONDS (5) until Ctrl-C",
+        ),
+        arg("--minutes", type=seconds, default=60.0, help="how far back the figures go (default 60)"),
+        arg("--export", metavar="FILE", help="also write the plots and tables to FILE.html (or FILE.png)"),
+    ),
+)
+
+STORE = GroupCommand(
+    "store",
+    "a job's adjunct data stores",
+    (
+        ActionCommand(
+            "list",
+            "each store's position, size, version, validity, last bootstrap",
+            "pipelines.cli.stores.list_stores",
+            (JOB,),
+        ),
+        ActionCommand(
+            "verify",
+            "compare a sample of lookups with the stream's latest value per key",
+            "pipelines.cli.stores.verify",
+            (JOB, arg("store"), arg("--sample", type=count(1), default=1000)),
+        ),
+    ),
+)
+
+RUN = ActionCommand(
+    "run",
+    "run a job's active model with spark-submit",
+    "pipelines.cli.ops.run",
+    (
+        JOB,
+        arg("--available-now", action="store_true", exclusive="mode", help="process what is there, then exit"),
+        arg("--continuous", action="store_true", exclusive="mode", help="run until stopped (the default)"),
+        arg("--master", default="local[*]", help="Spark master (default local[*])"),
+        arg("--detach", action="store_true", help="run in the background; logs in <home>/run/JOB.log"),
+    ),
+    writes=True,
+)
+
+DEMO = ActionCommand(
+    "demo",
+    "the end-to-end demo on the embedded log (wipes --home)",
+    "pipelines.cli.ops.demo",
+    (
+        arg("--rate", type=count(1), default=1500, help="records produced per second, continuously"),
+        arg("--seconds", type=seconds, default=12.0, help="how long the job runs on each model"),
+        arg("--keys", type=count(1), default=200),
+        arg("--latency-ms", type=seconds, default=2.0, help="simulated remote call per record"),
+        arg("--master", default="local[8]"),
+        arg(
+            "--input",
+            choices=("deltalog", "kafka", "kinesis"),
+            default="deltalog",
+            help="the embedded log; kafka: a local Apache Kafka broker (KRaft, one node) started by the demo, with "
+            "the expansion done by CreatePartitions on the live topic; kinesis: kinesis-mock started on loopback",
+        ),
+    ),
+    writes=True,
+)
+
+VERIFY = ActionCommand(
+    "verify",
+    "data quality: no loss, no duplicates, per-key order, routing (exit 2 on failure)",
+    "pipelines.cli.observe.verify",
+    (
+        JOB,
+        arg("--event", help="validate the batches around this scaling event (id or prefix), not the whole run"),
+        arg("--sequence", help="per-key sequence column proving order across partitions (demo: seq)"),
+    ),
+    writes=True,
+)
+
+RESCALE = ActionCommand(
+    "rescale",
+    "change a job's elasticity factor: lock, migrate, activate, restart, catch up, verify",
+    "pipelines.cli.ops.rescale",
+    (
+        JOB,
+        arg("--factor", required=True, help='target elasticity factor, or "auto" to ask the autosizer'),
+        arg("--reason", default="rescale from the CLI", help="recorded with the new model"),
+        arg("--grouper", help=f"switch grouper too: one of {GROUPER_NAMES}"),
+        arg("--dry-run", action="store_true", help="plan and print the new model, change nothing"),
+        arg("--lock-wait", type=seconds, default=0.0, help="seconds to wait for another scaling step"),
+        arg("--master", help="Spark master of a catch-up run (default $PIPELINES_SPARK_MASTER or local[*])"),
+        arg("--sequence", help="per-key sequence column for the order check (default: seq if emitted)"),
+    ),
+    writes=_rescale_writes,
+)
+
+WATCH = ActionCommand(
+    "watch",
+    "compare every job's inputs with its model; --apply absorbs expansions (exit 2 on a change it cannot)",
+    "pipelines.cli.ops.watch",
+    (
+        arg("--apply", action="store_true", help="absorb each expansion, keeping keys with their tasks (SEP-5)"),
+        arg("--master", help="Spark master of catch-up runs"),
+    ),
+    writes=_watch_applies,
+)
+
+AUTOSIZE = ActionCommand(
+    "autosize",
+    "ask the job's autosize policy for a factor (recorded; does not rescale)",
+    "pipelines.cli.ops.autosize",
+    (JOB, arg("--no-record", action="store_true", help="do not append the decision to autosize_decisions")),
+    writes=_autosize_records,
+)
+
+STOP = ActionCommand(
+    "stop",
+    "stop a running job at its next batch boundary",
+    "pipelines.cli.ops.stop",
+    (JOB, arg("--no-wait", action="store_true")),
+    writes=True,
+)
+
+SQL = ActionCommand(
+    "sql",
+    "a read-only Spark SQL query over the home: control tables by name, stream_<name>, sink_<table>",
+    "pipelines.cli.observe.sql",
+    (
+        arg("query", help="e.g. \"SELECT * FROM checkpoints WHERE job = 'enrichment'\""),
+        arg("--master", default="local[2]", help="Spark master of the query's session (default local[2])"),
+    ),
+)
+
+LOCK = GroupCommand(
+    "lock",
+    "a job's scaling lock: who holds it, and the operator's release",
+    (
+        ActionCommand(
+            "show", "who holds the job's scaling lock, since when, until when", "pipelines.cli.locks.show", (JOB,)
+        ),
+        ActionCommand(
+            "release",
+            "release a lock whose holder is dead on another machine (recorded)",
+            "pipelines.cli.locks.release",
+            (JOB, arg("--yes", action="store_true", help="required: the holder's operation will not finish its steps")),
+            writes=True,
+        ),
+    ),
+)
+
+COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
+    STREAM,
+    MODEL,
+    JOB_GROUP,
+    STATUS,
+    STORE,
+    RUN,
+    DEMO,
+    VERIFY,
+    RESCALE,
+    WATCH,
+    AUTOSIZE,
+    STOP,
+    SQL,
+    LOCK,
+)
+"""In ``--help`` order."""
+
+
+def actions() -> Iterator[tuple[str, ActionCommand]]:
+    """Every runnable command with its full name (``"stream create"``, ``"status"``), in table order."""
+    for entry in COMMANDS:
+        if isinstance(entry, GroupCommand):
+            for command in entry.subcommands:
+                yield f"{entry.name} {command.name}", command
+        else:
+            yield entry.name, entry

@@ -1,0 +1,130 @@
+"""The CLI's command table: the parser, the writes-set and the handlers all come from it, and loading it is cheap.
+
+``pipelines --help`` or ``pipelines model plan`` must not pay for Spark, Airflow or the demo, and a command
+that changes the home must be refused up front on a home it cannot write, whichever flag makes it write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from pipelines.cli import build_parser
+from pipelines.cli.parser import WRITING, handler, writes
+from pipelines.cli.table import COMMANDS, GroupCommand, actions
+
+HEAVY = ("pipelines.demo", "pyspark", "airflow")
+
+# Each command with the fewest arguments it parses with, and whether that command line writes to the home.
+COMMAND_LINES: dict[str, list[tuple[list[str], bool]]] = {
+    "stream create": [(["stream", "create", "s", "--partitions", "2"], True)],
+    "stream produce": [(["stream", "produce", "s", "--records", "1", "--keys", "1"], True)],
+    "stream expand": [(["stream", "expand", "s", "--partitions", "4"], True)],
+    "stream describe": [(["stream", "describe", "s"], False)],
+    "model plan": [(["model", "plan"], False), (["model", "plan", "--save"], True)],
+    "model migrate": [(["model", "migrate", "--from", "-", "--to-factor", "2"], False)],
+    "model import": [(["model", "import", "--samza", "-"], False)],
+    "model export": [(["model", "export", "--job", "j"], False)],
+    "job list": [(["job", "list"], False)],
+    "job show": [(["job", "show", "j"], False)],
+    "job checkpoints": [(["job", "checkpoints", "j"], False)],
+    "job create": [(["job", "create", "j", "--config", "j.yaml"], True)],
+    "status": [(["status", "j"], False)],
+    "store list": [(["store", "list", "j"], False)],
+    "store verify": [(["store", "verify", "j", "s"], False)],
+    "run": [(["run", "j"], True)],
+    "demo": [(["demo"], True)],
+    "verify": [(["verify", "j"], True)],
+    "rescale": [
+        (["rescale", "j", "--factor", "2"], True),
+        (["rescale", "j", "--factor", "2", "--dry-run"], False),
+        (["rescale", "j", "--factor", " Auto", "--dry-run"], True),  # records the autosizer's decision
+    ],
+    "watch": [(["watch"], False), (["watch", "--apply"], True)],
+    "autosize": [(["autosize", "j"], True), (["autosize", "j", "--no-record"], False)],
+    "stop": [(["stop", "j"], True)],
+    "sql": [(["sql", "SELECT 1"], False)],
+    "lock show": [(["lock", "show", "j"], False)],
+    "lock release": [(["lock", "release", "j"], True)],
+}
+
+
+def test_importing_the_cli_and_parsing_loads_no_demo_spark_or_airflow() -> None:
+    code = (
+        "import json, sys\n"
+        "import pipelines.cli\n"
+        "parser = pipelines.cli.build_parser()\n"
+        "parser.parse_args(['stream', 'produce', 's', '--records', '1', '--keys', '1'])\n"
+        "parser.parse_args(['demo'])\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = json.loads(done.stdout)
+    assert "pipelines.cli.table" in loaded  # the probe ran the import it means to check
+    assert [m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)] == []
+
+
+def test_every_command_in_the_table_has_an_importable_handler() -> None:
+    names = [name for name, _ in actions()]
+    assert len(names) == len(set(names))
+    for name, command in actions():
+        function = handler(command)
+        assert callable(function), name
+        assert function.__module__.startswith("pipelines.cli."), name
+
+
+def test_the_table_lists_every_command_the_spec_knows_and_each_parses() -> None:
+    assert sorted(COMMAND_LINES) == sorted(name for name, _ in actions())
+    parser = build_parser()
+    for name, lines in COMMAND_LINES.items():
+        for argv, _ in lines:
+            args = parser.parse_args(argv)
+            assert " ".join(argv).startswith(name)
+            assert args.entry is dict(actions())[name]
+
+
+def test_the_writes_set_is_what_the_parser_applies() -> None:
+    parser = build_parser()
+    assert {name for name, lines in COMMAND_LINES.items() if any(w for _, w in lines)} == WRITING
+    for lines in COMMAND_LINES.values():
+        for argv, expected in lines:
+            assert writes(parser.parse_args(argv)) is expected, argv
+
+
+def test_usage_and_help_list_every_command_in_table_order() -> None:
+    parser = build_parser()
+    order = [entry.name for entry in COMMANDS]
+    usage = parser.format_usage()
+    assert "{" + ",".join(order) + "}" in usage
+    listed = _listed(parser)
+    assert listed == order
+    for entry in COMMANDS:
+        if isinstance(entry, GroupCommand):
+            sub = _subparser(parser, entry.name)
+            assert "--home" in sub.format_help()  # global options work after every group's name too
+            assert _listed(sub) == [c.name for c in entry.subcommands]
+
+
+def test_usage_errors_exit_2_with_the_parsers_message(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["run", "j", "--available-now", "--continuous"])
+    assert exited.value.code == 2
+    assert "argument --continuous: not allowed with argument --available-now" in capsys.readouterr().err
+
+
+def _listed(parser: argparse.ArgumentParser) -> list[str]:
+    """The command names ``--help`` lists under the positional arguments, in order."""
+    return re.findall(r"^    ([a-z]+)\b", parser.format_help(), flags=re.MULTILINE)
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise AssertionError(f"no subcommands in {parser.prog}")
