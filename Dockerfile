@@ -15,9 +15,9 @@ RUN pip install --no-cache-dir -r requirements.txt -c constraints.txt psycopg2-b
 COPY jvm ./jvm
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends maven \
- && mvn -B -q -f jvm/spark/pom.xml -Dmaven.repo.local=/tmp/m2 dependency:copy-dependencies \
+ && mvn -B -q -f jvm/spark/pom.xml -Dmaven.repo.local=/opt/m2-build dependency:copy-dependencies \
         -DoutputDirectory=/opt/pipelines/.jvm/spark-jars \
- && rm -rf /tmp/m2 \
+ && rm -rf /opt/m2-build \
  && apt-get purge -y --auto-remove maven \
  && rm -rf /var/lib/apt/lists/*
 COPY pipelines ./pipelines

@@ -43,7 +43,7 @@ from pipelines.jobs.config import JobConfig  # noqa: E402
 from pipelines.observe.collect import observe  # noqa: E402
 from pipelines.observe.synthetic import run_rows  # noqa: E402
 from pipelines.operations.jobs import create_job  # noqa: E402
-from pipelines.operations.scaling import apply_plan  # noqa: E402
+from pipelines.operations.scaling.start import apply_plan  # noqa: E402
 from pipelines.planning import plan_next  # noqa: E402
 from pipelines.systems.deltalog import DeltaLog  # noqa: E402
 

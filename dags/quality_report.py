@@ -30,7 +30,7 @@ from pipelines.errors import PipelinesError
 def quality_report() -> None:
     @task(outlets=[QUALITY])
     def validate_all_jobs() -> dict[str, Any]:
-        from pipelines.operations.scaling import default_sequence
+        from pipelines.operations.scaling.readings import default_sequence
         from pipelines.quality.report import run_quality
 
         home = PipelinesHook().home()

@@ -125,7 +125,7 @@ class _KafkaSettings(Check):
     def check(self, value: Any) -> dict[str, Any]:
         if value is None:
             return {}
-        from pipelines.systems.kafka import validate_settings
+        from pipelines.systems.kafka.settings import validate_settings
 
         try:
             validate_settings(value, "systems.kafka")

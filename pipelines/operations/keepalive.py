@@ -26,7 +26,7 @@ from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.jobs.config import job_config
-from pipelines.operations.scaling import last_heartbeat
+from pipelines.operations.scaling.readings import last_heartbeat
 
 KEEPALIVE_ENV = "PIPELINES_KEEPALIVE"
 LAUNCH, REPORT = "launch", "report"

@@ -22,7 +22,7 @@ from pipelines.core.groupers import check_partition_change
 from pipelines.errors import PartitionChangeError, PipelinesError
 from pipelines.jobs.config import job_config
 from pipelines.operations import scaling
-from pipelines.operations.scaling import ScalingRequest, expansion_request, reshard_request
+from pipelines.operations.scaling.operation import ScalingRequest, expansion_request, reshard_request
 from pipelines.systems.base import SupportsRelayout
 from pipelines.systems.registry import JobSystems
 

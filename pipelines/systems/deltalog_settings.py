@@ -1,6 +1,6 @@
 """The job YAML's ``systems: deltalog:`` section: how long a read waits for storage that went away.
 
-Apart from ``deltalog.py`` so that checking a job's configuration does not
+Apart from the ``deltalog`` package so that checking a job's configuration does not
 load ``deltalake``, and so that opening the embedded log without settings
 (every Spark worker of a job on it) does not load pydantic.
 """

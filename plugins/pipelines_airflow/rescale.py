@@ -55,7 +55,7 @@ def preview(home: Any, job: str, factor: object, reason: str | None = None) -> d
     from pipelines.control import ControlPlane
     from pipelines.control.locks import ScalingLock
     from pipelines.core.hashing import max_factor
-    from pipelines.operations.scaling import last_heartbeat
+    from pipelines.operations.scaling.readings import last_heartbeat
 
     request = rescale_request(home, job, factor, reason)
     version = planning.plan_next(home, request.job, factor=request.factor, grouper=request.grouper)

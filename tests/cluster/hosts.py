@@ -55,7 +55,9 @@ KILL_TIMEOUT_S = 15.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _HERE = Path(__file__).resolve().parent
 _HOST_NAME = re.compile(r"^[a-z][a-z0-9-]{0,14}$")  # a hostname that is also a valid interface name
-_PRIVATE_DIRS = ("/tmp", "/dev/shm")
+HOST_TMP = Path("/tmp")
+"""Each host's own ``/tmp``: a tmpfs its start script mounts, private to the host (paths under it are per host)."""
+_PRIVATE_DIRS = (str(HOST_TMP), "/dev/shm")
 _CAPABILITIES = {
     12: ("CAP_NET_ADMIN", "network namespaces, veth pairs and a bridge"),
     21: ("CAP_SYS_ADMIN", "mount, pid and uts namespaces and the tmpfs over /tmp and /dev/shm"),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.hosts import Host, HostProcess
+from tests.cluster.hosts import HOST_TMP, Host, HostProcess
 
 MASTER_PORT = 7077
 MASTER_WEB_PORT = 8080
@@ -36,7 +36,7 @@ JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 WORKER_CORES = 1
 WORKER_MEMORY = "1g"
 EXECUTOR_MEMORY = "512m"
-WORK_DIR = "/tmp/spark-work"  # in the worker host's own /tmp: executors' stdout, stderr and files
+WORK_DIR = str(HOST_TMP / "spark-work")  # in the worker host's own /tmp: executors' stdout, stderr and files
 
 
 def driver_confs(cores: int) -> dict[str, str]:
@@ -177,9 +177,9 @@ def run_driver(
 def _daemon_env(host: Host) -> dict[str, str]:
     return {
         "SPARK_HOME": str(_pyspark_home()),
-        "SPARK_CONF_DIR": "/tmp/spark-conf",  # absent: no stray spark-env.sh or spark-defaults.conf
+        "SPARK_CONF_DIR": str(HOST_TMP / "spark-conf"),  # absent: no stray spark-env.sh or spark-defaults.conf
         "SPARK_LOCAL_IP": host.ip,
-        "SPARK_LOCAL_DIRS": "/tmp/spark-local",
+        "SPARK_LOCAL_DIRS": str(HOST_TMP / "spark-local"),
         "SPARK_WORKER_DIR": WORK_DIR,
         "SPARK_DAEMON_MEMORY": "256m",
         "SPARK_DAEMON_JAVA_OPTS": JVM_OPTIONS,

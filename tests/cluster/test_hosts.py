@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.hosts import REPO_ROOT, Cluster, Host, list_netns, remove_leftovers
+from tests.cluster.hosts import HOST_TMP, REPO_ROOT, Cluster, Host, list_netns, remove_leftovers
 
 pytestmark = pytest.mark.slow
 
@@ -47,12 +47,13 @@ def test_each_host_has_its_own_hostname_tmp_shm_and_pids(cluster: Cluster) -> No
     assert one.exec(["hostname"]).stdout.strip() == "worker1"
     assert two.exec(["hostname"]).stdout.strip() == "worker2"
     token = secrets.token_hex(6)
-    write = f"echo {token} > /tmp/mark-{token} && echo {token} > /dev/shm/mark-{token}"
+    mark = HOST_TMP / f"mark-{token}"
+    write = f"echo {token} > {mark} && echo {token} > /dev/shm/mark-{token}"
     assert one.exec(["sh", "-c", write]).returncode == 0
-    read = f"cat /tmp/mark-{token} /dev/shm/mark-{token}"
+    read = f"cat {mark} /dev/shm/mark-{token}"
     assert one.exec(["sh", "-c", read]).stdout.split() == [token, token]  # one host: one /tmp for all its processes
     assert two.exec(["sh", "-c", read]).returncode != 0
-    assert not Path(f"/tmp/mark-{token}").exists() and not Path(f"/dev/shm/mark-{token}").exists()
+    assert not mark.exists() and not Path(f"/dev/shm/mark-{token}").exists()
 
     seconds = str(100000 + secrets.randbelow(800000))  # a command line no other process has
     sleeper = one.run(["sleep", seconds], log_name="sleeper")
@@ -107,7 +108,7 @@ def test_nothing_is_reachable_beyond_the_subnet(cluster: Cluster) -> None:
 
 def test_kill_all_kills_every_process_of_the_host_and_boot_brings_it_back(cluster: Cluster) -> None:
     host = cluster["driver2"]
-    assert host.exec(["sh", "-c", "echo before > /tmp/before-the-kill"]).returncode == 0
+    assert host.exec(["sh", "-c", f"echo before > {HOST_TMP / 'before-the-kill'}"]).returncode == 0
     tree = "sleep 300 & sleep 300 & (setsid sh -c 'trap \"\" TERM HUP INT; sleep 300' &); wait"
     shell = host.run(["sh", "-c", tree], log_name="tree")
     stubborn = host.run(

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.hosts import Cluster, Host, HostProcess
+from tests.cluster.hosts import HOST_TMP, Cluster, Host, HostProcess
 from tests.cluster.spark import SparkCluster, driver_confs
 from tests.cluster.store import StoreHost
 
@@ -61,7 +61,7 @@ batch:
   trigger_interval: "0 seconds"
 trigger: continuous
 """
-SPARK_CONF_DIR = "/tmp/spark-conf"  # in each driver host's own /tmp: its spark-defaults.conf
+SPARK_CONF_DIR = str(HOST_TMP / "spark-conf")  # in each driver host's own /tmp: its spark-defaults.conf
 LOG4J2 = """
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
@@ -112,8 +112,8 @@ class Deployment:
         # Host-local state (pid files, logs) and HOME in the host's own /tmp: nothing shared through the disk.
         return {
             **self.store.env,
-            "PIPELINES_LOCAL_DIR": "/tmp/pipelines-local",
-            "HOME": "/tmp/home",
+            "PIPELINES_LOCAL_DIR": str(HOST_TMP / "pipelines-local"),
+            "HOME": str(HOST_TMP / "home"),
             "SPARK_CONF_DIR": SPARK_CONF_DIR,
             "PYTHONUNBUFFERED": "1",
         }
@@ -222,8 +222,9 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
     try:
         # (a) a 2-partition stream, a factor-4 job on driver1, tasks on both worker hosts
         cli(ops_host, "stream", "create", "events", "--partitions", "2")
-        ops_host.exec(["sh", "-c", "cat > /tmp/job.yaml"], input=JOB_YAML, check=True)
-        cli(ops_host, "job", "create", JOB, "--config", "/tmp/job.yaml")
+        job_yaml = str(HOST_TMP / "job.yaml")  # in the ops host's own /tmp
+        ops_host.exec(["sh", "-c", f"cat > {job_yaml}"], input=JOB_YAML, check=True)
+        cli(ops_host, "job", "create", JOB, "--config", job_yaml)
         cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
         driver = deployment.start_driver(first_driver_host)
         deployment.wait_rows(ops_host, driver, STEP, timeout=240)

@@ -265,7 +265,7 @@ def test_microbatch_runs_available_now_jobs_and_relaunches_a_continuous_one(dagb
         rows = ControlPlane(home).checkpoints.latest(batch.name, 1)
         ends = DeltaLog(home.streams).end_offsets("events")
         assert {s.partition: int(o) for s, o in rows.offsets.items()} == ends  # every record of the input read
-        from pipelines.operations.scaling import last_heartbeat
+        from pipelines.operations.scaling.readings import last_heartbeat
 
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not (last_heartbeat(ControlPlane(home), continuous.name) or {}).get(

@@ -134,7 +134,8 @@ def test_elastic_rescale_through_the_rest_api_switches_a_live_driver_and_waits_d
 
 def _wait_processed(home: Home, job: str, version: int, *, timeout: float) -> None:
     """Until ``version``'s checkpoints reach every input's end as of now."""
-    from pipelines.operations.scaling import catch_up_state, end_positions
+    from pipelines.operations.scaling.readings import end_positions
+    from pipelines.operations.scaling.switch import catch_up_state
 
     target, deadline = end_positions(home, job), time.monotonic() + timeout
     while True:

@@ -34,7 +34,7 @@ from pipelines.core.ssp import SystemStreamPartition
 from pipelines.demo import producer
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
-from pipelines.operations.scaling import end_positions
+from pipelines.operations.scaling.readings import end_positions
 from pipelines.storage.clock import StoreClock, boot_clock
 from pipelines.systems.deltalog import DeltaLog
 

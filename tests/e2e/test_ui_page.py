@@ -25,7 +25,7 @@ from pipelines.demo.producer import produce
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.autosize import evaluate
 from pipelines.operations.jobs import create_job
-from pipelines.operations.scaling import apply_plan
+from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
 from pipelines.quality.report import run_quality
 from pipelines.systems.deltalog import DeltaLog

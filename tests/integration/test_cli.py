@@ -114,9 +114,10 @@ def test_model_migrate_bad_input(tmp_path: Path) -> None:
 
 def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
     from pipelines import cli
-    from pipelines.systems import deltalog
+    from pipelines.systems.deltalog import DeltaLog
+    from pipelines.systems.deltalog.layout import SYSTEM
 
-    assert cli.EMBEDDED_SYSTEM == deltalog.SYSTEM
+    assert cli.EMBEDDED_SYSTEM == SYSTEM
     home = Home(tmp_path / "home")
     assert "2 partitions" in run(tmp_path, "stream", "create", "events", "--partitions", "2").stdout
     assert "already exists" in fails(tmp_path, "stream", "create", "events", "--partitions", "2")
@@ -141,7 +142,7 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
     assert "does not exist" in fails(tmp_path, "stream", "describe", "nope")
 
     seqs: dict[str, list[int]] = defaultdict(list)
-    log = deltalog.DeltaLog(home.streams)
+    log = DeltaLog(home.streams)
     for p, meta in log.describe("events").partitions.items():
         for raw in log.read_range("events", p, 0, int(meta.end)).column("value").to_pylist():
             doc = json.loads(raw)

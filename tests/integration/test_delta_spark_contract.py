@@ -32,7 +32,7 @@ from pipelines.deltaio import read_delta
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.autosize import evaluate
 from pipelines.operations.jobs import create_job
-from pipelines.operations.scaling import apply_plan
+from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests

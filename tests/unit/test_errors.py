@@ -3,7 +3,7 @@
 from pipelines.errors import DamagedTableError, PipelinesError, StreamError, raised_inside
 
 TRACE = """org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown: Traceback:
-  File "/x/pipelines/systems/deltalog.py", line 564, in read
+  File "/x/pipelines/systems/deltalog/reader.py", line 46, in read
 pipelines.errors.StreamError: stream 'events': its storage is unavailable
 During handling of the above exception, another exception occurred:
 pipelines.errors.DamagedTableError: stream 'events' cannot be read; nothing was changed. SQLSTATE: 38000

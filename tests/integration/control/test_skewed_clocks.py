@@ -26,7 +26,7 @@ from pipelines.control.locks import ScalingInProgressError
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
-from pipelines.operations.scaling import last_heartbeat
+from pipelines.operations.scaling.readings import last_heartbeat
 from tests.skew import SkewedHost
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,7 @@ from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.autosize import autosize_config, evaluate, observe
 from pipelines.operations.jobs import create_job
-from pipelines.operations.scaling import apply_plan
+from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
 from pipelines.systems.deltalog import DeltaLog
 

@@ -18,7 +18,7 @@ from pipelines.demo import producer
 from pipelines.errors import ConfigError, UnknownJobError
 from pipelines.faults import FAULT_ENV, InjectedFault
 from pipelines.operations import scaling
-from pipelines.operations.scaling import ScalingRequest
+from pipelines.operations.scaling.operation import ScalingRequest
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job

@@ -50,7 +50,7 @@ def test_the_heartbeat_goes_on_while_the_loop_is_busy_and_stops_when_it_is_stuck
 def test_a_beat_after_the_driver_ended_does_not_make_it_live(home: Home) -> None:
     """The thread may come round once more on the driver's way out; after its end the registration writes nothing."""
     from pipelines.control.drivers import Registration
-    from pipelines.operations.scaling import last_heartbeat
+    from pipelines.operations.scaling.readings import last_heartbeat
 
     control = ControlPlane(home)
     registration = Registration(home, "beating")

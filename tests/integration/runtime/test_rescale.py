@@ -11,7 +11,7 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.core.model import JobModel
-from pipelines.operations.scaling import apply_plan
+from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests

@@ -19,7 +19,8 @@ from deltalake import DeltaTable
 from pipelines.core.partitioner import kafka_partition
 from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError
 from pipelines.systems.base import InputSystem
-from pipelines.systems.deltalog import LOG_SCHEMA, SYSTEM, DeltaLog
+from pipelines.systems.deltalog import DeltaLog
+from pipelines.systems.deltalog.layout import LOG_SCHEMA, SYSTEM
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,7 @@ from pipelines.operations.jobs import create_job
 from pipelines.servers.kafka_broker import KafkaBroker
 from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted
 from pipelines.systems.kafka import KafkaSystem, position_key, validate_settings
-from pipelines.systems.kafka_expansions import ExpansionLog
+from pipelines.systems.kafka.expansions import ExpansionLog
 from tests.integration.kafka_fixtures import SASL_PASSWORD_ENV, SASL_PREFIX, new_topic, sasl_settings, unique_topic
 from tests.integration.systems.contract import check_input_system_contract
 
@@ -327,12 +327,12 @@ def test_settings_refuse_unknown_fields_and_secrets_in_clear(monkeypatch: pytest
     system = KafkaSystem({"bootstrap_servers": "x:9092", "secrets_env": {"sasl.password": "KAFKA_TEST_PASSWORD"}})
     monkeypatch.delenv("KAFKA_TEST_PASSWORD", raising=False)
     with pytest.raises(ConfigError, match="KAFKA_TEST_PASSWORD is not set"):
-        system._conf()
+        system.clients.conf()
     monkeypatch.setenv("KAFKA_TEST_PASSWORD", "hunter2")
-    assert system._conf()["sasl.password"] == "hunter2"
+    assert system.clients.conf()["sasl.password"] == "hunter2"
     connection = '{"conn_type": "kafka", "extra": {"sasl.username": "svc", "sasl.password": "s3"}}'
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROD", connection)
-    conf = KafkaSystem({"bootstrap_servers": "x:9092", "connection_id": "kafka_prod"})._conf()
+    conf = KafkaSystem({"bootstrap_servers": "x:9092", "connection_id": "kafka_prod"}).clients.conf()
     assert (conf["sasl.username"], conf["sasl.password"], conf["bootstrap.servers"]) == ("svc", "s3", "x:9092")
     assert "s3" not in repr(KafkaSystem({"bootstrap_servers": "x:9092", "connection_id": "kafka_prod"}).__getstate__())
     assert os.environ["KAFKA_TEST_PASSWORD"] == "hunter2"

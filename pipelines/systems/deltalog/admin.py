@@ -1,0 +1,137 @@
+"""The embedded log's admin side: creating streams, growing them by a multiple, ends and batch plans.
+
+An expansion records each old partition's end offset as its expansion point
+in the table's metadata, in one commit, so readers hold the new partitions
+back until their source partition is past it (``core.batchplan``); asking for
+the current count is a no-op, so a retried expansion is safe. See
+docs/systems/deltalog.md, "Expansion".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from deltalake import CommitProperties
+from deltalake.exceptions import CommitFailedError
+
+from pipelines.core.batchplan import expansion_holds
+from pipelines.deltaio import create_table, is_table
+from pipelines.errors import PartitionChangeError, StreamError
+from pipelines.systems.base import End, Expansion, Position, StreamMetadata
+from pipelines.systems.deltalog.layout import (
+    META_FORMAT,
+    META_KEY,
+    SYSTEM,
+    expansion_to_json,
+    offset,
+    table_schema,
+    validate_count,
+)
+from pipelines.systems.deltalog.tables import StreamTables
+
+
+class DeltaLogAdmin:
+    """Creates, grows and describes the streams under one root."""
+
+    def __init__(self, tables: StreamTables, max_attempts: int) -> None:
+        self.tables = tables
+        self.max_attempts = max_attempts
+
+    def create(self, stream: str, partitions: int) -> StreamMetadata:
+        path = self.tables.path(stream)
+        count = validate_count(partitions)
+        if is_table(path):
+            raise StreamError(f"stream {stream!r} already exists in {self.tables.root}")
+        meta = {"format": META_FORMAT, "partitions": count, "expansions": []}
+        try:
+            create_table(
+                path,
+                table_schema(meta),
+                partition_by=["partition"],
+                mode="error",
+                name=stream,
+                description=f"{SYSTEM} stream: partitioned append-only log, see pipelines/systems/deltalog/",
+                configuration={"delta.appendOnly": "true"},
+                commit_properties=CommitProperties(custom_metadata={"deltalog.operation": "create"}),
+            )
+        except Exception as error:
+            if is_table(path):  # another process created it between our check and our commit
+                raise StreamError(f"stream {stream!r} already exists in {self.tables.root}") from error
+            raise
+        return self.describe(stream)
+
+    def expand(self, stream: str, partitions: int) -> StreamMetadata:
+        """Grow the partition count to a multiple of the current one, recording the expansion point.
+
+        Asking for the current count is a no-op, so a retried expansion is safe.
+        """
+        count = validate_count(partitions)
+        for attempt in range(1, self.max_attempts + 1):
+            table, snap = self.tables.latest(stream)
+            current = snap.partitions
+            if count == current:
+                return snap.describe(stream)
+            if count < current:
+                raise PartitionChangeError(
+                    f"stream {stream!r} has {current} partitions; shrinking to {count} is not possible "
+                    "(keys would lose their order and partitions their offsets)"
+                )
+            if count % current:
+                raise PartitionChangeError(
+                    f"stream {stream!r} has {current} partitions; the new count must be a multiple of it "
+                    f"(e.g. {2 * current} or {3 * current}), got {count}, so that every key moves from "
+                    f"partition p only to partitions p' with p' mod {current} == p"
+                )
+            expansion = Expansion(
+                from_partitions=current,
+                to_partitions=count,
+                end_offsets={p: str(snap.end(p)) for p in range(current)},
+                at=datetime.now(UTC),
+            )
+            meta = {
+                "format": META_FORMAT,
+                "partitions": count,
+                "expansions": [expansion_to_json(e) for e in [*snap.expansions, expansion]],
+            }
+            try:
+                table.alter.set_column_metadata(
+                    "partition",
+                    {META_KEY: json.dumps(meta, separators=(",", ":"))},
+                    commit_properties=self.tables.commit_properties(snap.version, "expand"),
+                )
+            except CommitFailedError:
+                self.tables.commit_backoff(attempt)
+                continue
+            return self.describe(stream)
+        raise StreamError(
+            f"could not expand stream {stream!r} after {self.max_attempts} attempts: "
+            "concurrent producers or expansions kept committing first; retry later"
+        )
+
+    def describe(self, stream: str) -> StreamMetadata:
+        return self.tables.latest(stream)[1].describe(stream)
+
+    def end_offsets(self, stream: str) -> dict[int, int]:
+        """The next offset to be written, per partition, from the log's file statistics (this package's own view)."""
+        snap = self.tables.latest(stream)[1]
+        return {p: snap.end(p) for p in range(snap.partitions)}
+
+    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
+        """Offsets are dense here: every offset between two positions is a record."""
+        return max(0, offset(end) - offset(start))
+
+    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
+        """New partitions of an expansion are held back until their source is past the recorded expansion point."""
+        expansions = self.tables.latest(stream)[1].expansions
+        return dict.fromkeys(expansion_holds(expansions, floors, offset))
+
+    def advance(
+        self,
+        stream: str,
+        floors: Mapping[int, Position],
+        records: Mapping[int, int],
+        limits: Mapping[int, Position],
+    ) -> dict[int, End]:
+        return {p: str(min(offset(floors[p]) + n, offset(limits[p]))) for p, n in records.items()}

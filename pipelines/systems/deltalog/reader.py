@@ -1,0 +1,126 @@
+"""The embedded log's consumer: a partition's offset range, opening only the files the statistics name.
+
+A read plans from the cached snapshot when it already covers the range, so a
+consumer reading behind the end does not list the log on every call, and
+checks that the files hold exactly the offsets asked for. A read in flight
+waits out an outage of the stream's storage. See docs/systems/deltalog.md,
+"Ends and reads" and "Outages".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipelines.deltaio import readable
+from pipelines.errors import StreamError
+from pipelines.systems.base import RECORD_SCHEMA, Bounded, End, Position, ReadResult
+from pipelines.systems.deltalog.layout import FILE_SCHEMA, LOG_SCHEMA, SYSTEM, data_file, offset
+from pipelines.systems.deltalog.tables import StreamTables
+
+
+class DeltaLogReader:
+    """Reads offset ranges of the streams under one root."""
+
+    def __init__(self, tables: StreamTables) -> None:
+        self.tables = tables
+
+    def files_for_range(self, stream: str, partition: int, start: int, end: int) -> list[str]:
+        """The data files (paths relative to the table) a read of ``[start, end)`` opens, from statistics only."""
+        return self._plan(stream, partition, start, end)
+
+    def read(
+        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
+    ) -> ReadResult:
+        """``[start, end)``, or with a ``Bounded`` end at most ``end.records`` records from ``start``."""
+        first = offset(start)
+        if isinstance(end, Bounded):
+            last = min(first + max(end.records, 0), self._plan_end(stream, partition))
+        else:
+            last = offset(end)
+        data = self.tables.waiting_for_storage(
+            stream, lambda: self.read_range(stream, partition, first, max(first, last), columns=columns)
+        )
+        columns_out = [data.column(n) if n != "offset" else data.column(n).cast(pa.string()) for n in LOG_SCHEMA.names]
+        records = pa.Table.from_arrays(columns_out, schema=RECORD_SCHEMA)
+        return ReadResult(records, str(max(first, last)), bytes_fetched=data.nbytes)
+
+    def read_range(
+        self, stream: str, partition: int, start: int, end: int, *, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Records at offsets ``[start, end)`` of one partition, in offset order, as ``LOG_SCHEMA``.
+
+        The range must lie within ``[earliest, end offset]``; asking past the
+        end is an error rather than a short read, so a caller never mistakes
+        "not written yet" for "no records".
+        """
+        files = self._plan(stream, partition, start, end)
+        if start == end:
+            return LOG_SCHEMA.empty_table()
+        store = self.tables.store
+        root = self.tables.location(stream)
+        filters = [("offset", ">=", start), ("offset", "<", end)]
+        wanted = None if columns is None else [c for c in FILE_SCHEMA.names if c in columns or c == "offset"]
+        filesystem = store.filesystem()
+        with readable(root):
+            parts = [
+                pq.read_table(
+                    store.arrow_path(data_file(root, rel)),
+                    schema=FILE_SCHEMA,
+                    filters=filters,
+                    columns=wanted,
+                    filesystem=filesystem,
+                )
+                for rel in files
+            ]
+        data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        offsets = data["offset"].combine_chunks()
+        if (
+            data.num_rows != end - start
+            or offsets[0].as_py() != start
+            or offsets[-1].as_py() != end - 1
+            # with the count and both ends right, strictly increasing means exactly the range
+            or (data.num_rows > 1 and pc.min(pc.pairwise_diff(offsets)).as_py() < 1)
+        ):
+            raise StreamError(
+                f"stream {stream!r} partition {partition}: files {files} do not hold exactly offsets "
+                f"[{start}, {end}) (got {data.num_rows} rows); the table was modified outside {SYSTEM}"
+            )
+        arrays = [
+            data.column(f.name) if f.name in data.column_names else pa.nulls(data.num_rows, f.type) for f in FILE_SCHEMA
+        ]
+        return pa.Table.from_arrays(
+            [pa.repeat(pa.scalar(partition, pa.int32()), data.num_rows), *arrays],
+            schema=LOG_SCHEMA,
+        )
+
+    def _plan_end(self, stream: str, partition: int) -> int:
+        snap = self.tables.latest(stream)[1]
+        if partition >= snap.partitions:
+            raise StreamError(f"stream {stream!r} has partitions 0..{snap.partitions - 1}, not {partition}")
+        return snap.end(partition)
+
+    def _plan(self, stream: str, partition: int, start: int, end: int) -> list[str]:
+        for name, value in (("partition", partition), ("start", start), ("end", end)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise StreamError(f"{name} must be an integer >= 0, got {value!r}")
+        if start > end:
+            raise StreamError(f"start offset {start} is after end offset {end}")
+        snap = self.tables.cached(stream)
+        if partition >= snap.partitions or end > snap.end(partition):
+            snap = self.tables.latest(stream)[1]
+        if partition >= snap.partitions:
+            raise StreamError(f"stream {stream!r} has partitions 0..{snap.partitions - 1}, not {partition}")
+        files = snap.partition_files(partition)
+        if end > files.end:
+            raise StreamError(
+                f"stream {stream!r} partition {partition} ends at offset {files.end}; cannot read up to {end}"
+            )
+        if start < files.earliest:
+            raise StreamError(
+                f"stream {stream!r} partition {partition} starts at offset {files.earliest}; cannot read from {start}"
+            )
+        return files.overlapping(start, end)

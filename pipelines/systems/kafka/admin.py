@@ -1,0 +1,186 @@
+"""The driver's side of Kafka: topic metadata, end offsets, batch plans, and creating and growing topics.
+
+Ends are the last stable offset (``ListOffsets`` with ``READ_COMMITTED``), so
+a micro-batch never waits on an open transaction. New partitions of an
+expansion are held back until their source partition is past the expansion
+point this platform recorded (``expansions``). Topics grow only by a multiple
+of their count, so every key moves from p only to p' with p' mod n == p.
+See docs/systems/kafka.md, "Ends" and "Partition expansion".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import NewPartitions, NewTopic, OffsetSpec  # type: ignore[attr-defined]  # no 'as' re-export
+
+from pipelines.errors import ConfigError, PartitionChangeError, StreamError
+from pipelines.systems.base import End, PartitionMetadata, Position, StreamMetadata
+from pipelines.systems.kafka.client import KafkaClients
+from pipelines.systems.kafka.expansions import ExpansionLog
+from pipelines.systems.kafka.positions import SYSTEM, offset
+
+# Untyped classmethods, each returning one shared spec.
+_EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+_LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+
+class KafkaAdmin:
+    """Answers the admin questions of ``InputSystem`` for one cluster; ``home`` keeps the expansions observed."""
+
+    def __init__(self, clients: KafkaClients, home: Any = None) -> None:
+        self.clients = clients
+        self.home = home
+        self.brokers = clients.brokers
+
+    def partition_count(self, stream: str) -> int:
+        """The topic's partition count from the cluster's metadata; unknown topics and dead brokers are errors."""
+        return self.metadata(stream)[0]
+
+    def metadata(self, stream: str) -> tuple[int, str]:
+        """(partition count, cluster id) of a topic; asked in slices of at most 1 s, so a refused login ends it."""
+        admin = self.clients.admin()
+        doing = f"describing topic {stream!r}"
+        deadline = time.monotonic() + self.clients.timeout_s
+        while True:
+            try:
+                meta = admin.list_topics(topic=stream, timeout=max(0.05, min(1.0, deadline - time.monotonic())))
+                break
+            except KafkaException as error:
+                refused = self.clients.refusal(doing)
+                if refused is not None:
+                    raise refused from None
+                if time.monotonic() >= deadline:
+                    raise self.clients.error(doing, error) from None
+        topic = meta.topics.get(stream)
+        if topic is None:
+            raise StreamError(f"Kafka topic {stream!r} is missing from the metadata of {self.brokers}")
+        if topic.error is not None:
+            raise self.clients.topic_error(stream, topic.error)
+        return len(topic.partitions), str(meta.cluster_id or self.brokers)
+
+    def _expansions(self, stream: str, count: int, cluster: str) -> list[Any]:
+        """The expansions of ``stream`` this platform observed, recording what ``count`` shows now."""
+        if self.home is None:
+            return []
+        log = ExpansionLog(self.home.root, cluster, stream)
+        ends = lambda: self.list_offsets(stream, count, _LATEST)  # noqa: E731 - only when a point is due
+        return log.observe(count, ends, self.clients.settings.expansion_grace_ms)
+
+    def describe(self, stream: str) -> StreamMetadata:
+        count, cluster = self.metadata(stream)
+        expansions = self._expansions(stream, count, cluster)
+        earliest = self.list_offsets(stream, count, _EARLIEST)
+        ends = self.list_offsets(stream, count, _LATEST)
+        return StreamMetadata(
+            system=SYSTEM,
+            stream=stream,
+            partitions={
+                p: PartitionMetadata(partition=p, earliest=str(earliest[p]), end=str(ends[p])) for p in range(count)
+            },
+            expansions=[e for e in expansions if e.end_offsets],  # settled ones; pending ones hold everything
+            details={"brokers": self.brokers, "cluster_id": cluster},
+        )
+
+    def end_positions(self, stream: str) -> dict[int, Position]:
+        count = self.partition_count(stream)
+        return {p: str(o) for p, o in self.list_offsets(stream, count, _LATEST).items()}
+
+    def list_offsets(self, stream: str, count: int, spec: OffsetSpec) -> dict[int, int]:
+        request = {TopicPartition(stream, p): spec for p in range(count)}
+        try:
+            futures = self.clients.admin().list_offsets(
+                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.clients.timeout_s
+            )
+            return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+        except KafkaException as error:
+            raise self.clients.error(f"listing offsets of topic {stream!r}", error) from None
+
+    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
+        """The offset difference: an upper bound (gaps hold no records), and what Kafka's lag tools report."""
+        return max(0, offset(end) - offset(start))
+
+    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
+        """New partitions held back until their source is past the expansion point (``expansions``)."""
+        if self.home is None:
+            return {}
+        count, cluster = self.metadata(stream)
+        expansions = self._expansions(stream, count, cluster)
+        log = ExpansionLog(self.home.root, cluster, stream)
+        return dict.fromkeys(log.holds(expansions, floors, offset))
+
+    def advance(
+        self,
+        stream: str,
+        floors: Mapping[int, Position],
+        records: Mapping[int, int],
+        limits: Mapping[int, Position],
+    ) -> dict[int, End]:
+        """``min(floor + N, limit)``: at most N records, since gaps only remove records (docs/systems/kafka.md)."""
+        return {p: str(min(offset(floors[p]) + max(n, 0), offset(limits[p]))) for p, n in records.items()}
+
+    def create(self, stream: str, partitions: int) -> StreamMetadata:
+        count = _validate_count(partitions)
+        timeout_s = self.clients.timeout_s
+        futures = self.clients.admin().create_topics(
+            [NewTopic(stream, count, replication_factor=-1)],
+            operation_timeout=timeout_s,
+            request_timeout=timeout_s,
+        )
+        try:
+            futures[stream].result()
+        except KafkaException as error:
+            code = error.args[0].code() if error.args else None
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                raise StreamError(f"Kafka topic {stream!r} already exists on {self.brokers}") from None
+            raise self.clients.error(f"creating topic {stream!r}", error) from None
+        return self._wait_for(stream, count)
+
+    def expand(self, stream: str, partitions: int) -> StreamMetadata:
+        """Grow to a multiple of the current count with ``CreatePartitions``; the current count is a no-op."""
+        count = _validate_count(partitions)
+        current = self.partition_count(stream)
+        if count == current:
+            return self.describe(stream)
+        if count < current:
+            raise PartitionChangeError(
+                f"Kafka topic {stream!r} has {current} partitions; Kafka cannot shrink a topic to {count}"
+            )
+        if count % current:
+            raise PartitionChangeError(
+                f"Kafka topic {stream!r} has {current} partitions; the new count must be a multiple of it "
+                f"(e.g. {2 * current} or {3 * current}), got {count}, so that every key moves from "
+                f"partition p only to partitions p' with p' mod {current} == p"
+            )
+        timeout_s = self.clients.timeout_s
+        futures = self.clients.admin().create_partitions(
+            [NewPartitions(stream, count)], operation_timeout=timeout_s, request_timeout=timeout_s
+        )
+        try:
+            futures[stream].result()
+        except KafkaException as error:
+            raise self.clients.error(f"adding partitions to topic {stream!r}", error) from None
+        return self._wait_for(stream, count)
+
+    def _wait_for(self, stream: str, count: int) -> StreamMetadata:
+        """Metadata propagates to every broker a little after the controller answers."""
+        deadline = time.monotonic() + self.clients.timeout_s
+        while True:
+            try:
+                if self.partition_count(stream) == count:
+                    return self.describe(stream)
+            except StreamError:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise StreamError(f"Kafka topic {stream!r} on {self.brokers} did not show {count} partitions in time")
+            time.sleep(0.1)
+
+
+def _validate_count(partitions: object) -> int:
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise ConfigError(f"partition count must be a whole number >= 1, got {partitions!r}")
+    return partitions

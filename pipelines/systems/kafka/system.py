@@ -1,0 +1,108 @@
+"""``KafkaSystem``: Kafka as an ``InputSystem`` over ``confluent-kafka`` (librdkafka), put together from its roles.
+
+Spark's own Kafka source is a Maven artifact and cannot split a partition by
+key, so jobs read Kafka through this package from the Python data source.
+Each role is a module: ``client`` (the process's clients and their errors),
+``admin`` (metadata, ends, plans, topics), ``reader``, ``progress`` (the
+consumer group mirror), ``producer``. This class holds them and answers the
+protocol; it is what the registry opens and what executors unpickle (only
+the settings travel). See docs/systems/kafka.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pipelines.systems.base import End, Position, ReadResult, Record, StreamMetadata
+from pipelines.systems.kafka.admin import KafkaAdmin
+from pipelines.systems.kafka.client import KafkaClients
+from pipelines.systems.kafka.positions import SYSTEM
+from pipelines.systems.kafka.producer import KafkaProducer
+from pipelines.systems.kafka.progress import KafkaProgress
+from pipelines.systems.kafka.reader import KafkaReader
+from pipelines.systems.kafka.settings import validate_settings
+from pipelines.systems.offsets import OffsetOrder
+
+
+class KafkaSystem(OffsetOrder):
+    """Kafka as an ``InputSystem``; clients are made on first use and are per process (it pickles to settings)."""
+
+    system: str = SYSTEM
+
+    def __init__(self, settings: Mapping[str, Any], home: Any = None) -> None:
+        """``home`` (a ``Home``) keeps the expansions this platform observed; without it nothing is held back."""
+        self._raw = dict(settings)
+        self.home = home
+        self.settings = validate_settings(settings)
+        self.brokers = self.settings.bootstrap_servers
+        self.clients = KafkaClients(self.settings)
+        self.admin = KafkaAdmin(self.clients, home)
+        self._reader = KafkaReader(self.clients)
+        self._progress = KafkaProgress(self.clients, self.admin)
+        self._producer = KafkaProducer(self.clients)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self._raw, "home": self.home}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"], state.get("home"))  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"KafkaSystem({self.brokers!r})"
+
+    # ----------------------------------------------------------------- admin
+
+    def partition_count(self, stream: str) -> int:
+        """The topic's partition count from the cluster's metadata; unknown topics and dead brokers are errors."""
+        return self.admin.partition_count(stream)
+
+    def describe(self, stream: str) -> StreamMetadata:
+        return self.admin.describe(stream)
+
+    def end_positions(self, stream: str) -> dict[int, Position]:
+        return self.admin.end_positions(stream)
+
+    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
+        return self.admin.records_between(stream, partition, start, end)
+
+    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
+        return self.admin.read_limits(stream, floors)
+
+    def advance(
+        self,
+        stream: str,
+        floors: Mapping[int, Position],
+        records: Mapping[int, int],
+        limits: Mapping[int, Position],
+    ) -> dict[int, End]:
+        return self.admin.advance(stream, floors, records, limits)
+
+    def create(self, stream: str, partitions: int) -> StreamMetadata:
+        return self.admin.create(stream, partitions)
+
+    def expand(self, stream: str, partitions: int) -> StreamMetadata:
+        return self.admin.expand(stream, partitions)
+
+    # -------------------------------------------------------------- consumer
+
+    def read(
+        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
+    ) -> ReadResult:
+        return self._reader.read(stream, partition, start, end, columns=columns)
+
+    def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
+        """Commit the job's floors to its consumer group, so Kafka's lag tools see its progress."""
+        self._progress.acknowledge(job, stream, positions)
+
+    def committed(self, group: str, stream: str) -> dict[int, Position]:
+        """What a consumer group has committed on a topic (what lag tools read); partitions without a commit omitted."""
+        return self._progress.committed(group, stream)
+
+    # -------------------------------------------------------------- producer
+
+    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
+        return self._producer.produce(stream, records)
+
+    def close(self) -> None:
+        self.clients.close()
