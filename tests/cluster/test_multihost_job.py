@@ -9,11 +9,14 @@ store and the network: each has its own ``/tmp``, pids and host-local state,
 and every process gets the store's AWS variables in its environment.
 
 In one run: a 2-partition stream read at factor 4 by tasks on both worker
-hosts; a live rescale to 8 issued from another host; the stream expanded to 4
-partitions and absorbed live; worker1 killed whole while a batch is in flight
-(Spark retries its tasks on worker2, the job goes on); the driver stopped from
-another host and started again on ``driver2``. The whole run must then verify
-with nothing lost, duplicated, out of order or misrouted.
+hosts, each record enriched through a broadcast adjunct store that every
+executor host fills from the home; the store's input updated, then a live
+rescale to 8 issued from another host, after which the new value is served;
+the stream expanded to 4 partitions and absorbed live; worker1 killed whole
+while one of its tasks runs (Spark retries the task on worker2, the job goes
+on); the driver stopped from another host and started again on ``driver2``.
+The whole run must then verify with nothing lost, duplicated, out of order or
+misrouted, and the drivers table shows the driver's move.
 """
 
 from __future__ import annotations
@@ -48,10 +51,15 @@ inputs:
 grouper: GroupByPartition
 elasticity_factor: 4
 containers: 1
-process: pipelines.demo.enrich:process
+process: tests.cluster.enrich:process
 output_schema: "event_key STRING, seq BIGINT, payload STRING, enriched STRING"
 process_options:
   latency_ms: 2
+stores:
+  customers:
+    input: customers
+    partitioning: broadcast
+    bootstrap: true
 sink:
   table: {SINK}
 dead_letter:
@@ -83,7 +91,13 @@ from pipelines.deltaio import is_table, read_delta
 table = Home(sys.argv[1]).sinks / sys.argv[2]
 rows = read_delta(table).to_pandas() if is_table(table) else None
 versions = {} if rows is None else {int(v): int(n) for v, n in rows["model_version"].value_counts().items()}
-print(json.dumps({"rows": 0 if rows is None else len(rows), "versions": versions}))
+seen = {} if rows is None else {
+    int(v): sorted(set(g["enriched"].fillna("-")))
+    for v, g in rows[rows["event_key"] == "key-3"].groupby("model_version")
+}
+wrong = 0 if rows is None else int(((rows["enriched"] != rows["event_key"].str.replace("key-", "name-"))
+                                    & (rows["event_key"] != "key-3")).sum())
+print(json.dumps({"rows": 0 if rows is None else len(rows), "versions": versions, "key-3": seen, "wrong": wrong}))
 """
 DRIVERS = """
 import json, sys
@@ -91,6 +105,18 @@ from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 drivers = ControlPlane(Home(sys.argv[1])).drivers.latest(sys.argv[2], recent_s=3600)
 print(json.dumps([[d.host, d.state] for d in drivers]))
+"""
+CUSTOMERS = """
+import sys
+from pipelines.control.home import Home
+from pipelines.systems.deltalog import DeltaLog
+log = DeltaLog(Home(sys.argv[1]).streams)
+if sys.argv[2] == "create":
+    log.create("customers", 2)
+    log.produce("customers", [(f"key-{i}".encode(), f"name-{i}".encode(), None) for i in range(int(sys.argv[3]))])
+else:
+    log.produce("customers", [(b"key-3", b"renamed-3", None)])
+print("{}")
 """
 VERIFY = """
 import json, sys
@@ -222,6 +248,7 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
     try:
         # (a) a 2-partition stream, a factor-4 job on driver1, tasks on both worker hosts
         cli(ops_host, "stream", "create", "events", "--partitions", "2")
+        deployment.python(ops_host, CUSTOMERS, deployment.home, "create", str(KEYS))
         ops_host.exec(["sh", "-c", "cat > /tmp/job.yaml"], input=JOB_YAML, check=True)
         cli(ops_host, "job", "create", JOB, "--config", "/tmp/job.yaml")
         cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
@@ -231,7 +258,8 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         per_host = _finished_per_host(_tail(driver, 10**8))
         assert sorted(per_host) == sorted(h.ip for h in spark_cluster.workers), f"tasks on both workers: {per_host}"
 
-        # (b) a live rescale to 8 from another host; records before (above) and after
+        # (b) an adjunct store's input updated, then a live rescale to 8 from another host; records before and after
+        deployment.python(ops_host, CUSTOMERS, deployment.home, "update")
         mark = time.monotonic()
         cli(ops_host, "rescale", JOB, "--factor", "8", "--master", spark_cluster.url, timeout=300)
         timings["rescale"] = time.monotonic() - mark
@@ -239,6 +267,10 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         seen = deployment.wait_rows(ops_host, driver, 2 * STEP, timeout=120)
         assert driver.poll() is None, "the driver switched in place"
         assert set(seen["versions"]) == {"1", "2"}, seen
+        assert seen["key-3"] == {"1": ["name-3"], "2": ["renamed-3"]}, (
+            f"the store's new version after the switch: {seen}"
+        )
+        assert seen["wrong"] == 0, seen
 
         # (c) the stream expanded to 4 partitions while the job runs; absorbed live (SEP-5)
         mark = time.monotonic()
@@ -251,7 +283,7 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
 
         # (d) worker1 killed whole (every process of the host) while a batch is in flight; the job goes on
         before = 3 * STEP
-        backlog = 5 * STEP  # batches of 100 records x factor 8: several batches behind
+        backlog = 3 * STEP  # batches of 100 records x factor 8: three batches behind
         cli(ops_host, "stream", "produce", "events", "--records", str(backlog), "--keys", str(KEYS))
         _wait_for_a_running_task(worker1.ip, driver, timeout=120)  # a task of the batch is running on worker1
         killed_at = time.monotonic()
