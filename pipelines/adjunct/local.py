@@ -117,11 +117,6 @@ def default_local_places(persistence: str) -> tuple[Path, ...]:
     return (disk / sub,)
 
 
-def default_local_root(persistence: str) -> Path:
-    """The preferred place of ``default_local_places``."""
-    return default_local_places(persistence)[0]
-
-
 def free_bytes(path: Path) -> int | None:
     """Bytes an unprivileged writer may still use on ``path``'s file system (its nearest existing ancestor's);
     None when that folder is not writable."""

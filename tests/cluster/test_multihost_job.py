@@ -173,6 +173,18 @@ class Deployment:
         )
         return done.stdout
 
+    def cli_started(self, host: Host, *args: str) -> HostProcess:
+        """A CLI call started and not waited for (``cli_done``): it overlaps a step that waits on something else."""
+        argv = [sys.executable, "-m", "pipelines", "--home", self.home, *args]
+        return host.run(argv, self.env(), log_name=f"cli-{args[0]}")
+
+    def cli_done(self, proc: HostProcess, timeout: float = 240.0) -> None:
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"{proc.log_path.name}: no end in {timeout:.0f} s\n{_tail(proc)}") from e
+        assert code == 0, f"{proc.log_path.name} exited {code}:\n{_tail(proc)}"
+
     def start_driver(self, host: Host) -> HostProcess:
         argv = [sys.executable, "-m", "pipelines", "--home", self.home, "--verbose", "run", JOB]
         argv += ["--master", self.spark.url, "--continuous"]
@@ -306,12 +318,14 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
     cli = deployment.cli
     try:
         # (a) a 2-partition stream, a factor-4 job on driver1, tasks on both worker hosts
-        cli(ops_host, "stream", "create", "events", "--partitions", "2")
+        # (steps that wait on nothing of each other overlap: the driver's start-up with the records' production)
+        events = deployment.cli_started(ops_host, "stream", "create", "events", "--partitions", "2")
         deployment.python(ops_host, CUSTOMERS, deployment.home, "create", str(KEYS))
+        deployment.cli_done(events)
         ops_host.exec(["sh", "-c", "cat > /tmp/job.yaml"], input=JOB_YAML, check=True)
         cli(ops_host, "job", "create", JOB, "--config", "/tmp/job.yaml")
-        cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
         driver = deployment.start_driver(first_driver_host)
+        cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
         deployment.wait_rows(driver, STEP, timeout=240)
         timings["first rows"] = time.monotonic() - began
         per_host = _finished_per_host(_tail(driver, 10**8))
