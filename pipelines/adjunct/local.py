@@ -45,17 +45,25 @@ Partitioned stores
     needs no new base; a merge or a new host loads only the missing fraction
     from the snapshot, filtered by the hash kept with each entry.
 
-Persistence
-    ``persistent`` bases live under ``PIPELINES_ADJUNCT_DIR`` (default: the
-    temporary directory's ``pipelines-adjunct-<uid>``), so a restarted worker
-    or executor on the same host maps them again. ``memory`` bases live in
-    ``/dev/shm`` (RAM, shared by the host's processes, gone at reboot), or,
-    where that does not exist, under the same directory as persistent ones.
+Persistence and place
+    ``persistent`` bases live on the host's disk: ``PIPELINES_ADJUNCT_DIR``
+    if set, else ``$PIPELINES_LOCAL_DIR/adjunct`` (the host's own folder,
+    ``pipelines.storage.hostlocal``), else the temporary directory's
+    ``pipelines-adjunct-<uid>``; a restarted worker or executor on the same
+    host maps them again. ``memory`` bases prefer ``/dev/shm`` (RAM, shared by
+    the host's processes, gone at reboot) and fall back to the disk folder's
+    ``memory`` sub-folder when ``/dev/shm`` lacks room for the base plus a
+    margin (a container's default 64 MiB holds about a million entries):
+    ``pipelines.core.cachespace`` chooses, per base, from the measured free
+    space, and refuses with one message naming the store, its size and every
+    place's free space when none has room. Readers look in every place, so the
+    processes of a host find a base wherever the first of them put it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -76,7 +84,9 @@ import pyarrow.compute as pc
 from pipelines.adjunct.durable import DurableStore, TailGone, fold
 from pipelines.control.home import Home
 from pipelines.core.adjunct import WHOLE, Fraction
+from pipelines.core.cachespace import Place, choose_place
 from pipelines.errors import StoreError
+from pipelines.storage.hostlocal import LOCAL_DIR_ENV as HOST_DIR_ENV
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +99,34 @@ _NAME = re.compile(r"^g(-?\d+)-c(\d+)-f(\d+)of(\d+)-s(\d+)\.arrow$")
 _MISSING = object()
 
 
-def default_local_root(persistence: str) -> Path:
-    """Where bases live on this host: ``PIPELINES_ADJUNCT_DIR``, else RAM for memory stores, else the temp dir."""
+SHM = Path("/dev/shm")
+FILE_OVERHEAD = 64 * 1024
+"""Bytes a base's file takes beyond its table's buffers (schema, footer, alignment), at most."""
+
+
+def default_local_places(persistence: str) -> tuple[Path, ...]:
+    """Where this host keeps bases of a store, in order of preference (the module's "Persistence and place")."""
+    sub = "memory" if persistence == "memory" else "persistent"
     configured = os.environ.get(LOCAL_DIR_ENV)
     if configured:
-        return Path(configured) / ("memory" if persistence == "memory" else "persistent")
-    user = f"pipelines-adjunct-{os.getuid()}"
-    shm = Path("/dev/shm")
-    if persistence == "memory" and shm.is_dir() and os.access(shm, os.W_OK):
-        return shm / user
-    return Path(tempfile.gettempdir()) / user / ("memory" if persistence == "memory" else "persistent")
+        return (Path(configured) / sub,)
+    host = os.environ.get(HOST_DIR_ENV)
+    disk = Path(host) / "adjunct" if host else Path(tempfile.gettempdir()) / f"pipelines-adjunct-{os.getuid()}"
+    if persistence == "memory" and SHM.is_dir() and os.access(SHM, os.W_OK):
+        return (SHM / f"pipelines-adjunct-{os.getuid()}", disk / sub)
+    return (disk / sub,)
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``path``'s file system (its nearest existing ancestor's);
+    None when that folder is not writable."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return None
+    stat = os.statvfs(existing)
+    return stat.f_bavail * stat.f_frsize
 
 
 def home_digest(home: Home) -> str:
@@ -286,15 +314,18 @@ def _patch(values: pa.Array, patch: dict[int, bytes | None]) -> pa.Array:
 
 
 class LocalEngine:
-    """This process's bases and overlays of every store it serves, under one local root.
+    """This process's bases and overlays of every store it serves, under one local root (and its fallbacks).
 
-    One per process and root (``engine_for``); Spark reuses Python workers
+    One per process and places (``engine_for``); Spark reuses Python workers
     across batches, so a worker keeps its mapped bases and advances its
-    overlays instead of rebuilding.
+    overlays instead of rebuilding. A base goes to the first of ``root`` and
+    ``fallbacks`` with room for it (``pipelines.core.cachespace``); lock files
+    live in the last place, the one every process of the host can write.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, fallbacks: Sequence[Path] = ()) -> None:
         self.root = Path(root)
+        self.roots: tuple[Path, ...] = (self.root, *(Path(f) for f in fallbacks))
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, str, int, int], list[Part]] = {}
         self._durables: dict[tuple[str, str, str], DurableStore] = {}
@@ -311,7 +342,12 @@ class LocalEngine:
         return self._durables[key]
 
     def directory(self, home: Home, job: str, store: str, incarnation: str) -> Path:
-        return self.root / home_digest(home) / job / store / incarnation
+        """The store's folder in the preferred place."""
+        return self.directories(home, job, store, incarnation)[0]
+
+    def directories(self, home: Home, job: str, store: str, incarnation: str) -> tuple[Path, ...]:
+        """The store's folder in every place, preferred first."""
+        return tuple(root / home_digest(home) / job / store / incarnation for root in self.roots)
 
     def part(
         self,
@@ -327,16 +363,16 @@ class LocalEngine:
         """The (generation, class) of a store at exactly ``version``, serving at least ``fraction``."""
         with self._lock:
             durable = self.durable(home, job, store)
-            directory = self.directory(home, job, store, incarnation)
-            self._clean_once(directory, generation)
-            key = (str(directory), store, generation, cls)
+            directories = self.directories(home, job, store, incarnation)
+            self._clean_once(directories, generation)
+            key = (str(directories[0]), store, generation, cls)
             cached = self._parts.get(key, [])
             for i, part in enumerate(cached):
                 if part.base.ident.fraction.covers(fraction) and part.overlay.seq <= version:
-                    part = self._advance(durable, incarnation, part, cls, generation, version, directory)
+                    part = self._advance(durable, incarnation, part, cls, generation, version, directories)
                     cached[i] = part
                     return part
-            part = self._from_disk_or_build(durable, directory, incarnation, generation, cls, fraction, version)
+            part = self._from_disk_or_build(durable, directories, incarnation, generation, cls, fraction, version)
             self._parts[key] = [
                 p for p in cached if p.overlay.seq <= version and p.base.ident.fraction != part.base.ident.fraction
             ]
@@ -351,7 +387,7 @@ class LocalEngine:
         cls: int,
         generation: int,
         version: int,
-        directory: Path,
+        directories: tuple[Path, ...],
     ) -> Part:
         if part.overlay.seq == version:
             return part
@@ -359,22 +395,23 @@ class LocalEngine:
         try:
             tail = durable.read_changes(incarnation, cls, part.overlay.seq, version, fraction)
         except TailGone:  # this base is older than what the store keeps: start from the snapshot instead
-            base = self._build_at(durable, directory, incarnation, generation, cls, fraction, version, use_disk=False)
+            base = self._build_at(durable, directories, incarnation, generation, cls, fraction, version, use_disk=False)
             return Part(base, Overlay(version))
         self.reads += 1
         if tail.num_rows:
             tail = tail.filter(pc.equal(tail["generation"], generation))
         part = Part(part.base, part.overlay.advanced(tail, version))
         if len(part.overlay.entries) > max(REBASE_MIN, REBASE_RATIO * len(part.base)):
-            part = self._rebase(durable, directory, incarnation, part, version)
+            part = self._rebase(durable, directories, incarnation, part, version)
         return part
 
-    def _rebase(self, durable: DurableStore, directory: Path, incarnation: str, part: Part, version: int) -> Part:
+    def _rebase(
+        self, durable: DurableStore, directories: tuple[Path, ...], incarnation: str, part: Part, version: int
+    ) -> Part:
         """Fold the overlay into a new base at ``version`` (or map one another process already wrote)."""
         ident = BaseId(part.base.ident.generation, part.base.ident.cls, part.base.ident.fraction, version)
-        with _flock(directory, ident):
-            path = directory / ident.file_name
-            base = Base.open(path) if path.exists() else None
+        with _flock(directories, ident):
+            base = self._newest_on_disk(directories, ident.generation, ident.cls, ident.fraction, version, exact=True)
             if base is None:
                 keys = list(part.overlay.entries)
                 tail = pa.table(
@@ -391,27 +428,27 @@ class LocalEngine:
                         "hash": pa.array(part.base.hashes.astype(np.int64)),
                     }
                 )
-                base = self._publish(directory, ident, fold(current, tail))
+                base = self._publish(durable.store, directories, ident, fold(current, tail))
         return Part(base, Overlay(version))
 
     def _from_disk_or_build(
         self,
         durable: DurableStore,
-        directory: Path,
+        directories: tuple[Path, ...],
         incarnation: str,
         generation: int,
         cls: int,
         fraction: Fraction,
         version: int,
     ) -> Part:
-        base = self._build_at(durable, directory, incarnation, generation, cls, fraction, version, use_disk=True)
+        base = self._build_at(durable, directories, incarnation, generation, cls, fraction, version, use_disk=True)
         part = Part(base, Overlay(base.ident.seq))
-        return self._advance(durable, incarnation, part, cls, generation, version, directory)
+        return self._advance(durable, incarnation, part, cls, generation, version, directories)
 
     def _build_at(
         self,
         durable: DurableStore,
-        directory: Path,
+        directories: tuple[Path, ...],
         incarnation: str,
         generation: int,
         cls: int,
@@ -422,34 +459,59 @@ class LocalEngine:
     ) -> Base:
         """A base at or before ``version`` from this host's disk, or one built at exactly ``version`` from Delta."""
         if use_disk:
-            base = self._newest_on_disk(directory, generation, cls, fraction, version)
+            base = self._newest_on_disk(directories, generation, cls, fraction, version)
             if base is not None:
                 return base
         ident = BaseId(generation, cls, fraction, version)
-        with _flock(directory, ident):  # one process builds, the others wait and map its file
-            base = self._newest_on_disk(directory, generation, cls, fraction, version, exact=not use_disk)
+        with _flock(directories, ident):  # one process builds, the others wait and map its file
+            base = self._newest_on_disk(directories, generation, cls, fraction, version, exact=not use_disk)
             if base is None:
-                base = self._publish(directory, ident, durable.entries(incarnation, version, cls, generation, fraction))
+                entries = durable.entries(incarnation, version, cls, generation, fraction)
+                base = self._publish(durable.store, directories, ident, entries)
         return base
 
-    def _publish(self, directory: Path, ident: BaseId, entries: pa.Table) -> Base:
+    def _publish(self, store: str, directories: tuple[Path, ...], ident: BaseId, entries: pa.Table) -> Base:
+        """Write a base to the first place with room for it (a place that runs out meanwhile counts as full)."""
         base = Base(ident, Base.build(ident, entries))
-        path = base.write(directory)
+        need = base.nbytes + FILE_OVERHEAD
+        full: set[int] = set()
+        while True:
+            places = [
+                Place(str(r), 0 if i in full else free_bytes(d))
+                for i, (r, d) in enumerate(zip(self.roots, directories, strict=True))
+            ]
+            chosen = places.index(choose_place(store, need, places, ident.seq))
+            if chosen:
+                log.warning(
+                    "adjunct store %s: its %d-byte copy (g%d-c%d at version %d) goes to %s, as %s lacks room for it",
+                    store, need, ident.generation, ident.cls, ident.seq, self.roots[chosen], self.roots[0],
+                )  # fmt: skip
+            try:
+                path = base.write(directories[chosen])
+                break
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                full.add(chosen)
         self.builds += 1
         mapped = Base.open(path)
         if mapped is None:
             raise StoreError(f"a local base written just now could not be read back: {path}")
-        self._prune(directory, ident)
+        self._prune(directories, ident)
         return mapped
 
     def _newest_on_disk(
-        self, directory: Path, generation: int, cls: int, fraction: Fraction, version: int, exact: bool = False
+        self,
+        directories: tuple[Path, ...],
+        generation: int,
+        cls: int,
+        fraction: Fraction,
+        version: int,
+        exact: bool = False,
     ) -> Base | None:
-        if not directory.is_dir():
-            return None
         found = [
             (ident.seq, p)
-            for p in directory.iterdir()
+            for p in _files(directories)
             if (ident := BaseId.parse(p.name)) is not None
             and ident.generation == generation
             and ident.cls == cls
@@ -462,11 +524,12 @@ class LocalEngine:
                 return base
         return None
 
-    def _prune(self, directory: Path, ident: BaseId) -> None:
-        """Keep the newest ``KEEP_BASES`` files of one (generation, class, fraction); mapped ones stay readable."""
+    def _prune(self, directories: tuple[Path, ...], ident: BaseId) -> None:
+        """Keep the newest ``KEEP_BASES`` files of one (generation, class, fraction), in all places together;
+        mapped ones stay readable."""
         same = sorted(
             (i.seq, p)
-            for p in directory.iterdir()
+            for p in _files(directories)
             if (i := BaseId.parse(p.name)) is not None
             and (i.generation, i.cls, i.fraction) == (ident.generation, ident.cls, ident.fraction)
         )
@@ -474,24 +537,25 @@ class LocalEngine:
             with contextlib.suppress(OSError):
                 path.unlink()
 
-    def _clean_once(self, directory: Path, generation: int) -> None:
+    def _clean_once(self, directories: tuple[Path, ...], generation: int) -> None:
         """Remove other incarnations of the store and generations older than the one served (once per process)."""
-        key = (str(directory.parent), directory.name, str(generation), "")
+        first = directories[0]
+        key = (str(first.parent), first.name, str(generation), "")
         if key in self._cleaned:
             return
         self._cleaned.add(key)
-        parent = directory.parent
-        if parent.is_dir():
-            for other in parent.iterdir():
-                if other.is_dir() and other.name != directory.name:
-                    _rmtree(other)
-        if directory.is_dir():
-            for p in directory.iterdir():
-                ident = BaseId.parse(p.name)
-                if ident is not None and ident.generation < generation:
-                    with contextlib.suppress(OSError):
-                        p.unlink()
-        for k in [k for k in self._parts if k[0] == str(directory) and k[2] < generation]:
+        for directory in directories:
+            parent = directory.parent
+            if parent.is_dir():
+                for other in parent.iterdir():
+                    if other.is_dir() and other.name != directory.name:
+                        _rmtree(other)
+        for p in _files(directories):
+            ident = BaseId.parse(p.name)
+            if ident is not None and ident.generation < generation:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+        for k in [k for k in self._parts if k[0] == str(first) and k[2] < generation]:
             del self._parts[k]
 
     def forget(self) -> None:
@@ -501,6 +565,11 @@ class LocalEngine:
             self._cleaned.clear()
 
 
+def _files(directories: Sequence[Path]) -> list[Path]:
+    """The entries of every existing one of ``directories``."""
+    return [p for d in directories if d.is_dir() for p in d.iterdir()]
+
+
 def _rmtree(path: Path) -> None:
     import shutil
 
@@ -508,7 +577,8 @@ def _rmtree(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _flock(directory: Path, ident: BaseId) -> Iterator[None]:
+def _flock(directories: tuple[Path, ...], ident: BaseId) -> Iterator[None]:
+    directory = directories[-1]  # the fallback: it still takes a lock file when the preferred place is full
     directory.mkdir(parents=True, exist_ok=True)
     lock = directory / f".lock-g{ident.generation}-c{ident.cls}"
     with open(lock, "a+") as handle:
@@ -519,17 +589,17 @@ def _flock(directory: Path, ident: BaseId) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-_ENGINES: dict[Path, LocalEngine] = {}
+_ENGINES: dict[tuple[Path, ...], LocalEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def engine_for(root: Path) -> LocalEngine:
-    """The process's engine for a local root (one per process and root)."""
-    root = Path(root)
+def engine_for(root: Path, fallbacks: Sequence[Path] = ()) -> LocalEngine:
+    """The process's engine for a local root and its fallbacks (one per process and places)."""
+    key = (Path(root), *(Path(f) for f in fallbacks))
     with _ENGINES_LOCK:
-        engine = _ENGINES.get(root)
+        engine = _ENGINES.get(key)
         if engine is None:
-            engine = _ENGINES[root] = LocalEngine(root)
+            engine = _ENGINES[key] = LocalEngine(key[0], key[1:])
         return engine
 
 

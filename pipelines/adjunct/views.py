@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.adjunct.config import StoreConfig
-from pipelines.adjunct.local import LocalEngine, Part, default_local_root, engine_for, hashes_of
+from pipelines.adjunct.local import LocalEngine, Part, default_local_places, engine_for, hashes_of
 from pipelines.control.home import Home
 from pipelines.core.adjunct import WHOLE, Fraction, store_class
 from pipelines.errors import StoreError
@@ -246,5 +246,7 @@ def view_at(
 def _engine(config: StoreConfig, local_dir: str | None) -> LocalEngine:
     from pathlib import Path
 
-    root = Path(local_dir) / config.persistence.value if local_dir else default_local_root(config.persistence.value)
-    return engine_for(root)
+    places = (
+        (Path(local_dir) / config.persistence.value,) if local_dir else default_local_places(config.persistence.value)
+    )
+    return engine_for(places[0], places[1:])

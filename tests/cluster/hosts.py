@@ -151,12 +151,14 @@ class Host:
         *,
         cwd: str | os.PathLike[str] | None = None,
         log_name: str | None = None,
+        with_stdin: bool = False,
     ) -> HostProcess:
         """Start a long-lived process in this host; its stdout and stderr go to ``.log_path``.
 
         ``env`` is added to this process's environment. ``cwd`` defaults to the repository root (the same path
         inside every host). The process runs in the host's pid namespace, so ``kill_all`` kills it and its
-        children, wherever they were reparented.
+        children, wherever they were reparented. ``with_stdin``: its stdin is a pipe (``.stdin``, text) the test
+        writes requests to, e.g. to a warm helper that answers in its log; otherwise it reads nothing.
         """
         argv = self._enter_argv(cmd, cwd)
         seq = next(self._seq)
@@ -165,10 +167,11 @@ class Host:
             proc = HostProcess(
                 argv,
                 env=_host_env(env),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                text=with_stdin,
             )
         proc.log_path = log_path
         proc.host = self.name

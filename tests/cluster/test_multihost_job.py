@@ -9,11 +9,14 @@ store and the network: each has its own ``/tmp``, pids and host-local state,
 and every process gets the store's AWS variables in its environment.
 
 In one run: a 2-partition stream read at factor 4 by tasks on both worker
-hosts; a live rescale to 8 issued from another host; the stream expanded to 4
-partitions and absorbed live; worker1 killed whole while a batch is in flight
-(Spark retries its tasks on worker2, the job goes on); the driver stopped from
-another host and started again on ``driver2``. The whole run must then verify
-with nothing lost, duplicated, out of order or misrouted.
+hosts, each record enriched through a broadcast adjunct store that every
+executor host fills from the home; the store's input updated, then a live
+rescale to 8 issued from another host, after which the new value is served;
+the stream expanded to 4 partitions and absorbed live; worker1 killed whole
+while one of its tasks runs (Spark retries the task on worker2, the job goes
+on); the driver stopped from another host and started again on ``driver2``.
+The whole run must then verify with nothing lost, duplicated, out of order or
+misrouted, and the drivers table shows the driver's move.
 """
 
 from __future__ import annotations
@@ -48,10 +51,15 @@ inputs:
 grouper: GroupByPartition
 elasticity_factor: 4
 containers: 1
-process: pipelines.demo.enrich:process
+process: tests.cluster.enrich:process
 output_schema: "event_key STRING, seq BIGINT, payload STRING, enriched STRING"
 process_options:
   latency_ms: 2
+stores:
+  customers:
+    input: customers
+    partitioning: broadcast
+    bootstrap: true
 sink:
   table: {SINK}
 dead_letter:
@@ -76,21 +84,47 @@ logger.tasks.level = info
 """The driver's log: Spark's warnings, and each task's start, end and loss with its host (``setLogLevel`` moves
 the root logger only), which is how the test sees tasks lost with a killed worker host retried on the other."""
 
-SINK_ROWS = """
+SINK_PROBE = """
 import json, sys
 from pipelines.control.home import Home
 from pipelines.deltaio import is_table, read_delta
 table = Home(sys.argv[1]).sinks / sys.argv[2]
-rows = read_delta(table).to_pandas() if is_table(table) else None
-versions = {} if rows is None else {int(v): int(n) for v, n in rows["model_version"].value_counts().items()}
-print(json.dumps({"rows": 0 if rows is None else len(rows), "versions": versions}))
+
+def summary():
+    rows = read_delta(table).to_pandas() if is_table(table) else None
+    versions = {} if rows is None else {int(v): int(n) for v, n in rows["model_version"].value_counts().items()}
+    seen = {} if rows is None else {
+        int(v): sorted(set(g["enriched"].fillna("-")))
+        for v, g in rows[rows["event_key"] == "key-3"].groupby("model_version")
+    }
+    wrong = 0 if rows is None else int(((rows["enriched"] != rows["event_key"].str.replace("key-", "name-"))
+                                        & (rows["event_key"] != "key-3")).sum())
+    return {"rows": 0 if rows is None else len(rows), "versions": versions, "key-3": seen, "wrong": wrong}
+
+for request in sys.stdin:
+    print(json.dumps({"answer": int(request), **summary()}), flush=True)
 """
+"""A warm reader of the sink, run once on a host: each line it is sent is answered with one JSON line in its log.
+Polling through it costs a Delta read, not a Python start and its imports (seconds of CPU on this machine, a
+core's worth at two polls a second, taken from the Spark tasks the test waits for)."""
 DRIVERS = """
 import json, sys
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 drivers = ControlPlane(Home(sys.argv[1])).drivers.latest(sys.argv[2], recent_s=3600)
 print(json.dumps([[d.host, d.state] for d in drivers]))
+"""
+CUSTOMERS = """
+import sys
+from pipelines.control.home import Home
+from pipelines.systems.deltalog import DeltaLog
+log = DeltaLog(Home(sys.argv[1]).streams)
+if sys.argv[2] == "create":
+    log.create("customers", 2)
+    log.produce("customers", [(f"key-{i}".encode(), f"name-{i}".encode(), None) for i in range(int(sys.argv[3]))])
+else:
+    log.produce("customers", [(b"key-3", b"renamed-3", None)])
+print("{}")
 """
 VERIFY = """
 import json, sys
@@ -107,6 +141,8 @@ class Deployment:
 
     def __init__(self, cluster: Cluster, store: StoreHost, spark: SparkCluster, home: str) -> None:
         self.cluster, self.store, self.spark, self.home = cluster, store, spark, home
+        self.probe: HostProcess | None = None
+        self.asked = 0
 
     def env(self) -> dict[str, str]:
         # Host-local state (pid files, logs) and HOME in the host's own /tmp: nothing shared through the disk.
@@ -137,6 +173,18 @@ class Deployment:
         )
         return done.stdout
 
+    def cli_started(self, host: Host, *args: str) -> HostProcess:
+        """A CLI call started and not waited for (``cli_done``): it overlaps a step that waits on something else."""
+        argv = [sys.executable, "-m", "pipelines", "--home", self.home, *args]
+        return host.run(argv, self.env(), log_name=f"cli-{args[0]}")
+
+    def cli_done(self, proc: HostProcess, timeout: float = 240.0) -> None:
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"{proc.log_path.name}: no end in {timeout:.0f} s\n{_tail(proc)}") from e
+        assert code == 0, f"{proc.log_path.name} exited {code}:\n{_tail(proc)}"
+
     def start_driver(self, host: Host) -> HostProcess:
         argv = [sys.executable, "-m", "pipelines", "--home", self.home, "--verbose", "run", JOB]
         argv += ["--master", self.spark.url, "--continuous"]
@@ -147,17 +195,37 @@ class Deployment:
         assert done.returncode == 0, f"on {host.name}:\n{done.stderr[-3000:]}"
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def sink(self, host: Host) -> dict[str, Any]:
-        return self.python(host, SINK_ROWS, self.home, SINK)
+    def start_probe(self, host: Host) -> None:
+        argv = [sys.executable, "-c", SINK_PROBE, self.home, SINK]
+        self.probe = host.run(argv, self.env(), log_name="sink-probe", with_stdin=True)
+
+    def sink(self, timeout: float = 60.0) -> dict[str, Any]:
+        """The sink's rows now, as the probe (``start_probe``) reads them."""
+        self.asked += 1
+        assert self.probe is not None and self.probe.stdin is not None, "start_probe first"
+        self.probe.stdin.write(f"{self.asked}\n")
+        self.probe.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in reversed(self.probe.log_path.read_text(errors="replace").splitlines()):
+                if line.startswith('{"answer": '):
+                    answer = json.loads(line)
+                    if answer.pop("answer") == self.asked:
+                        return answer
+                    break
+            if self.probe.poll() is not None:
+                raise AssertionError(f"the sink probe exited with {self.probe.returncode}:\n{_tail(self.probe)}")
+            time.sleep(0.05)
+        raise AssertionError(f"the sink probe did not answer in {timeout:.0f} s:\n{_tail(self.probe)}")
 
     def wait_rows(
-        self, host: Host, driver: HostProcess, total: int, timeout: float, until: Callable[[int], bool] | None = None
+        self, driver: HostProcess, total: int, timeout: float, until: Callable[[int], bool] | None = None
     ) -> dict[str, Any]:
         """Poll the sink until it holds ``total`` rows (or ``until(rows)``); fail if the driver ends first."""
         done = until or (lambda rows: rows >= total)
         deadline = time.monotonic() + timeout
         while True:
-            seen = self.sink(host)
+            seen = self.sink()
             if done(seen["rows"]):
                 return seen
             if driver.poll() is not None:
@@ -188,20 +256,48 @@ def _finished_per_host(log: str) -> Counter[str]:
 
 def _wait_for_a_running_task(ip: str, driver: HostProcess, timeout: float) -> None:
     """Return as soon as the driver's log shows a task on ``ip`` started less than ``JUST_STARTED_S`` ago and not
-    finished: so it is still running when the caller acts (none of the job's tasks takes under 0.1 s)."""
+    finished: so it is still running when the caller acts (none of the job's tasks takes under 0.1 s). The log is
+    read on from where the last look ended (whole lines), not again from its start every 20 ms."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = _tail(driver, 10**8)
-        now = _seconds(datetime.now().strftime("%H:%M:%S.%f"))
-        started = {
-            m[5] for m in STARTED.finditer(log) if m[6] == ip and (now - _seconds(m[1])) % 86400 < JUST_STARTED_S
-        }
-        if started - {m[5] for m in FINISHED.finditer(log)}:
-            return
-        if driver.poll() is not None:
-            raise AssertionError(f"the driver exited with {driver.returncode}:\n{_tail(driver)}")
-        time.sleep(0.02)
+    started: dict[str, float] = {}
+    finished: set[str] = set()
+    with driver.log_path.open("rb") as log:
+        log.seek(0, 2)  # only tasks from now on
+        pending = b""
+        while time.monotonic() < deadline:
+            pending += log.read()
+            complete, _, pending = pending.rpartition(b"\n")
+            text = complete.decode(errors="replace")
+            started.update((m[5], _seconds(m[1])) for m in STARTED.finditer(text) if m[6] == ip)
+            finished.update(m[5] for m in FINISHED.finditer(text))
+            now = _seconds(datetime.now().strftime("%H:%M:%S.%f"))
+            if any((now - at) % 86400 < JUST_STARTED_S for tid, at in started.items() if tid not in finished):
+                return
+            if driver.poll() is not None:
+                raise AssertionError(f"the driver exited with {driver.returncode}:\n{_tail(driver)}")
+            time.sleep(0.02)
     raise AssertionError(f"no task ran on {ip} for {timeout:.0f} s")
+
+
+def _wait_for_retries(
+    ip: str, driver: HostProcess, timeout: float
+) -> tuple[re.Match[str], list[tuple[str, str]], dict[tuple[str, str], str]]:
+    """Once Spark saw the executor on ``ip`` go and every task lost with it finished again on another host: the
+    loss's log line, the lost (task, stage) pairs and when each retry finished."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = _tail(driver, 10**8)
+        gone = re.search(rf"^(\S+) ERROR .*Lost executor \d+ on {re.escape(ip)}", log, re.M)
+        lost = [(m[1], m[3]) for m in LOST.finditer(log)]
+        retried = {(m[2], m[4]): m[1] for m in FINISHED.finditer(log) if m[3] != "0" and m[6] != ip}
+        if gone and lost and set(lost) <= set(retried):
+            return gone, lost, retried
+        if driver.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(
+                f"within {timeout:.0f} s, Spark should see the executor on {ip} go ({bool(gone)}), a task lost with"
+                f" it ({lost}) and each retried on another host ({retried}):\n{log[-4000:]}"
+            )
+        time.sleep(0.2)
 
 
 def _seconds(stamp: str) -> float:
@@ -218,28 +314,37 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
     deployment = Deployment(cluster, store, spark_cluster, f"s3://{store.create_bucket()}/home")
     for host in (cluster["driver1"], cluster["driver2"]):
         deployment.configure_driver_host(host)
+    deployment.start_probe(cluster["store"])  # a host no test step kills
     cli = deployment.cli
     try:
         # (a) a 2-partition stream, a factor-4 job on driver1, tasks on both worker hosts
-        cli(ops_host, "stream", "create", "events", "--partitions", "2")
+        # (steps that wait on nothing of each other overlap: the driver's start-up with the records' production)
+        events = deployment.cli_started(ops_host, "stream", "create", "events", "--partitions", "2")
+        deployment.python(ops_host, CUSTOMERS, deployment.home, "create", str(KEYS))
+        deployment.cli_done(events)
         job_yaml = str(HOST_TMP / "job.yaml")  # in the ops host's own /tmp
         ops_host.exec(["sh", "-c", f"cat > {job_yaml}"], input=JOB_YAML, check=True)
         cli(ops_host, "job", "create", JOB, "--config", job_yaml)
-        cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
         driver = deployment.start_driver(first_driver_host)
-        deployment.wait_rows(ops_host, driver, STEP, timeout=240)
+        cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
+        deployment.wait_rows(driver, STEP, timeout=240)
         timings["first rows"] = time.monotonic() - began
         per_host = _finished_per_host(_tail(driver, 10**8))
         assert sorted(per_host) == sorted(h.ip for h in spark_cluster.workers), f"tasks on both workers: {per_host}"
 
-        # (b) a live rescale to 8 from another host; records before (above) and after
+        # (b) an adjunct store's input updated, then a live rescale to 8 from another host; records before and after
+        deployment.python(ops_host, CUSTOMERS, deployment.home, "update")
         mark = time.monotonic()
         cli(ops_host, "rescale", JOB, "--factor", "8", "--master", spark_cluster.url, timeout=300)
         timings["rescale"] = time.monotonic() - mark
         cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
-        seen = deployment.wait_rows(ops_host, driver, 2 * STEP, timeout=120)
+        seen = deployment.wait_rows(driver, 2 * STEP, timeout=120)
         assert driver.poll() is None, "the driver switched in place"
         assert set(seen["versions"]) == {"1", "2"}, seen
+        assert seen["key-3"] == {"1": ["name-3"], "2": ["renamed-3"]}, (
+            f"the store's new version after the switch: {seen}"
+        )
+        assert seen["wrong"] == 0, seen
 
         # (c) the stream expanded to 4 partitions while the job runs; absorbed live (SEP-5)
         mark = time.monotonic()
@@ -247,34 +352,27 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         cli(ops_host, "watch", "--apply", "--master", spark_cluster.url, timeout=300)
         timings["expansion"] = time.monotonic() - mark
         cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
-        seen = deployment.wait_rows(ops_host, driver, 3 * STEP, timeout=120)
+        seen = deployment.wait_rows(driver, 3 * STEP, timeout=120)
         assert set(seen["versions"]) == {"1", "2", "3"}, seen
 
         # (d) worker1 killed whole (every process of the host) while a batch is in flight; the job goes on
         before = 3 * STEP
-        backlog = 5 * STEP  # batches of 100 records x factor 8: several batches behind
+        backlog = 2 * STEP  # one batch: 32 tasks (4 partitions x factor 8) of 50 records, >= 0.1 s each
         cli(ops_host, "stream", "produce", "events", "--records", str(backlog), "--keys", str(KEYS))
         _wait_for_a_running_task(worker1.ip, driver, timeout=120)  # a task of the batch is running on worker1
         killed_at = time.monotonic()
         worker1.kill_all()
-        deployment.wait_rows(ops_host, driver, before + backlog, timeout=180)
-        timings["backlog done after the kill"] = time.monotonic() - killed_at
-        assert driver.poll() is None, "the driver went on with worker2"
-        log = _tail(driver, 10**8)
-        gone = re.search(rf"^(\S+) ERROR .*Lost executor \d+ on {re.escape(worker1.ip)}", log, re.M)
-        assert gone, "Spark saw worker1's executor go"
-        lost = [(m[1], m[3]) for m in LOST.finditer(log)]
-        assert lost, f"a task in flight on {worker1.name} was lost with it:\n{log[-4000:]}"
-        retried = {(m[2], m[4]): m[1] for m in FINISHED.finditer(log) if m[3] != "0" and m[6] != worker1.ip}
-        assert set(lost) <= set(retried), f"each lost task was retried on worker2: lost {lost}, retried {retried}"
+        gone, lost, retried = _wait_for_retries(worker1.ip, driver, timeout=120)
         timings["tasks lost with worker1"] = len(lost)
         timings["kill to last retry finished (s)"] = max(_seconds(retried[t]) for t in lost) - _seconds(gone[1])
-        after_kill = log[gone.start() :]
-        timings["batches after the kill (s)"] = [float(t) for t in re.findall(r"tasks read, ([\d.]+)s", after_kill)]
-
-        # the host comes back (as after a reboot: empty /tmp) and its worker joins the cluster again
+        # the host comes back (as after a reboot: empty /tmp) and its worker rejoins while the batch finishes
         worker1.boot()
         spark_cluster.start_worker(worker1)
+        deployment.wait_rows(driver, before + backlog, timeout=180)
+        timings["backlog done after the kill"] = time.monotonic() - killed_at
+        assert driver.poll() is None, "the driver went on with worker2"
+        after_kill = _tail(driver, 10**8)[gone.start() :]
+        timings["batches after the kill (s)"] = [float(t) for t in re.findall(r"tasks read, ([\d.]+)s", after_kill)]
         spark_cluster.wait_for_workers()
 
         # (e) the driver stopped from another host, started again on driver2
@@ -284,7 +382,7 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         driver = deployment.start_driver(ops_host)
         cli(first_driver_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
         total = before + backlog + STEP
-        deployment.wait_rows(first_driver_host, driver, total, timeout=240)
+        deployment.wait_rows(driver, total, timeout=240)
         timings["driver moved"] = time.monotonic() - mark
         cli(first_driver_host, "stop", JOB, timeout=180)
         assert driver.wait(timeout=60) == 0, _tail(driver)
@@ -300,6 +398,9 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         timings["total"] = time.monotonic() - began
     finally:
         print(f"timings (s from the test's start or per step): {json.dumps(timings)}")
+        if deployment.probe is not None:
+            deployment.probe.kill()
+            deployment.probe.wait(timeout=30)
         for host in (cluster["driver1"], cluster["driver2"]):  # no driver outlives the test, whatever failed
             host.kill_all()
             host.boot()
