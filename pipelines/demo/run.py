@@ -408,10 +408,15 @@ def _wait_processing(home: Home, job: str, batches: int = 2, timeout: float = 18
         control = ControlPlane(home)
         beat = scaling.last_heartbeat(control, job)
         version = control.job_models.active_version(job)
-        if beat is not None and beat["live"] and (control.checkpoints.latest_batch(job, version) or -1) >= batches - 1:
+        if beat is not None and beat["live"] and _at_least(control.checkpoints.latest_batch(job, version), batches - 1):
             return
         time.sleep(0.5)
     raise PipelinesError(f"the driver of {job} did not start processing within {timeout:.0f}s")
+
+
+def _at_least(batch: int | None, wanted: int) -> bool:
+    """Batch 0 is a batch: ``latest_batch`` is None before any checkpoint and -1 for start checkpoints only."""
+    return batch is not None and batch >= wanted
 
 
 def _throughput(home: Home, job: str, version: int) -> tuple[int, float, int | None]:

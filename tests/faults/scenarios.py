@@ -252,7 +252,7 @@ def _model_in_force(home: Home, control: ControlPlane) -> tuple[bool, str]:
     if latest != model.version and control.job_models.active_version(JOB) != model.version:
         return False, f"v{model.version} is active but v{latest} is the latest"
     checkpoints = control.checkpoints.latest(JOB, model.version)
-    if checkpoints is None or (control.checkpoints.latest_batch(JOB, model.version) or -1) < 0:
+    if checkpoints is None or control.checkpoints.latest_batch(JOB, model.version) in (None, -1):
         return False, f"v{model.version} has committed no batch"
     ends = DeltaLog(home.streams).end_offsets(STREAM)
     expected = {ssp for task in model.tasks() for ssp in task.ssps}

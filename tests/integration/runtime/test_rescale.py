@@ -100,7 +100,7 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
     driver.start()
     control = ControlPlane(home)
     deadline = time.monotonic() + 120
-    while (control.checkpoints.latest_batch(config.name, 1) or -1) < 0 and time.monotonic() < deadline:
+    while _latest(control, config.name, 1) < 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     producer.produce(300)  # the old query is still committing batches while the rescale migrates
     rescale(home, config.name, 4, reason="scale up while running")
@@ -108,7 +108,7 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
         time.sleep(0.2)
     producer.produce(200)  # for the new model
     while time.monotonic() < deadline:
-        if len(sink(home, config)) >= producer.total and (control.checkpoints.latest_batch(config.name, 2) or -1) >= 0:
+        if len(sink(home, config)) >= producer.total and _latest(control, config.name, 2) >= 0:
             break
         time.sleep(0.3)
     requests.ask_stop(home, config.name)
@@ -121,6 +121,12 @@ def test_a_running_driver_switches_models_in_the_same_application_without_reread
     assert not rows.duplicated(["stream", "partition", "offset"]).any(), "a record was read by both models"
     assert order_violations(rows) == []
     assert set(rows["model_version"]) == {1, 2}
+
+
+def _latest(control: ControlPlane, job: str, version: int) -> int:
+    """The version's latest checkpointed batch, -1 before its first (batch 0 is a batch: not ``or -1``)."""
+    latest = control.checkpoints.latest_batch(job, version)
+    return -1 if latest is None else latest
 
 
 def test_a_driver_keeps_beating_while_it_switches_models(spark, home: Home, monkeypatch) -> None:
