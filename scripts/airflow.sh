@@ -72,6 +72,12 @@ export AIRFLOW__CORE__DAGS_FOLDER="$PWD/dags"
 # distribution (scripts/setup.sh), through its entry points: no plugins folder of ours.
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
+# Airflow's default database here is SQLite: writers wait for each other up to a minute instead of 5 s, which a
+# busy laptop's scheduler outlasts ("database is locked"; plugins/pipelines_airflow/sqlite.py).
+if [[ "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite}" == sqlite* ]]; then
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS:-pipelines_airflow.sqlite.CONNECT_ARGS}"
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC:-pipelines_airflow.sqlite.CONNECT_ARGS_ASYNC}"
+fi
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # 2 cores: keep tasks few
 # The scheduled DAGs (repartition_watch, scale_evaluation, elastic_microbatch, quality_report) run as soon as
 # they are registered: Airflow's default pauses new DAGs, and nothing told an operator to unpause them.

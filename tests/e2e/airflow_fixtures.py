@@ -136,6 +136,8 @@ def configure_airflow_environment() -> AirflowEnv:
             # embedded default: SQLite + LocalExecutor, small on a 2-core machine
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "pipelines_airflow.sqlite.CONNECT_ARGS",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "pipelines_airflow.sqlite.CONNECT_ARGS_ASYNC",
             "AIRFLOW__CORE__PARALLELISM": "2",
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
             "AIRFLOW__CORE__FERNET_KEY": _fernet_key(),
