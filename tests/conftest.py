@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # Property tests explore new random cases on a developer's machine (and keep what failed in .hypothesis/); CI runs
 # the same cases every time, so a run's verdict depends on the code, not on the draw (CI machines set CI=true).
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-    settings.load_profile("ci")
+# Neither has a deadline or a too-slow check: on a loaded two-core machine running the suite on two workers a single
+# example can take seconds, and a property's verdict must not depend on the machine's load.
+_STEADY = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_STEADY)
+settings.register_profile("dev", **_STEADY)
+settings.load_profile("ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "dev")
 
 _MARK_BY_FOLDER = {
     "unit": pytest.mark.unit,
@@ -49,6 +52,16 @@ HEAVY_PROGRAMS = {"java", "spark-submit", "spark-class", "airflow", "node", "wee
 SPARK_COMMANDS = {"run", "rescale", "demo", "sql"}
 
 
+SHARED_BY_GROUP = {
+    "kafka_broker": "kafka",
+    "spark_standalone": "spark_standalone",
+}
+"""Session servers worth one start: the tests that use one run on one worker of ``pytest -n`` (scripts/test.sh)."""
+GROUPED_FOLDERS = {"e2e": "airflow", "cluster": "cluster"}
+"""Folders whose tests share one Airflow and one browser (e2e) or one set of hosts (cluster): one worker each."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the ``xdist_group`` marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = Path(__file__).parent
     for item in items:
@@ -59,8 +72,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         mark = _MARK_BY_FOLDER.get(folder)
         if mark is not None:
             item.add_marker(mark)
-        if folder in SLOW_FOLDERS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if folder in SLOW_FOLDERS or SLOW_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
+        group = _group(folder, fixtures, item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _group(folder: str, fixtures: set[str], item: pytest.Item) -> str | None:
+    """Which worker-sharing group a test belongs to, if any: everything that would otherwise start a server twice.
+
+    Under ``--dist loadgroup`` a group's tests run on one worker in collection order; every other test goes to
+    whichever worker is free. A module-scoped Kinesis emulator (``endpoint``) is grouped by its module.
+    """
+    if folder in GROUPED_FOLDERS:
+        return GROUPED_FOLDERS[folder]
+    for fixture, group in SHARED_BY_GROUP.items():
+        if fixture in fixtures:
+            return group
+    if "endpoint" in fixtures:
+        return "kinesis-" + Path(item.fspath).stem
+    return None
 
 
 RELEASED_AFTER_LAST_USE = (
