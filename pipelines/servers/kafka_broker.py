@@ -45,7 +45,7 @@ from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-export in its __init__
     AclBinding,
     AclOperation,
     AclPermissionType,
