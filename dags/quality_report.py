@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import AssetOrTimeSchedule, dag, task
-from airflow.timetables.trigger import CronTriggerTimetable
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 from pipelines_airflow.assets import JOB_MODELS, QUALITY
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.scaling import dag_run

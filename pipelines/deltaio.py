@@ -24,7 +24,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote
@@ -58,7 +58,7 @@ def read_delta(
     store = store_for(root)
     filesystem = store.filesystem()
     with readable(root):
-        schema = schema or pa.schema(dt.schema().to_arrow())  # type: ignore[arg-type]
+        schema = schema or pa.schema(dt.schema().to_arrow())
         partition_cols = list(dt.metadata().partition_columns)
         actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     pieces = []
@@ -305,13 +305,13 @@ def _may_match(action: dict[str, Any], partitions: dict[str, Any], cond: Conditi
     if low is None or high is None:
         return True
     if op == "=":
-        return low <= value <= high
+        return bool(low <= value <= high)
     if op == "in":
         return any(low <= v <= high for v in value)
     if op in (">", ">="):
-        return high > value if op == ">" else high >= value
+        return bool(high > value if op == ">" else high >= value)
     if op in ("<", "<="):
-        return low < value if op == "<" else low <= value
+        return bool(low < value if op == "<" else low <= value)
     return True
 
 
@@ -326,7 +326,7 @@ def _coerce(actual: Any, like: Any) -> Any:
 
 
 def _compare(actual: Any, op: str, value: Any) -> bool:
-    ops = {
+    ops: dict[str, Callable[[], Any]] = {
         "=": lambda: actual == value,
         "!=": lambda: actual != value,
         "<": lambda: actual < value,
@@ -335,7 +335,7 @@ def _compare(actual: Any, op: str, value: Any) -> bool:
         ">=": lambda: actual >= value,
         "in": lambda: actual in value,
     }
-    return ops[op]()
+    return bool(ops[op]())
 
 
 def _expression(where: Sequence[Condition]) -> pc.Expression:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: install, lint, then every test (unit, integration, e2e).
+# The whole test suite on a fresh machine: install, lint, type-check, then every test (unit, integration, e2e).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m unit (or -n 0 for one process; PYTEST_WORKERS=N for N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy --config-file pyproject.toml
 # Two workers: much of a test's time is spent waiting on a JVM, a broker or Airflow, so two share the two cores
 # well; tests that must share one server run on one worker (the xdist groups of tests/conftest.py).
 exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"

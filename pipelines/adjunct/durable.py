@@ -270,7 +270,8 @@ class DurableStore:
         rows = read_delta(dt, schema=INCARNATIONS_SCHEMA)
         if rows.num_rows == 0:
             return None
-        return rows.sort_by("number")["incarnation"][-1].as_py()
+        latest: str = rows.sort_by("number")["incarnation"][-1].as_py()
+        return latest
 
     def incarnation_numbers(self) -> dict[str, int]:
         """Every incarnation the store had, with its number (1, 2, ... in the order they were made)."""
@@ -468,9 +469,9 @@ class DurableStore:
         path = self._dir(incarnation) / "snapshots"
         old = SNAPSHOT_SCHEMA.empty_table()
         if previous >= 0:
-            old = read_delta(
-                self._load(path), [("snapshot", "=", previous), ("class", ">=", 0)], schema=SNAPSHOT_SCHEMA
-            )
+            kept_table = self._load(path)
+            assert kept_table is not None  # ``kept`` was read from it
+            old = read_delta(kept_table, [("snapshot", "=", previous), ("class", ">=", 0)], schema=SNAPSHOT_SCHEMA)
         tail = self.read_changes(incarnation, None, previous, state.seq)
         columns = ["class", "generation", "key", "value", "hash", "partition", "offset"]
         order_old = pa.array(np.full(old.num_rows, -1, dtype=np.int64))
@@ -520,7 +521,8 @@ class DurableStore:
             commit_properties=CommitProperties(app_transactions=[Transaction(SNAPSHOT_APP, state.seq)]),
         )
         self._retire(incarnation, sorted([*kept, state.seq]))
-        return latest.num_rows
+        written: int = latest.num_rows
+        return written
 
     def _retire(self, incarnation: str, snapshots: Sequence[int]) -> None:
         """Keep the newest ``KEEP_SNAPSHOTS`` snapshots and the changes after the oldest kept one."""

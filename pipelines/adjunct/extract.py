@@ -70,7 +70,7 @@ def load_extractor(path: str) -> Extractor:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise ConfigError(f"extractor {path!r}: cannot import {module_name!r}: {e}") from None
-    fn = getattr(module, attr, None)
+    fn: object = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(f"extractor {path!r}: {module_name} has no callable {attr!r}")
     return fn

@@ -265,9 +265,13 @@ class AdjunctStores:
                 self._write(s, s.state.next(positions=floors), None)
             return None
         share = max(1, budget // len(todo))
-        caps = {}  # every read stops at the target (the end now, or the bootstrap's) and at any hold-back
+        # every read stops at the target (the end now, or the bootstrap's) and at any hold-back
+        caps: dict[int, Position] = {}
         for p in todo:
-            bounds = [stop_at[p]] + ([limits[p]] if limits.get(p) is not None else [])
+            bounds = [stop_at[p]]
+            limit = limits.get(p)
+            if limit is not None:
+                bounds.append(limit)
             caps[p] = min(bounds, key=system.position_key)
         stops = system.advance(stream, {p: floors[p] for p in todo}, {p: share for p in todo}, caps)
         generations = s.state.generations
@@ -303,7 +307,7 @@ class AdjunctStores:
         self._write(s, state, changes)
         if sealed:  # executors build the new version from one snapshot, not from its whole tail
             self._compact(s)
-        return changes.num_rows
+        return int(changes.num_rows)
 
     def _changes(self, s: _Store, records: pa.Table) -> pa.Table:
         return extract(records, s.extractor, store=s.config.name, stream=s.config.input.stream)
@@ -477,6 +481,7 @@ def _entries(durable: DurableStore, incarnation: str, kept: Mapping[int, StoreSt
     from pipelines.deltaio import read_delta
 
     dt = durable._load(durable.root / incarnation / "snapshots")
+    assert dt is not None  # ``kept`` was read from it
     rows = read_delta(dt, [("class", "=", META_CLASS), ("snapshot", "=", max(kept))], schema=SNAPSHOT_SCHEMA)
     return int(rows["hash"][0].as_py() or 0) if rows.num_rows else 0
 

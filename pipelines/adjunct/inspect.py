@@ -122,7 +122,10 @@ def verify_store(
     if state is None:
         raise StoreError(f"store {store!r} of job {job!r} was never created; run the job first")
     models = ControlPlane(home).job_models
-    settings = job_config(models.get(job, models.active_version(job) or models.latest_version(job))).systems
+    model_version = models.active_version(job) or models.latest_version(job)
+    if model_version is None:
+        raise models.unknown_job(job)  # as ``stores`` above
+    settings = job_config(models.get(job, model_version)).systems
     extractor = None if config.extractor == "default" else load_extractor(config.extractor)
     expected: dict[bytes, bytes] = {}
     seen: set[bytes] = set()

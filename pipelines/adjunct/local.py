@@ -63,6 +63,7 @@ Persistence and place
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import fcntl
 import hashlib
@@ -74,7 +75,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import mmh3
 import numpy as np
@@ -96,7 +97,15 @@ REBASE_RATIO = 0.25
 KEEP_BASES = 2
 FILE_FORMAT = "1"
 _NAME = re.compile(r"^g(-?\d+)-c(\d+)-f(\d+)of(\d+)-s(\d+)\.arrow$")
-_MISSING = object()
+
+
+class _Missing(enum.Enum):
+    """The sentinel of a key the overlay does not hold (an enum member, so ``is not _MISSING`` narrows its type)."""
+
+    MISSING = enum.auto()
+
+
+_MISSING: Final = _Missing.MISSING
 
 
 SHM = Path("/dev/shm")
@@ -175,11 +184,11 @@ class Base:
         self.values = table.column("value").chunk(0) if table.num_rows else pa.array([], pa.binary())
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes
+        return int(self.table.nbytes)
 
     @classmethod
     def build(cls, ident: BaseId, entries: pa.Table) -> pa.Table:
@@ -291,15 +300,15 @@ class Part:
             maybe = np.nonzero(np.isin(hashes, self.overlay.hashes))[0]
             if len(maybe):
                 entries = self.overlay.entries
-                patch = {}
+                patch: dict[int, bytes | None] = {}
                 for i in maybe:
                     v = entries.get(key_list[i], _MISSING)
                     if v is not _MISSING:
                         patch[int(i)] = v
                 if patch:
                     values = _patch(values, patch)
-                    for i, v in patch.items():
-                        found[i] = v is not None
+                    for row, v in patch.items():
+                        found[row] = v is not None
         return found, values
 
 

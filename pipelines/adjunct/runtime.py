@@ -80,7 +80,8 @@ def driver_versions(home: Home, config: Any) -> dict[str, Any] | None:
     stores = driver_stores(home, config)
     if stores is None:
         return None
-    return json.loads(stores.ingest().to_json())
+    versions: dict[str, Any] = json.loads(stores.ingest().to_json())
+    return versions
 
 
 def forget_driver(home: Home, job: str) -> None:

@@ -110,7 +110,8 @@ class StoreView:
         return self._fraction.holds(int(hashes_of([_as_key(key)])[0]))
 
     def get(self, key: bytes | str) -> bytes | None:
-        return self.get_many([key])[0].as_py()
+        value: bytes | None = self.get_many([key])[0].as_py()
+        return value
 
     def __contains__(self, key: bytes | str) -> bool:
         return self.get(key) is not None

@@ -223,7 +223,8 @@ class Drivers:
         return [d for d in self.latest(job, now=now, recent_s=RECENT_LIVE_S) if d.live(now)]
 
     def _rows(self, job: str, since: datetime) -> list[dict[str, Any]]:
-        return self.table.read(job, [("at", ">=", since)]).to_pylist()
+        rows: list[dict[str, Any]] = self.table.read(job, [("at", ">=", since)]).to_pylist()
+        return rows
 
     def _newest_file_start(self, job: str) -> datetime | None:
         """The earliest ``at`` of the job's newest file, from the log's statistics (no file is opened)."""

@@ -239,13 +239,14 @@ class ScalingLock:
         self, dt: Any, job: str, seq: int, status: str, owner: str, operation: str, ttl_s: float, previous: str | None
     ) -> LockState:
         now = self._table.now()
+        expires_at = now + timedelta(seconds=ttl_s)
         row = {
             "job": job,
             "seq": seq,
             "status": status,
             "owner": owner,
             "operation": operation,
-            "expires_at": now + timedelta(seconds=ttl_s),
+            "expires_at": expires_at,
             "previous_owner": previous,
             "at": now,
         }
@@ -257,4 +258,4 @@ class ScalingLock:
                 f"another operation changed the scaling lock of job {job!r} at the same moment; "
                 f"now: {now_state.describe() if now_state else 'free'}"
             ) from None
-        return LockState(job, seq, status, owner, operation, row["expires_at"], now, ttl_s if status in HELD else 0.0)
+        return LockState(job, seq, status, owner, operation, expires_at, now, ttl_s if status in HELD else 0.0)

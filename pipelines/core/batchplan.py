@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 from pipelines.core.positions import Bounded, End, Expansion, Position
 
 K = TypeVar("K", bound=Hashable)
+P = TypeVar("P", bound=Hashable)  # a partition's id (the caller's: a number, or a stream and a number)
 Key = Callable[[Position], Any]
 
 
@@ -124,10 +125,10 @@ class PartitionView(Generic[K]):
 
 
 def plan_batch(
-    partitions: Mapping[Hashable, PartitionView[K]],
+    partitions: Mapping[P, PartitionView[K]],
     budget: int,
-    advance: Callable[[Mapping[Hashable, int]], Mapping[Hashable, End]],
-    key: Callable[[Hashable], Key],
+    advance: Callable[[Mapping[P, int]], Mapping[P, End]],
+    key: Callable[[P], Key],
     rotation: int = 0,
 ) -> dict[K, End]:
     """The end of every key bucket in this micro-batch; buckets of partitions that do not move keep their position.

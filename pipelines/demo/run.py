@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pipelines.adjunct.inspect import verify_store
 from pipelines.control import ControlPlane
@@ -395,7 +395,17 @@ def falling_behind(home: Home, job: str, version: int, since: float, trigger_int
     )
 
 
-def _check(producer: Producer, driver: Driver | None, *others: Any) -> None:
+class _Part(Protocol):
+    """A thread of the demo (a producer, a driver): its name, and the error that ended it, if one did."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+
+def _check(producer: _Part, driver: _Part | None, *others: _Part | None) -> None:
     for part in (producer, driver, *others):
         if part is not None and part.error is not None:
             raise PipelinesError(f"the demo's {part.name} failed: {part.error}") from part.error
@@ -408,7 +418,12 @@ def _wait_processing(home: Home, job: str, batches: int = 2, timeout: float = 18
         control = ControlPlane(home)
         beat = scaling.last_heartbeat(control, job)
         version = control.job_models.active_version(job)
-        if beat is not None and beat["live"] and _at_least(control.checkpoints.latest_batch(job, version), batches - 1):
+        if (
+            beat is not None
+            and beat["live"]
+            and version is not None  # a live driver runs an active version
+            and _at_least(control.checkpoints.latest_batch(job, version), batches - 1)
+        ):
             return
         time.sleep(0.5)
     raise PipelinesError(f"the driver of {job} did not start processing within {timeout:.0f}s")

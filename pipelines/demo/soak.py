@@ -193,12 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     top = max(r.factor for r in results[:-1])
     warm = next(t for r, t in zip(results, step_ends, strict=False) if r.factor == top)
     trend = memory_trend(sampler.samples, warm)
+    counts = results[-1].counts
+    assert counts is not None  # the last result is the whole run's total, which always has its counts
     figures = {
         "minutes": round((time.monotonic() - started) / 60, 1),
         "steps": len(results) - 1,
-        "lost": results[-1].counts.get("lost"),
-        "duplicated": results[-1].counts.get("duplicates"),
-        "order_violations": results[-1].counts.get("out_of_order"),
+        "lost": counts.get("lost"),
+        "duplicated": counts.get("duplicates"),
+        "order_violations": counts.get("out_of_order"),
         "worst_downtime_s": round(max(downtimes), 2) if downtimes else None,
         "memory_first_half_max_mib": round(max(samples[:half]), 0) if half else None,
         "memory_second_half_max_mib": round(max(samples[half:]), 0) if samples else None,

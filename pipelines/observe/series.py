@@ -314,7 +314,8 @@ class Marker:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Marker:
-        return cls(**{f.name: raw.get(f.name) for f in fields(cls)})
+        values: dict[str, Any] = {f.name: raw.get(f.name) for f in fields(cls)}
+        return cls(**values)
 
 
 def marker(event: Mapping[str, Any]) -> Marker:

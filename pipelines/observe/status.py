@@ -109,12 +109,12 @@ def write_export(data: dict[str, Any], target: str) -> Path:
         path.write_text(page, encoding="utf-8")
         return path
     browser = os.environ.get(CHROMIUM_ENV) or shutil.which("chromium") or shutil.which("chromium-browser")
+    missing = None if browser is not None else f"a Chromium (set {CHROMIUM_ENV})"
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        sync_playwright = None
-    if sync_playwright is None or browser is None:
-        missing = "the playwright package" if sync_playwright is None else f"a Chromium (set {CHROMIUM_ENV})"
+        missing = "the playwright package"
+    if missing is not None:
         raise ConfigError(f"a PNG export needs {missing}; export to .html instead (it has the same plots)")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=browser, args=["--headless", "--no-sandbox"])

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.core.model import JobModel
+from pipelines.core.ssp import SystemStreamPartition
 
 
 def run_rows(
@@ -42,7 +43,8 @@ def run_rows(
     weights = {str(t.task_name): hot_weight if str(t.task_name) == hot_task else 1.0 for t in tasks}
     total_weight = sum(weights.values())
     partitions = sorted({s.whole() for t in tasks for s in t.ssps})
-    fetcher = {}  # the first task of each partition fetches it (read-once): records_fetched on it alone
+    # the first task of each partition fetches it (read-once): records_fetched on it alone
+    fetcher: dict[SystemStreamPartition, str] = {}
     for t in tasks:
         for s in t.ssps:
             fetcher.setdefault(s.whole(), str(t.task_name))

@@ -103,8 +103,7 @@ def _inspect_one(
         }
         if isinstance(system, SupportsLineage):
             shards = system.lineage(stream.stream, floors)
-            view = _slots_view(stream, floors, shards, held)
-            return view, held
+            return _slots_view(stream, floors, shards, held), held
         meta = system.describe(stream.stream)
         partitions = []
         for p, info in sorted(meta.partitions.items()):
@@ -200,5 +199,6 @@ def _slots_view(
 
 
 def _expansion(expansion: Any) -> dict[str, Any]:
-    raw = dataclasses.asdict(expansion) if dataclasses.is_dataclass(expansion) else dict(vars(expansion))
+    is_instance = dataclasses.is_dataclass(expansion) and not isinstance(expansion, type)
+    raw = dataclasses.asdict(expansion) if is_instance else dict(vars(expansion))
     return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in raw.items()}

@@ -72,7 +72,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -195,6 +195,15 @@ def _now(control: ControlPlane, now: datetime | None) -> datetime:
     return now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
 
 
+class _Shape(TypedDict):
+    """The fields of an ``Observation`` that describe the job, not its batches (the same with or without batches)."""
+
+    factor: int
+    partitions: int
+    virtual_tasks: int
+    seconds_since_scaling: float | None
+
+
 def _observe(control: ControlPlane, model: JobModel, cfg: AutosizeConfig, now: datetime) -> Observation:
     job, version = model.job_name, model.version
     # One scan of the whole version for the small per-batch and per-query rows; the per-task rows are read
@@ -202,7 +211,7 @@ def _observe(control: ControlPlane, model: JobModel, cfg: AutosizeConfig, now: d
     frame = control.metrics.read(job, model_version=version, metrics=[*BATCH_METRICS, *QUERY_BOUNDARIES, HEARTBEAT])
     dated = _first_commits(frame[frame["metric"].isin(BATCH_METRICS)], cfg, now)
     commits = {b: dated[b] for b in sorted(dated)[-cfg.window_batches :]}
-    base = {
+    base: _Shape = {
         "factor": model.elasticity_factor,
         "partitions": sum(model.partitions().values()),
         "virtual_tasks": model.task_count,
@@ -291,4 +300,5 @@ def _ts(value: Any) -> datetime:
     """A timestamp from Delta (pandas or Python) as an aware UTC datetime, compared to the microsecond."""
     if isinstance(value, pd.Timestamp):
         value = value.to_pydatetime()
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    stamp: datetime = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return stamp

@@ -77,8 +77,8 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
                 error = str(e)
             state = lock.state(job)
             # A holder known dead (same host, pid gone) does not make the job busy: absorbing takes its lock over.
-            held = state is not None and state.held and not dead_process_owner(state.owner)
-            busy = state.describe() if held else None
+            holder = state if state is not None and state.held and not dead_process_owner(state.owner) else None
+            busy = holder.describe() if holder is not None else None
             name = f"{stream.system}/{stream.stream}"
             changes.append(InputChange(job, name, before, after, error, busy, model.grouper, stream in slotted))
     return changes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -184,7 +185,7 @@ def expected_records(parts: Iterable[tuple[str, int, Iterable[str]]]) -> pd.Data
     return result
 
 
-def with_input_order(frame: pd.DataFrame, order: Callable[[str], Callable[[str], object]]) -> pd.DataFrame:
+def with_input_order(frame: pd.DataFrame, order: Callable[[str], Callable[[str], Any]]) -> pd.DataFrame:
     """``frame`` with ``input_order``: each row's rank among its stream's positions, in the stream's system order.
 
     ``order(stream)`` is that stream's ``position_key``. Positions are opaque,
@@ -205,7 +206,7 @@ def _offsets(frame: pd.DataFrame) -> list[str]:
     return [f"{s}/{p}@{o}" for s, p, o in _head(frame, ["stream", "partition", "offset"])]
 
 
-def _head(frame: pd.DataFrame, columns: list[str]) -> list[tuple]:
+def _head(frame: pd.DataFrame, columns: list[str]) -> list[tuple[Any, ...]]:
     return list(frame[columns].head(EXAMPLES).itertuples(index=False, name=None))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
@@ -32,7 +33,7 @@ class ExpectInputRecordsDelivered(gxe.ExpectColumnValuesToBeInSet):
     """No loss: every input record below the committed checkpoints is in the sink or the dead letters."""
 
     column: str = FLAG_DELIVERED
-    value_set: list = [True]  # noqa: RUF012  (a pydantic field default, copied per instance)
+    value_set: list[Any] = [True]  # noqa: RUF012  (a pydantic field default, copied per instance)
     description: str = "no loss: every input record up to the committed checkpoints is in the sink or dead letters"
 
 
@@ -40,7 +41,7 @@ class ExpectRowsInPerKeyOrder(gxe.ExpectColumnValuesToBeInSet):
     """Per-key order: in sink order, no row of a key follows a row that came later in the input."""
 
     column: str = FLAG_IN_ORDER
-    value_set: list = [True]  # noqa: RUF012
+    value_set: list[Any] = [True]  # noqa: RUF012
     description: str = "per-key order: offsets within a partition (or the producer's per-key seq) never go back"
 
 
@@ -48,7 +49,7 @@ class ExpectRowsRoutedToTheirBucket(gxe.ExpectColumnValuesToBeInSet):
     """Routing: key bucket = hash(key) mod the factor of the model version, processed by that bucket's task."""
 
     column: str = FLAG_ROUTED
-    value_set: list = [True]  # noqa: RUF012
+    value_set: list[Any] = [True]  # noqa: RUF012
     description: str = "routing: bucket = murmur3(key) mod factor, and each virtual task saw only its own bucket"
 
 
@@ -83,9 +84,9 @@ def build_suites(prefix: str = "elastic") -> dict[str, gx.ExpectationSuite]:
     return {"input_records": records, "sink_rows": rows, "dead_letters": dead}
 
 
-def suite_json(suite: gx.ExpectationSuite) -> dict:
+def suite_json(suite: gx.ExpectationSuite) -> dict[str, Any]:
     """A suite as stable JSON: no generated ids, so the saved files only change when the checks do."""
-    data = suite.to_json_dict()
+    data: dict[str, Any] = suite.to_json_dict()
     data.pop("id", None)
     for e in data["expectations"]:
         e.pop("id", None)

@@ -86,7 +86,7 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
                 ssp = SystemStreamPartition(stream.system, stream.stream, p)
                 if event is None and ssp not in read_by_model:
                     waiting = system.records_between(stream.stream, p, part.earliest, part.end)
-                    if waiting > 0:
+                    if waiting is not None and waiting > 0:  # None: a system that cannot count (none reaches here)
                         unread[f"{stream.stream}/{p}"] = waiting
                     continue
                 start = part.earliest

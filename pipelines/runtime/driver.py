@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from pipelines.control import ControlPlane
 from pipelines.control.drivers import Registration
@@ -184,7 +184,12 @@ class HomeWatch(threading.Thread):
                 record_outage(self.home, self.job, self.version, lasted, "the home's store")
 
 
-def _spark_identity(spark: Any) -> dict[str, str | None]:
+class _SparkIdentity(TypedDict):
+    app_id: str | None
+    master: str | None
+
+
+def _spark_identity(spark: Any) -> _SparkIdentity:
     """The Spark application this driver runs in, as the drivers table names it."""
     try:
         context = spark.sparkContext

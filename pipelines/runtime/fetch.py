@@ -270,9 +270,10 @@ def _read_pinned(
 
 def read_pin(home: Home, job: str, version: int, pin: str) -> Position | None:
     try:
-        return json.loads(home.store.read(_pins(home, job, version) / f"{pin}.json"))["next_position"]
+        pinned: Position = json.loads(home.store.read(_pins(home, job, version) / f"{pin}.json"))["next_position"]
     except FileNotFoundError:
         return None
+    return pinned
 
 
 def write_pin(home: Home, job: str, version: int, pin: str, position: Position) -> Position:

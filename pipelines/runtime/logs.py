@@ -24,6 +24,7 @@ Airflow tasks never call ``quiet``: their task log is where everything belongs.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import sys
@@ -48,7 +49,7 @@ class _HomeLog(logging.FileHandler):
     """A file handler that makes its folder and opens its file at the first record: a command that logs
     nothing leaves nothing behind (a read-only home stays untouched)."""
 
-    def _open(self) -> IO[str]:
+    def _open(self) -> io.TextIOWrapper:
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
 

@@ -70,4 +70,5 @@ class BatchOffsets:
 
 def encode(offsets: BatchOffsets) -> dict[str, Any]:
     """The JSON-ready dict Spark stores; deterministic for equal offsets."""
-    return json.loads(json.dumps(offsets.to_json(), sort_keys=True))
+    encoded: dict[str, Any] = json.loads(json.dumps(offsets.to_json(), sort_keys=True))
+    return encoded

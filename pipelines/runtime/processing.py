@@ -159,13 +159,17 @@ def _user_table(rows: list[tuple[int, dict[str, Any]]], user_schema: pa.Schema) 
     return pa.Table.from_pydict({n: [row.get(n) for _, row in rows] for n in user_schema.names}, schema=user_schema)
 
 
-def _run_per_record(fn: Any, batch: pa.RecordBatch, ctx: TaskContext) -> tuple[list, list]:
+def _run_per_record(
+    fn: Any, batch: pa.RecordBatch, ctx: TaskContext
+) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
     rows: list[tuple[int, dict[str, Any]]] = []
     dead: list[tuple[int, str]] = []
-    columns = [batch.column(name).to_pylist() for name in ("stream", "partition", "offset", "key", "value")]
+    streams, partitions, offsets, keys, values = (
+        batch.column(name).to_pylist() for name in ("stream", "partition", "offset", "key", "value")
+    )
     stamps = column_values(batch.column("timestamp"))
     headers = batch.column("headers").to_pylist()
-    for i, record in enumerate(records(*columns, stamps, headers)):
+    for i, record in enumerate(records(streams, partitions, offsets, keys, values, stamps, headers)):
         try:
             out = fn(record, ctx)
         except Exception as e:
@@ -196,7 +200,8 @@ def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
     """
     kind = column.type
     if not (pa.types.is_timestamp(kind) and kind.unit == "us" and (kind.tz is None or kind.tz in _UTC)):
-        return column.to_pylist()
+        values: list[Any] = column.to_pylist()
+        return values
     epoch, micros = pa.scalar(0, kind).as_py(), column.cast(pa.int64()).to_pylist()
     if column.null_count:
         return [None if v is None else epoch + timedelta(microseconds=v) for v in micros]
@@ -274,7 +279,7 @@ def _marker_row(batch: pa.RecordBatch, state: _TaskState, batch_id: int, out_sch
     marker.records_out = state.records_out
     marker.dead_letters = state.dead
     marker.process_ns = state.process_ns
-    row = {name: None for name in out_schema.names}
+    row: dict[str, Any] = {name: None for name in out_schema.names}
     row.update(
         virtual_task=batch.column("virtual_task")[0].as_py(),
         model_version=batch.column("model_version")[0].as_py(),

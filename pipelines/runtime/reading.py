@@ -99,7 +99,7 @@ def distinct_keys(keys: pa.ChunkedArray) -> int:
     """
     import pyarrow.compute as pc
 
-    return int(pc.count_distinct(keys, mode="only_valid").as_py()) + keys.null_count
+    return int(pc.count_distinct(keys, mode="only_valid").as_py()) + int(keys.null_count)
 
 
 def read_described(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -135,8 +135,8 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
 
     # ------------------------------------------------------------ driver
 
-    def commit(self, messages: list[BatchFiles | None], batchId: int) -> None:
-        present = [m for m in messages if m is not None]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        present = [_batch_files(m) for m in messages if m is not None]
         if not present:
             return
         home = Home(self.home)
@@ -176,8 +176,15 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         fetch.remove_stages(home, [stage for mk in markers for stage in mk.stages])
         heap.settle()
 
-    def abort(self, messages: list[BatchFiles | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Uncommitted files are invisible to Delta readers; leave them for vacuum rather than guess."""
+
+
+def _batch_files(message: WriterCommitMessage) -> BatchFiles:
+    """A task's message, as ``write`` made it (Spark hands the driver back what the tasks returned)."""
+    if not isinstance(message, BatchFiles):
+        raise TypeError(f"expected the BatchFiles of a task, got {type(message).__name__}")
+    return message
 
 
 class _FileWriter:

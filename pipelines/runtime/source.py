@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
@@ -102,7 +102,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._settings = {k: dict(v) for k, v in job_config(self.model()).systems.items()}
         return self._settings
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         """The model's latest checkpoints in the control plane: its start checkpoints, or where it stopped."""
         from pipelines.control import ControlPlane
 
@@ -121,7 +121,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p, end in self._system(stream.system).end_positions(stream.stream).items():
                 self._target[SystemStreamPartition(stream.system, stream.stream, p)] = end
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if requests.draining(self.home, self.job, self.version):
             return start  # the driver is stopping this query between batches: admit nothing new
         begun = BatchOffsets.from_json(start)
@@ -141,19 +141,15 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             print(f"[{self.job}] v{self.version}: input answers again after {lasted:.1f}s", flush=True)
             self._report("input_recovered_s", lasted)
         ends: dict[SystemStreamPartition, Offset] = {}
+        pins: dict[SystemStreamPartition, Pending] = {}  # one Pending per partition, shared by its buckets
         for ssp, end in planned.items():
             if isinstance(end, Bounded):
-                ends[ssp] = end  # becomes one Pending per partition below
+                whole = ssp.whole()
+                ends[ssp] = pins.get(whole) or pins.setdefault(whole, Pending.new(end))
             elif end == positions[ssp]:
                 ends[ssp] = begun.positions[ssp]  # unchanged: keep its form, so an idle source reads as no data
             else:
                 ends[ssp] = end
-        pins: dict[SystemStreamPartition, Pending] = {}
-        for ssp, end in list(ends.items()):
-            if isinstance(end, Bounded):
-                whole = ssp.whole()
-                pending = pins.get(whole) or pins.setdefault(whole, Pending.new(end))
-                ends[ssp] = pending
         self._batches += 1
         return self._with_stores(start, encode(BatchOffsets(self.version, ends)))
 
@@ -180,7 +176,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except Exception as e:  # a report must never take the job down
             print(f"[{self.job}] could not record {metric}: {e}", flush=True)
 
-    def _with_stores(self, start: dict, end: dict) -> dict:
+    def _with_stores(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
         """Adjunct stores: ingest them and name the versions this batch sees in its end offset (Spark logs it).
 
         An idle main input keeps ``start`` as it is, so a store that moved alone never makes an empty batch.
@@ -209,10 +205,11 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limits = system.read_limits(stream.stream, floors)
             ends = system.end_positions(stream.stream)
             for p, buckets in partitions.items():
-                readable: Position | None = ends.get(p, floors[p])
+                available = ends.get(p, floors[p])
+                readable: Position | None = available
                 if p in limits:
                     limit = limits[p]
-                    readable = None if limit is None else _earlier(system, limit, readable)
+                    readable = None if limit is None else _earlier(system, limit, available)
                 whole = SystemStreamPartition(stream.system, stream.stream, p)
                 target = self._target.get(whole) if self._target else None
                 if readable is not None and target is not None:
@@ -235,8 +232,9 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # Every partition's floor, not only the admitted ones': a Kinesis slot's plan (which child
                 # shards it takes over) must see what every other slot of the stream holds.
                 floors = {p: views[(s, p)].floor for s, p in views if s == stream}
-                limits = {p: views[(stream, p)].readable for p in mine}
-                for p, end in system.advance(stream.stream, floors, mine, limits).items():  # type: ignore[arg-type]
+                # plan_batch admits only partitions with something readable: every one has its limit
+                limits = {p: r for p in mine if (r := views[(stream, p)].readable) is not None}
+                for p, end in system.advance(stream.stream, floors, mine, limits).items():
                     result[(stream, p)] = end
             return result
 
@@ -245,7 +243,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         return plan_batch(views, budget, advance, key, rotation=self._batches)
 
-    def partitions(self, start: dict, end: dict) -> list[TaskRange]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[TaskRange]:
         first = BatchOffsets.from_json(start)
         last = BatchOffsets.from_json(end)
         resolved = {ssp: self._resolve(o) for ssp, o in first.positions.items()}
@@ -288,7 +286,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         return tasks
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing: Spark calls this one batch late and never for the last batch; the sink writes checkpoints."""
 
     def stop(self) -> None:
@@ -306,14 +304,14 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Input-system clients, kept for the life of the driver-side runner (they cache metadata)."""
         from pipelines.systems.registry import open_system
 
-        systems = self.__dict__.setdefault("_systems", {})
+        systems: dict[str, InputSystem] = self.__dict__.setdefault("_systems", {})
         if name not in systems:
             systems[name] = open_system(name, self.home, self.settings().get(name))
         return systems[name]
 
     # ------------------------------------------------------------ executor side
 
-    def read(self, partition: TaskRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """One row naming the virtual task and carrying its ``TaskRange``: the sink's writer reads the records.
 
         Records yielded here would cross the JVM (Arrow -> Spark rows ->
@@ -324,6 +322,8 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``numInputRows`` counts virtual tasks; records are in the metrics
         table (``records_in``, ``records_fetched``).
         """
+        if not isinstance(partition, TaskRange):  # Spark hands back what ``partitions`` made
+            raise TypeError(f"expected a TaskRange, got {type(partition).__name__}")
         row = {"virtual_task": partition.task_name, "model_version": partition.model_version}
         yield pa.RecordBatch.from_pylist([{**row, "task": describe(partition)}], schema=schemas.arrow(schemas.TASKS))
         heap.settle()

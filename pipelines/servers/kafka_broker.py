@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import base64
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -41,9 +42,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-export in its __init__
     AclBinding,
     AclOperation,
     AclPermissionType,
@@ -210,7 +212,7 @@ class KafkaBroker:
 
     def admin(self) -> AdminClient:
         """An admin client on the PLAINTEXT listener; its connection-refused logs (while starting) go nowhere."""
-        return AdminClient({"bootstrap.servers": self.bootstrap, "logger": _QUIET})
+        return AdminClient({"bootstrap.servers": self.bootstrap}, logger=_QUIET)
 
     def create_topic(self, topic: str, partitions: int) -> None:
         """A topic of ``partitions`` partitions, once the broker reports all of them (CreateTopics)."""
@@ -405,9 +407,9 @@ def parse_group_describe(text: str) -> list[GroupOffset]:
     return sorted(rows, key=lambda r: (r.topic, r.partition))
 
 
-def _result(futures: Mapping[object, object]) -> None:
+def _result(futures: Mapping[Any, concurrent.futures.Future[Any]]) -> None:
     for future in futures.values():
-        future.result()  # type: ignore[attr-defined]
+        future.result()
 
 
 def _cluster_id() -> str:

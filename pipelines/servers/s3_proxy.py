@@ -77,7 +77,7 @@ class S3Proxy:
                 if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
                     length = int(self.headers.get("Content-Length") or 0)
                     return self.rfile.read(length) if length else b""
-                parts = []
+                parts: list[bytes] = []
                 while True:
                     size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                     if size == 0:
@@ -116,8 +116,10 @@ class S3Proxy:
                             self.send_header(k, v)
                     # a HEAD's Content-Length is the object's size (its body is empty): pass it on as it is
                     upstream_length = response.getheader("Content-Length")
-                    head = self.command == "HEAD" and upstream_length is not None
-                    self.send_header("Content-Length", upstream_length if head else str(len(data)))
+                    if self.command == "HEAD" and upstream_length is not None:
+                        self.send_header("Content-Length", upstream_length)
+                    else:
+                        self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     if self.command != "HEAD":
                         self.wfile.write(data)

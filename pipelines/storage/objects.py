@@ -14,6 +14,7 @@ mirror) are not the home and do not come through here.
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import functools
 import os
@@ -85,8 +86,9 @@ class ObjectStore(ABC):
     def delete_tree(self, loc: Location) -> None:
         """Remove everything under a place."""
 
+    # ``builtins.list``: inside the class body, ``list`` names the method above, not the type.
     @abstractmethod
-    def walk(self, loc: Location) -> list[Entry]:
+    def walk(self, loc: Location) -> builtins.list[Entry]:
         """Every object below a place, at any depth (no folders)."""
 
     @abstractmethod
@@ -169,7 +171,7 @@ class LocalStore(ObjectStore):
     def delete_tree(self, loc: Location) -> None:
         shutil.rmtree(loc.path, ignore_errors=True)
 
-    def walk(self, loc: Location) -> list[Entry]:
+    def walk(self, loc: Location) -> builtins.list[Entry]:
         out = []
         for folder, _, files in os.walk(loc.path):
             for name in files:
@@ -293,7 +295,7 @@ class S3Store(ObjectStore):
             chunk = [{"Key": k} for k in keys[i : i + 1000]]
             self._client.delete_objects(Bucket=loc.bucket, Delete={"Objects": chunk, "Quiet": True})
 
-    def walk(self, loc: Location) -> list[Entry]:
+    def walk(self, loc: Location) -> builtins.list[Entry]:
         prefix = loc.key.rstrip("/") + "/" if loc.key else ""
         out = []
         for page in self._pages(Bucket=loc.bucket, Prefix=prefix):

@@ -66,7 +66,8 @@ def job_status(control: Any, home: Any, job: str) -> dict[str, Any]:
         except Exception as e:  # a section's failure is information, not a 500
             status[name] = None
             status["errors"][name] = f"{type(e).__name__}: {e}"
-    return plain(status)
+    result: dict[str, Any] = plain(status)
+    return result
 
 
 def model(control: Any, home: Any, job: str) -> dict[str, Any]:

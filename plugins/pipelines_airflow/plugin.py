@@ -19,7 +19,8 @@ Registered through the distribution's ``airflow.plugins`` entry point
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from types import ModuleType
+from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
@@ -29,9 +30,10 @@ from pipelines_airflow.page import TITLE
 
 
 class ElasticPipelinesPlugin(AirflowPlugin):
+    # Declared as AirflowPlugin declares them (plain attributes, not ClassVar), which mypy requires of an override.
     name = "elastic_pipelines"
-    fastapi_apps: ClassVar[list[Any]] = [{"app": app, "url_prefix": URL_PREFIX, "name": TITLE}]
-    external_views: ClassVar[list[Any]] = [
+    fastapi_apps: list[Any] = [{"app": app, "url_prefix": URL_PREFIX, "name": TITLE}]  # noqa: RUF012
+    external_views: list[Any] = [  # noqa: RUF012
         {
             "name": TITLE,
             "href": URL_PREFIX.lstrip("/") + "/",  # relative to the UI's base URL, so it works under a root path
@@ -40,4 +42,4 @@ class ElasticPipelinesPlugin(AirflowPlugin):
             "category": "browse",
         }
     ]
-    listeners: ClassVar[list[Any]] = [notes]
+    listeners: list[ModuleType | object] = [notes]  # noqa: RUF012

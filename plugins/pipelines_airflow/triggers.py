@@ -128,4 +128,4 @@ class ScalingWaitTrigger(BaseTrigger):
         waited = round(time.monotonic() - started, 3)
         self.log.info("%s of %s v%d: %s after %.1fs", self.wait, self.job, self.version, status, waited)
         payload = {"status": status, "waited_s": waited, "looks": looks, "behind": behind, "error": error}
-        return TriggerEvent(payload)  # type: ignore[no-untyped-call]
+        return TriggerEvent(payload)
