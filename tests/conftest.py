@@ -53,12 +53,17 @@ SPARK_COMMANDS = {"run", "rescale", "demo", "sql"}
 
 
 SHARED_BY_GROUP = {
+    "running_airflow": "airflow",  # one Airflow (scheduler, triggerer, API server) and one browser
+    "browser": "airflow",
+    "airflow_db": "airflow-dags",  # one migrated Airflow database for the DAG tests
     "kafka_broker": "kafka",
     "spark_standalone": "spark_standalone",
+    "cluster_session": "cluster",  # one set of hosts
 }
-"""Session servers worth one start: the tests that use one run on one worker of ``pytest -n`` (scripts/test.sh)."""
-GROUPED_FOLDERS = {"e2e": "airflow", "cluster": "cluster"}
-"""Folders whose tests share one Airflow and one browser (e2e) or one set of hosts (cluster): one worker each."""
+"""Session servers worth one start: the tests that use one run on one worker of ``pytest -n`` (scripts/test.sh).
+The first match wins (an Airflow is built on a database)."""
+GROUPED_FOLDERS = {"cluster": "cluster"}
+"""Folders whose tests share one worker whatever they use: the hosts' namespaces have fixed names."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the ``xdist_group`` marks
