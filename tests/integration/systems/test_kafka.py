@@ -85,6 +85,15 @@ def _transactions(producer: Producer, topic: str, plan: list[tuple[str, int, boo
             producer.abort_transaction(10)
 
 
+def _end_once_marked(kafka: KafkaSystem, topic: str, expected: str, timeout: float = 30.0) -> str:
+    """Partition 0's end once the last transaction's marker is written: a commit returns once the coordinator has
+    logged it, and the partition's leader writes the marker (moving the last stable offset) just after."""
+    deadline = time.monotonic() + timeout
+    while (end := kafka.end_positions(topic)[0]) != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return end
+
+
 def test_reads_skip_aborted_transactions_complete_across_markers_and_stop_at_the_last_stable_offset(
     kafka_broker: KafkaBroker, kafka: KafkaSystem
 ) -> None:
@@ -94,7 +103,7 @@ def test_reads_skip_aborted_transactions_complete_across_markers_and_stop_at_the
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"tx-{topic}"})
     producer.init_transactions(30)
     _transactions(producer, topic, [("a", 5, True), ("x", 3, False), ("b", 2, True)])
-    end = kafka.end_positions(topic)[0]
+    end = _end_once_marked(kafka, topic, "13")
     whole = kafka.read(topic, 0, "0", end)
     offsets = [int(o) for o in whole.records.column("offset").to_pylist()]
     values = [v.decode() for v in whole.records.column("value").to_pylist()]
@@ -135,7 +144,7 @@ def test_reads_skip_aborted_transactions_complete_across_markers_and_stop_at_the
     assert kafka.end_positions(topic)[0] == end
     assert kafka.read(topic, 0, "0", end).records.num_rows == 7
     producer.commit_transaction(10)
-    assert kafka.end_positions(topic)[0] == "16"  # two records and their commit marker
+    assert _end_once_marked(kafka, topic, "16") == "16"  # two records and their commit marker
     assert kafka.read(topic, 0, end, "16").records.column("value").to_pylist() == [b"open0", b"open1"]
 
 
