@@ -51,11 +51,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.adjunct.bases import hashes_of
 from pipelines.adjunct.checkpoints import StoreCheckpoint
 from pipelines.adjunct.config import StoreConfig, stream_root
 from pipelines.adjunct.durable import CHANGES_SCHEMA, Bootstrap, DurableStore, StoreState
 from pipelines.adjunct.extract import extract, load_extractor, marker_rows
-from pipelines.adjunct.local import hashes_of
 from pipelines.adjunct.views import BatchStores, StoreVersion
 from pipelines.control.home import Home
 from pipelines.core.adjunct import (
