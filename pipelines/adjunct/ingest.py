@@ -54,8 +54,10 @@ import pyarrow as pa
 from pipelines.adjunct.bases import hashes_of
 from pipelines.adjunct.checkpoints import StoreCheckpoint
 from pipelines.adjunct.config import StoreConfig, stream_root
-from pipelines.adjunct.durable import CHANGES_SCHEMA, Bootstrap, DurableStore, StoreState
+from pipelines.adjunct.durable import DurableStore
 from pipelines.adjunct.extract import extract, load_extractor, marker_rows
+from pipelines.adjunct.rows import CHANGES_SCHEMA
+from pipelines.adjunct.state import Bootstrap, StoreState
 from pipelines.adjunct.views import BatchStores, StoreVersion
 from pipelines.control.home import Home
 from pipelines.core.adjunct import (
@@ -477,7 +479,7 @@ def _open_store(
 def _entries(durable: DurableStore, incarnation: str, kept: Mapping[int, StoreState]) -> int:
     if not kept:
         return 0
-    from pipelines.adjunct.durable import META_CLASS, SNAPSHOT_SCHEMA
+    from pipelines.adjunct.rows import META_CLASS, SNAPSHOT_SCHEMA
     from pipelines.deltaio import read_delta
 
     dt = durable._load(durable.root / incarnation / "snapshots")

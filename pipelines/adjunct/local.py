@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.adjunct.bases import FILE_OVERHEAD, Base, BaseId, hashes_of
-from pipelines.adjunct.durable import DurableStore, TailGone, fold
+from pipelines.adjunct.durable import DurableStore, TailGone
 from pipelines.adjunct.places import files, flock, free_bytes, home_digest, prune, remove_stale
+from pipelines.adjunct.rows import fold
 from pipelines.control.home import Home
 from pipelines.core.adjunct import Fraction
 from pipelines.core.cachespace import Place, choose_place
