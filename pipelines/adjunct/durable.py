@@ -1,53 +1,18 @@
 """The durable truth of a store: append-only change segments and compacted snapshots, in Delta, in the home.
 
-Layout (``<home>/adjunct/<job>/<store>/``)::
-
-    incarnations/            Delta, append-only: one row per (re-)creation; the latest row is in force
-    <incarnation>/changes/   Delta, partitioned by ``class``: one commit per ingested segment
-    <incarnation>/snapshots/ Delta, partitioned by ``snapshot`` and ``class``: compacted latest values
-
-Why segments plus compaction, not MERGE
-    delta-rs does not retry a MERGE that conflicts, and a MERGE rewrites every
-    file a key touches. Appends never conflict, cost one small commit per
-    micro-batch (~30 ms) and keep the exact stream order of changes. Every
-    segment commit carries a Delta application transaction
-    ``(adjunct-writer, seq)`` and is refused unless the table's last one is
-    ``seq - 1``: a second driver (a zombie) writing the same store fails
-    instead of interleaving. One writer per store: the job's driver.
-
-A segment
-    Rows ``(seq, row)`` give the total stream order of changes; ``class`` is
-    where a partitioned store's rows live (broadcast stores: class 0); ``hash``
-    is the key's murmur3 (``pipelines.core.hashing``), kept so an executor
-    loads a key-bucket fraction with a filter and never re-hashes. A null
-    ``value`` deletes the key. Each segment has one meta row (class -1) whose
-    value is the store's ``StoreState`` after the segment, JSON: the stream
-    positions it reflects, the generation each partition delivers, the
-    serving generation, the last bootstrap. Data and state commit together,
-    so the positions a store claims always match its changes.
-
-A snapshot
-    ``compact`` folds the previous snapshot and the changes after it into the
-    latest value per (generation, class, key), tombstones applied and older
-    generations of a bounded dataset dropped, and writes it as partition
-    ``snapshot=<seq>`` with a meta row. The latest two snapshots are kept, and
-    the changes up to the older one are deleted, so any version from the older
-    snapshot on can be rebuilt exactly (an executor that needs a version just
-    behind the latest snapshot still finds it). Removed files are vacuumed
-    after ``VACUUM_HOURS``.
-
-Re-creation
-    A new incarnation gets its own folder and is put in force by one append to
-    ``incarnations``; the old folder is deleted afterwards. A crash at any point
-    leaves either the old or the new incarnation in force, never half of one.
+One writer per store (the job's driver), readers anywhere. Segments are
+appended, never MERGEd: appends never conflict, keep the stream's order, and
+carry an application transaction that makes a second (zombie) writer fail.
+Row layouts: ``pipelines.adjunct.rows``; the state a segment records:
+``pipelines.adjunct.state``. Layout, compaction and re-creation:
+docs/design.md#the-durable-store.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,58 +22,28 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 
+from pipelines.adjunct.rows import (
+    CHANGES_SCHEMA,
+    INCARNATIONS_SCHEMA,
+    META_CLASS,
+    SNAPSHOT_SCHEMA,
+    fold,
+    fraction_mask,
+    latest_per_key,
+)
+from pipelines.adjunct.state import StoreState
 from pipelines.control.home import Home
-from pipelines.core.adjunct import Fraction, Generations
+from pipelines.core.adjunct import Fraction
 from pipelines.core.ssp import validate_name
 from pipelines.deltaio import append, is_table, open_table, read_delta, refresh
 from pipelines.errors import StoreError
 from pipelines.storage.location import Location
-from pipelines.systems.base import Position
 
-FORMAT = 1
-META_CLASS = -1
 WRITER_APP = "adjunct-writer"
 SNAPSHOT_APP = "adjunct-compactor"
 INCARNATION_APP = "adjunct-incarnation"
 VACUUM_HOURS = 24
 KEEP_SNAPSHOTS = 2
-TIMESTAMP = pa.timestamp("us", tz="UTC")
-
-CHANGES_SCHEMA = pa.schema(
-    [
-        pa.field("class", pa.int32(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("row", pa.int64(), nullable=False),
-        pa.field("generation", pa.int64(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.string(), nullable=False),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("hash", pa.int64()),
-    ]
-)
-SNAPSHOT_SCHEMA = pa.schema(
-    [
-        pa.field("snapshot", pa.int64(), nullable=False),
-        pa.field("class", pa.int32(), nullable=False),
-        pa.field("generation", pa.int64(), nullable=False),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("hash", pa.int64()),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.string(), nullable=False),
-    ]
-)
-INCARNATIONS_SCHEMA = pa.schema(
-    [
-        pa.field("number", pa.int64(), nullable=False),
-        pa.field("incarnation", pa.string(), nullable=False),
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("created_at", TIMESTAMP, nullable=False),
-    ]
-)
-ENTRY_SCHEMA = pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("hash", pa.int64())])
-"""What an executor loads: one (generation, class, fraction) of a store at one version."""
 
 
 class TailGone(StoreError):
@@ -117,123 +52,6 @@ class TailGone(StoreError):
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class Bootstrap:
-    """The last bootstrap of a store: when, from where to where, how much."""
-
-    started_at: str
-    finished_at: str | None
-    start: Mapping[int, Position]
-    target: Mapping[int, Position]
-    changes: int = 0
-    seconds: float = 0.0
-    kind: str = "full"
-    """``full``: from the stream's beginning (forced); ``catch-up``: from the last offset to the end."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "start": {str(p): v for p, v in sorted(self.start.items())},
-            "target": {str(p): v for p, v in sorted(self.target.items())},
-            "changes": self.changes,
-            "seconds": round(self.seconds, 3),
-            "kind": self.kind,
-        }
-
-    @classmethod
-    def from_json(cls, value: Mapping[str, Any] | None) -> Bootstrap | None:
-        if not value:
-            return None
-        return cls(
-            started_at=value["started_at"],
-            finished_at=value.get("finished_at"),
-            start={int(p): v for p, v in value.get("start", {}).items()},
-            target={int(p): v for p, v in value.get("target", {}).items()},
-            changes=int(value.get("changes", 0)),
-            seconds=float(value.get("seconds", 0.0)),
-            kind=value.get("kind", "full"),
-        )
-
-
-@dataclass(frozen=True)
-class StoreState:
-    """A store after one segment: what it reflects of its stream. Stored as the segment's meta row."""
-
-    job: str
-    store: str
-    incarnation: str
-    seq: int
-    positions: Mapping[int, Position]
-    root: int
-    fingerprint: Mapping[str, str]
-    persistence: str
-    created_at: str
-    written_at: str
-    generations: Generations = field(default_factory=Generations)
-    serving: int = 0
-    changes: int = 0
-    total_changes: int = 0
-    last_bootstrap: Bootstrap | None = None
-    recovery: str = ""
-    origin: Mapping[int, Position] = field(default_factory=dict)
-    """Where this incarnation started reading each partition (a partition added later starts at its earliest)."""
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": FORMAT,
-                "job": self.job,
-                "store": self.store,
-                "incarnation": self.incarnation,
-                "seq": self.seq,
-                "positions": {str(p): v for p, v in sorted(self.positions.items())},
-                "root": self.root,
-                "fingerprint": dict(self.fingerprint),
-                "persistence": self.persistence,
-                "created_at": self.created_at,
-                "written_at": self.written_at,
-                "generations": self.generations.to_json(),
-                "serving": self.serving,
-                "changes": self.changes,
-                "total_changes": self.total_changes,
-                "last_bootstrap": None if self.last_bootstrap is None else self.last_bootstrap.to_json(),
-                "recovery": self.recovery,
-                "origin": {str(p): v for p, v in sorted(self.origin.items())},
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        )
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> StoreState:
-        value = json.loads(text)
-        if value.get("format") != FORMAT:
-            raise StoreError(f"store state has format {value.get('format')!r}; this version reads {FORMAT}")
-        return cls(
-            job=value["job"],
-            store=value["store"],
-            incarnation=value["incarnation"],
-            seq=int(value["seq"]),
-            positions={int(p): v for p, v in value["positions"].items()},
-            root=int(value["root"]),
-            fingerprint=dict(value["fingerprint"]),
-            persistence=value["persistence"],
-            created_at=value["created_at"],
-            written_at=value["written_at"],
-            generations=Generations.from_json(value.get("generations")),
-            serving=int(value.get("serving", 0)),
-            changes=int(value.get("changes", 0)),
-            total_changes=int(value.get("total_changes", 0)),
-            last_bootstrap=Bootstrap.from_json(value.get("last_bootstrap")),
-            recovery=value.get("recovery", ""),
-            origin={int(p): v for p, v in value.get("origin", {}).items()},
-        )
-
-    def next(self, **changes: Any) -> StoreState:
-        return replace(self, **changes)
 
 
 def store_dir(home: Home, job: str, store: str) -> Location:
@@ -404,7 +222,7 @@ class DurableStore:
             raise TailGone(f"store {self.store!r}: segments ({after}, {upto}] were retired; {segments} remain")
         rows = rows.filter(pc.invert(is_meta))
         if fraction is not None and fraction.factor > 1 and rows.num_rows:
-            rows = rows.filter(_fraction_mask(rows["hash"], fraction))
+            rows = rows.filter(fraction_mask(rows["hash"], fraction))
         return rows.sort_by([("seq", "ascending"), ("row", "ascending")])
 
     def changes_since(self, incarnation: str, after: int) -> int:
@@ -448,7 +266,7 @@ class DurableStore:
             schema=SNAPSHOT_SCHEMA,
         )
         if fraction.factor > 1 and rows.num_rows:
-            rows = rows.filter(_fraction_mask(rows["hash"], fraction))
+            rows = rows.filter(fraction_mask(rows["hash"], fraction))
         return rows
 
     def entries(self, incarnation: str, version: int, cls: int, generation: int, fraction: Fraction) -> pa.Table:
@@ -483,7 +301,7 @@ class DurableStore:
             ]
         )
         both = both.filter(pc.greater_equal(both["generation"], keep_generations_from))
-        latest = _latest_per_key(both, ["class", "generation", "key"], ["value", "hash", "partition", "offset"])
+        latest = latest_per_key(both, ["class", "generation", "key"], ["value", "hash", "partition", "offset"])
         latest = latest.filter(pc.is_valid(latest["value"]))
         snapshot = pa.Table.from_arrays(
             [
@@ -540,8 +358,6 @@ class DurableStore:
                 if dt is not None:
                     dt.vacuum(retention_hours=VACUUM_HOURS, dry_run=False, enforce_retention_duration=False)
         except DeltaError as e:  # retention is housekeeping: a failure costs disk, never correctness
-            import logging
-
             logging.getLogger(__name__).warning("store %s: could not retire old segments: %s", self.store, e)
 
     # ------------------------------------------------------------------ disk
@@ -566,34 +382,3 @@ class DurableStore:
         dt = open_table(path)
         self._tables[key] = dt
         return dt
-
-
-def _fraction_mask(hashes: pa.ChunkedArray | pa.Array, fraction: Fraction) -> pa.Array:
-    values = (
-        hashes.to_numpy() if isinstance(hashes, pa.Array) else hashes.combine_chunks().to_numpy(zero_copy_only=False)
-    )
-    return pa.array(values % fraction.factor == fraction.bucket)
-
-
-def _latest_per_key(table: pa.Table, keys: list[str], values: list[str]) -> pa.Table:
-    """The last row of each key by ``order`` (nulls kept: a null value is a tombstone)."""
-    if table.num_rows == 0:
-        return table.select(keys + values)
-    ordered = table.sort_by("order")
-    keep_nulls = pc.ScalarAggregateOptions(skip_nulls=False)
-    grouped = ordered.group_by(keys, use_threads=False).aggregate([(v, "last", keep_nulls) for v in values])
-    return grouped.rename_columns(keys + values).select(keys + values)
-
-
-def fold(base: pa.Table, tail: pa.Table) -> pa.Table:
-    """``base`` (latest values, ``ENTRY_SCHEMA``) with ``tail`` (changes in order) applied; tombstones removed."""
-    if tail.num_rows == 0:
-        return base.cast(ENTRY_SCHEMA)
-    both = pa.concat_tables(
-        [
-            base.cast(ENTRY_SCHEMA).append_column("order", pa.array(np.arange(-base.num_rows, 0, dtype=np.int64))),
-            tail.cast(ENTRY_SCHEMA).append_column("order", pa.array(np.arange(tail.num_rows, dtype=np.int64))),
-        ]
-    )
-    latest = _latest_per_key(both, ["key"], ["value", "hash"])
-    return latest.filter(pc.is_valid(latest["value"])).cast(ENTRY_SCHEMA)

@@ -9,34 +9,11 @@ The runtime's driver holds one ``AdjunctStores`` per job run::
         ... plan, run the tasks with task_stores(..., batch, ...), commit the sink ...
         append checkpoint_rows(job, configs, batch, batch_id)   # after the sink commit
 
-Open (``pipelines.core.adjunct.decide_recovery``)
-    Each store is judged absent, present but invalid (too old for its
-    validity age, built for another configuration, or fallen off the stream's
-    retention), or present and valid; the proposal's table then says create /
-    re-create / keep, and force bootstrap / continue from last offset. "Last
-    offset" is the store's own position when it is kept; for a store created
-    or re-created it is the job's last store checkpoint (Samza's checkpointed
-    offset of the AD stream), else the old store's position when it read the
-    same stream, else the stream's beginning. The decision is written into the
-    store's state, so the operations pages show why a store was rebuilt.
-
-Bootstrap
-    A store marked ``bootstrap`` is read to the stream's end as of the open
-    before the first main-input batch: from the beginning when the table
-    forces a bootstrap, from its last offset otherwise (a catch-up, as Samza's
-    bootstrap streams do after a restart). Stores not marked bootstrap are
-    read alongside the main input, ``batch_records`` at most per store and
-    batch.
-
-Ingest
-    Reads every AD partition from the store's positions through the
-    ``InputSystem`` protocol (respecting ``read_limits``, so a key's records
-    before a partition expansion are stored before its records after it),
-    extracts changes, and appends them as one durable segment with the
-    positions it reached. The positions only move with a segment, so a crash
-    between reading and appending re-reads the same records, which re-applies
-    the same changes (harmless: the store is keyed). A segment may repeat
-    changes of an earlier one for the same reason.
+Open (``pipelines.core.adjunct.decide_recovery``) judges each store and follows the
+proposal's recovery table; bootstrap stores are read to the stream's end before the
+first batch; ingest appends what each AD partition delivered as one segment with the
+positions it reached, so a crash in between only re-applies keyed changes. The
+rules in full: docs/design.md#the-drivers-side.
 """
 
 from __future__ import annotations
@@ -51,11 +28,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.adjunct.bases import hashes_of
 from pipelines.adjunct.checkpoints import StoreCheckpoint
 from pipelines.adjunct.config import StoreConfig, stream_root
-from pipelines.adjunct.durable import CHANGES_SCHEMA, Bootstrap, DurableStore, StoreState
+from pipelines.adjunct.durable import DurableStore
 from pipelines.adjunct.extract import extract, load_extractor, marker_rows
-from pipelines.adjunct.local import hashes_of
+from pipelines.adjunct.rows import CHANGES_SCHEMA
+from pipelines.adjunct.state import Bootstrap, StoreState
 from pipelines.adjunct.views import BatchStores, StoreVersion
 from pipelines.control.home import Home
 from pipelines.core.adjunct import (
@@ -477,7 +456,7 @@ def _open_store(
 def _entries(durable: DurableStore, incarnation: str, kept: Mapping[int, StoreState]) -> int:
     if not kept:
         return 0
-    from pipelines.adjunct.durable import META_CLASS, SNAPSHOT_SCHEMA
+    from pipelines.adjunct.rows import META_CLASS, SNAPSHOT_SCHEMA
     from pipelines.deltaio import read_delta
 
     dt = durable._load(durable.root / incarnation / "snapshots")

@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.adjunct.bases import hashes_of
 from pipelines.adjunct.config import StoreConfig
-from pipelines.adjunct.local import LocalEngine, Part, default_local_places, engine_for, hashes_of
+from pipelines.adjunct.local import LocalEngine, Part, engine_for
+from pipelines.adjunct.places import default_local_places
 from pipelines.control.home import Home
 from pipelines.core.adjunct import WHOLE, Fraction, store_class
 from pipelines.errors import StoreError

@@ -31,24 +31,7 @@ The default policy (:class:`DefaultPolicy`):
 * **Hold** inside the cooldown after a scaling step, with fewer than
   ``min_batches`` batches of the active model version, and otherwise.
 
-Why it does not flap. The two busy thresholds are apart (hysteresis): a job
-between them is left alone, so noise around one threshold cannot trigger
-both moves. And a shrink must keep the *projected* busy ratio,
-``busy x current / target`` (the same work on fewer tasks), below
-``scale_up_busy``; otherwise the smaller job would look busy and be scaled
-straight back up. Conversely, after a step up from X to X' <= 2X with busy
-ratio b > ``scale_up_busy``, the new job's busy ratio is about b x X / X', and
-halving it back projects to b again, which fails that check: a step up is
-never undone by the next decision unless the load itself went down.
-
-Factors. The platform accepts any factor >= 1, but a target that is a
-multiple of the current factor (a split) or a divisor of it (a merge) makes
-checkpoint migration exact: a split inherits its parent bucket's offset and a
-merge takes the minimum, so nothing is re-read. ``allowed`` chooses:
-``split_merge`` (default: only splits and merges), ``powers_of_two`` (Samza's
-original rule) or ``any``. Bounds beat preference: a factor outside
-``[min_factor, max_factor]`` is brought back inside even where no preferred
-factor fits.
+Why it does not flap, and which factors it prefers: docs/design.md#the-autosizer.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a host keeps its copy of an adjunct store: the first place with room for it, or one clear refusal.
 
 An executor host serves a store from a local copy of one version of it (a
-base, ``pipelines.adjunct.local``). A ``memory`` store prefers ``/dev/shm``
+base, ``pipelines.adjunct.places``). A ``memory`` store prefers ``/dev/shm``
 (RAM, shared by the host's processes), but a container gets 64 MiB of it by
 default, against ~57 MB per million entries: filling it would fail halfway
 through a write (``ENOSPC``) or leave nothing for the next version. So the copy

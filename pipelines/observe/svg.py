@@ -1,32 +1,20 @@
 """Where everything of a time-series plot goes: pure layout, drawn as inline SVG by ``templates/observe/plot.svg``.
 
-No charting library and no JavaScript: the machines that run Airflow may
-have no internet (no CDN), the page must load fast, and the same markup goes
-into the CLI's HTML export. This module computes positions and texts only
-(numbers in, a ``PlotLayout`` out, unit-tested); the template writes the SVG.
+No charting library and no JavaScript: the machines that run Airflow may have
+no internet (no CDN), the page must load fast, and the same markup goes into
+the CLI's HTML export. Numbers in, a ``PlotLayout`` out (unit-tested); the
+template writes the SVG. What keeps a plot readable when the job was not steady:
 
-What keeps a plot readable when the job was not steady:
-
-* **Idle time is cut out of the axis.** A job that ran two bursts eight
-  minutes apart drew each as a sliver on a linear axis. ``time_axis`` keeps
-  the times where something happened (points, markers) and replaces every
-  idle stretch longer than ``CUT_FRACTION`` of the window (and ``GAP`` times
-  the usual step between points) by a narrow break, drawn as a hatched band
-  with the time it stands for ("+8 min"); the remaining pieces share the
-  width by their durations. Every plot of a job shares one axis, so a marker
-  sits at the same x in all of them.
-* **A series hidden under another is still seen.** "out" equal to "in"
-  (nothing dropped) was invisible under it though the legend listed it: a
-  series that runs on top of an earlier one is drawn dashed, and when it is
-  equal to it all along the legend says so ("out = in").
-* **Marker labels never collide.** A marker (a scaling step or an outage) is
-  a dashed line with a numbered badge; badges closer than ``BADGE_PX`` are
-  stacked in rows, and the page lists the numbers with their full labels
-  under the plots. The details are in the marker's ``<title>``.
-* **Every point has a tooltip**: a plot with few points draws them, each with
-  its ``<title>``; a denser one gets invisible vertical strips, one per
-  point (at most ``MAX_STRIPS``), whose ``<title>`` gives every series' value
-  at that time.
+* **Idle time is cut out of the axis** (``time_axis``), or two bursts eight
+  minutes apart are slivers: an idle stretch longer than ``CUT_FRACTION`` of
+  the window (and ``GAP`` usual steps) becomes a hatched break labelled with
+  the time it stands for ("+8 min"). Every plot of a job shares one axis.
+* **A series hidden under another is still seen**: one lying on an earlier
+  one is dashed, and the legend says "out = in" when they are equal all along.
+* **Marker labels never collide**: numbered badges closer than ``BADGE_PX``
+  are stacked in rows; the page lists the numbers with their full labels.
+* **Every point has a tooltip**: few points are drawn as dots with a
+  ``<title>``; denser plots get invisible strips (at most ``MAX_STRIPS``).
 """
 
 from __future__ import annotations
