@@ -8,6 +8,6 @@ scripts/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy --config-file pyproject.toml
 # Two workers: a test spends much of its time waiting on a JVM, a broker, a store or Airflow (one process kept 0.6
-# of the two cores busy, two keep 1.15; three overloaded them and took longer), and tests that must share one
+# of the two cores busy, two keep 1.15; three ran the load to 12 and were no faster), and tests that must share one
 # server run on one worker (the xdist groups of tests/conftest.py).
 exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
