@@ -163,6 +163,12 @@ user's ``spark.driver.extraJavaOptions`` follow, so ``-XX:TieredStopAtLevel=4`` 
 
 SHUFFLE_PARTITIONS = "4"
 
+IDLE_POLL = "100ms"
+"""How long a query that found no new record waits before asking its source again (Spark's default: 10 ms).
+With ``trigger_interval: "0 seconds"`` an idle job asked its source a hundred times a second, each time a Python
+call that reads the inputs' ends: 5.5 CPU-s per 30 s idle, against 1.3 with 100 ms. The price is at most 100 ms
+before the first record after an idle spell is read; a job with a trigger interval waits that interval anyway."""
+
 DELTA_CONFS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -245,6 +251,7 @@ def spark_confs(master: str) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
         "spark.sql.streaming.stopTimeout": "30s",
+        "spark.sql.streaming.pollingDelay": IDLE_POLL,
     }
     if master.startswith("local") or "127.0.0.1" in master or "localhost" in master:
         confs["spark.driver.bindAddress"] = "127.0.0.1"
