@@ -45,7 +45,11 @@ def test_running_airflow_answers_with_a_token_and_lists_dags(running_airflow: Ai
 ENRICHMENT = REPO / "include" / "jobs" / "enrichment.yaml"
 LATENCY_MS = 25
 """Per record, as a sleep: at most 2 / 25 ms = 80 records/s on local[2] at any factor, a floor under every wait."""
-BACKLOG = 3000
+FIRST = 300
+"""Records the factor-1 driver reads before the rescale: >= 2 s of work at its pace."""
+BACKLOG = 1500
+"""Produced before the activation: >= 19 s of catch-up for the new model at 80 records/s, long enough for the
+test to see each wait deferred (it polls every 0.5 s)."""
 DEFERRED_TASKS = ("scale.restart_job", "scale.wait_caught_up")
 
 
@@ -71,14 +75,14 @@ def test_elastic_rescale_through_the_rest_api_switches_a_live_driver_and_waits_d
     job, (stream,) = config.name, [i.stream for i in config.inputs]
     log = DeltaLog(home.streams)
     log.create(stream, 2)
-    produce(log, home, stream, 600, 40, seed=1)
+    produce(log, home, stream, FIRST, 40, seed=1)
     create_job(home, config)
     assert ControlPlane(home).job_models.active(job).elasticity_factor == 1
     started = time.monotonic()
     launcher.run(home, job, available_now=False, master="local[2]", detach=True)
     try:
         _wait_processed(home, job, 1, timeout=600)
-        print(f"[e2e] the factor-1 driver read the first 600 records {time.monotonic() - started:.1f} s after start")
+        print(f"[e2e] the factor-1 driver read the first {FIRST} records {time.monotonic() - started:.1f} s in")
         before = verify_job(home, job, sequence="seq")
         assert before.ok, before.summary()
         running_airflow.wait_for_dag("elastic_rescale")
@@ -126,7 +130,7 @@ def test_elastic_rescale_through_the_rest_api_switches_a_live_driver_and_waits_d
     # every record is in the sink or the dead letters, once, and the new model processed part of them
     sink = read_delta(home.sinks / config.sink_table).to_pandas()
     dead = read_delta(home.sinks / config.dead_letter_table).to_pandas()
-    assert len(sink) + len(dead) == 600 + BACKLOG, (len(sink), len(dead))
+    assert len(sink) + len(dead) == FIRST + BACKLOG, (len(sink), len(dead))
     assert set(sink["model_version"]) == {1, 2}
     window = verify_job(home, job, sequence="seq", event=event.event_id)
     assert window.ok, window.summary()
