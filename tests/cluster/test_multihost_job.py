@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.hosts import HOST_TMP, Cluster, Host, HostProcess
-from tests.cluster.spark import SparkCluster, driver_confs
-from tests.cluster.store import StoreHost
+from testbed.hosts import HOST_TMP, Cluster, Host, HostProcess
+from testbed.spark import SparkCluster, driver_confs
+from testbed.store import StoreHost
 
 pytestmark = pytest.mark.slow
 
