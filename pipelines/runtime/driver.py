@@ -441,24 +441,31 @@ class SparkFaults:
     answers "nothing seen": a metric must never take the job down.
     """
 
-    def __init__(self, tracker: Any, group: str) -> None:
-        self.tracker, self.group = tracker, group
+    def __init__(self, context: Any, group: str) -> None:
+        self.tracker, self.group = context.statusTracker(), group
+        self.arrays = context._jvm.java.util.Arrays
         self.ledger = FaultLedger(self._executors())
 
     @classmethod
     def of(cls, spark: Any, query: Any) -> SparkFaults | None:
         """None for a session without a SparkContext (Spark Connect): it has no status tracker."""
         try:
-            return cls(spark.sparkContext.statusTracker(), str(query.runId))
+            return cls(spark.sparkContext, str(query.runId))
         except Exception:
             return None
+
+    def _job_ids(self) -> list[int]:
+        """The group's job ids in one py4j call: PySpark's ``getJobIdsForGroup`` reads the Java array element by
+        element, a call each (79 ms for the 1,000 jobs Spark retains, measured here; this: 6 ms)."""
+        text = str(self.arrays.toString(self.tracker._jtracker.getJobIdsForGroup(self.group)))
+        return [int(j) for j in text.strip("[]").split(",") if j.strip()]
 
     def _executors(self) -> frozenset[str]:
         return frozenset(f"{e.host}:{e.port}" for e in self.tracker.getExecutorInfos())
 
     def look(self) -> Faults:
         try:
-            known = [int(j) for j in self.tracker.getJobIdsForGroup(self.group)]
+            known = self._job_ids()
             jobs = {}
             for job_id in self.ledger.jobs_to_ask(known):
                 info = self.tracker.getJobInfo(job_id)

@@ -19,7 +19,7 @@ def _fails_in_partition_1(index: int, rows: Any) -> Any:
 
 def test_a_failed_task_of_the_groups_job_is_counted_once_and_no_executor_is_lost(spark: Any) -> None:
     context = spark.sparkContext
-    faults = SparkFaults(context.statusTracker(), "spark-faults-test")
+    faults = SparkFaults(context, "spark-faults-test")
     context.setJobGroup("spark-faults-test", "a job whose second task fails")
     try:
         with pytest.raises(Exception, match="fails on purpose"):
