@@ -15,7 +15,7 @@ from typing import Any
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
-from pipelines.observe.series import METRICS_READ, batches, charts, markers, outage_markers
+from pipelines.observe.series import METRICS_READ, batches, charts, fault_notes, markers, outage_markers
 from pipelines.observe.tasks import task_table
 
 DEFAULT_MINUTES = 60.0
@@ -34,7 +34,7 @@ def observe(
     driver: bool = True,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """Plain JSON-able data: window, driver, batches, charts, markers, tasks, inputs, errors.
+    """Plain JSON-able data: window, driver, batches, charts, faults, markers, tasks, inputs, errors.
 
     The active model is read first and its errors propagate (an unknown job is
     ``UnknownJobError``, which the CLI turns into its refusal); everything
@@ -79,6 +79,7 @@ def observe(
     result["batches"] = len(points)
     result["latest"] = points[-1].to_dict() if points else None
     result["charts"] = [c.to_dict() for c in charts(points)]
+    result["faults"] = fault_notes(points)
     result["markers"] = [m.to_dict() for m in marks]
     checkpoints: dict[Any, str] = {}
     try:

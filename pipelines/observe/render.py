@@ -143,6 +143,10 @@ def text(obs: Mapping[str, Any], *, width: int = 40) -> str:
             )
         if not c.series and c.note:
             lines.append(f"{c.title:<36} {c.note}")
+    faults = obs.get("faults") or []
+    if faults:
+        lines += ["", "Spark faults (task attempts retried, executors lost):"]
+        lines += [f"  {f}" for f in faults]
     if marks:
         lines += ["", "scaling steps:"]
         lines += [

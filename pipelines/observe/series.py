@@ -29,6 +29,10 @@ How the figures are defined (each one place, here):
   system) against ``records_in`` (records of the tasks' key buckets); above
   1 means a partition was read more than once.
 * **micro-batch duration**: ``batch_duration_s``.
+* **Spark faults**: ``tasks_failed`` (task attempts Spark retried) and
+  ``executors_lost`` (executors gone while the batch ran), job-wide rows the
+  driver writes only when not 0 (``pipelines.core.faults``); a plot only
+  when some batch in the window had one.
 
 Markers: every scaling event (rescale, partition expansion, Kinesis reshard)
 at its start, spanning to its end, labelled with its factor step or new
@@ -41,6 +45,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any
+
+from pipelines.core.faults import EXECUTORS_LOST, TASKS_FAILED, fault_summary
 
 DURATION = "batch_duration_s"
 """Per batch (job-wide row): Spark's ``durationMs.triggerExecution`` in seconds, written by the job's driver."""
@@ -66,6 +72,8 @@ METRICS_READ = (
     "input_unavailable",
     OUTAGE_DOWN,
     OUTAGE_BACK,
+    TASKS_FAILED,
+    EXECUTORS_LOST,
 )
 """The metric names the operator's view reads (``Metrics.read(metrics=...)``): nothing else is loaded."""
 
@@ -101,6 +109,13 @@ class BatchPoint:
     lag_s: float | None  # time behind, where the input reports it
     replayed: bool
     unavailable: tuple[str, ...]  # inputs that did not answer after this batch
+    tasks_failed: int = 0  # Spark task attempts that failed (and were retried) in this batch
+    executors_lost: int = 0  # executors that went away while it ran
+
+    @property
+    def faults(self) -> str | None:
+        """``batch 7: 3 tasks retried, 1 executor lost``, or None."""
+        return fault_summary(self.batch, self.tasks_failed, self.executors_lost)
 
     @property
     def rate_in(self) -> float | None:
@@ -116,6 +131,7 @@ class BatchPoint:
             "unavailable": list(self.unavailable),
             "rate_in": self.rate_in,
             "rate_out": self.rate_out,
+            "faults": self.faults,
         }
 
 
@@ -184,6 +200,8 @@ def batches(rows: Iterable[Mapping[str, Any]]) -> list[BatchPoint]:
                 lag_s=max(behind) / 1000.0 if behind else None,
                 replayed=bool(job_wide("batch_replayed")),
                 unavailable=tuple(sorted(str(t) for (t, n) in values if n == "input_unavailable")),
+                tasks_failed=int(job_wide(TASKS_FAILED) or 0),
+                executors_lost=int(job_wide(EXECUTORS_LOST) or 0),
             )
         )
         previous[version] = at
@@ -287,7 +305,26 @@ def charts(points: list[BatchPoint]) -> list[Chart]:
             else f"no {DURATION} rows: the driver that ran these batches did not report durations",
         ),
     ]
+    faulty = [p for p in points if p.tasks_failed or p.executors_lost]
+    if faulty:  # a plot only for a window in which Spark lost something: the usual page stays as it is
+        result.append(
+            Chart(
+                "faults",
+                "Spark faults",
+                "per batch",
+                (
+                    _series("tasks retried", points, lambda p: p.tasks_failed),
+                    _series("executors lost", points, lambda p: p.executors_lost),
+                ),
+            )
+        )
     return result
+
+
+def fault_notes(points: Iterable[BatchPoint], limit: int = 10) -> list[str]:
+    """The newest ``limit`` batches that lost tasks or executors, oldest first (``v3 batch 7: 2 tasks retried``)."""
+    notes = [f"v{p.version} {p.faults}" for p in points if p.faults]
+    return notes[-limit:]
 
 
 # ---------------------------------------------------------------------------------------------------- markers

@@ -23,6 +23,7 @@ from typing import Any, TypedDict
 from pipelines.control import ControlPlane
 from pipelines.control.drivers import Registration
 from pipelines.control.home import Home, resolve_home
+from pipelines.core.faults import EXECUTORS_LOST, TASKS_FAILED, FaultLedger, Faults, JobSeen
 from pipelines.core.model import JobModel
 from pipelines.errors import PipelinesError, raised_inside
 from pipelines.jobs.config import job_config
@@ -131,7 +132,8 @@ def run_job(
             progress(
                 f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks"
             )
-            switch = _supervise(query, control, job, model, deadline, progress, started, heartbeat)
+            faults = SparkFaults.of(spark, query)
+            switch = _supervise(query, control, job, model, deadline, progress, started, heartbeat, faults)
             if not switch:
                 requests.clear_stop(home, job)
                 heartbeat.halt.set()
@@ -296,10 +298,11 @@ def _supervise(
     progress: Callable[[str], None],
     started: float,
     heartbeat: Heartbeat,
+    faults: SparkFaults | None = None,
 ) -> bool:
     """Watch a query; True when it stopped because another model version became active."""
     last_batch = -1
-    durations = BatchDurations(control, model)
+    durations = BatchDurations(control, model, faults)
     last_model_check = last_stop_check = 0.0
     # On object storage each look is requests (a listing and a read, a HEAD): once a second is enough for an
     # operator's stop and a rescale's activation (a switch starts up to a second later than on local disk).
@@ -383,11 +386,16 @@ class BatchDurations:
     Not recorded after an in-place switch's stop: that would lengthen the
     switch's downtime, and the batch falls back to the time since the
     previous one in ``pipelines.observe.series``.
+
+    With ``faults``, the newest of these batches also gets the task attempts
+    that failed and the executors lost since the previous look
+    (``pipelines.core.faults``), each a row only when not 0.
     """
 
-    def __init__(self, control: ControlPlane, model: JobModel) -> None:
+    def __init__(self, control: ControlPlane, model: JobModel, faults: SparkFaults | None = None) -> None:
         self.control = control
         self.model = model
+        self.faults = faults
         self.recorded = -1
         self.seen: Any = None
 
@@ -413,9 +421,65 @@ class BatchDurations:
                 )
         if not rows:
             return
+        newest = max(r["batch_id"] for r in rows)
+        seen = self.faults.look() if self.faults is not None else Faults()
+        for name, count in ((TASKS_FAILED, seen.tasks_failed), (EXECUTORS_LOST, seen.executors_lost)):
+            if count:
+                rows.append({**rows[-1], "batch_id": newest, "metric": name, "value": float(count)})
         with contextlib.suppress(Exception):  # a metric must never take the job down
             self.control.metrics.append(rows)
-        self.recorded = max(r["batch_id"] for r in rows)
+        self.recorded = newest
+
+
+class SparkFaults:
+    """What Spark's status tracker says failed in one query's jobs, and which executors went, since the last look.
+
+    Structured Streaming runs a query's jobs in the job group of its run id,
+    so a look asks for that group's jobs not yet charged (a few per batch),
+    their stages' failed task counts and the executors now registered; the
+    counting is ``pipelines.core.faults.FaultLedger``'s. A look that fails
+    answers "nothing seen": a metric must never take the job down.
+    """
+
+    def __init__(self, context: Any, group: str) -> None:
+        self.tracker, self.group = context.statusTracker(), group
+        self.arrays = context._jvm.java.util.Arrays
+        self.ledger = FaultLedger(self._executors())
+
+    @classmethod
+    def of(cls, spark: Any, query: Any) -> SparkFaults | None:
+        """None for a session without a SparkContext (Spark Connect): it has no status tracker."""
+        try:
+            return cls(spark.sparkContext, str(query.runId))
+        except Exception:
+            return None
+
+    def _job_ids(self) -> list[int]:
+        """The group's job ids in one py4j call: PySpark's ``getJobIdsForGroup`` reads the Java array element by
+        element, a call each (79 ms for the 1,000 jobs Spark retains, measured here; this: 6 ms)."""
+        text = str(self.arrays.toString(self.tracker._jtracker.getJobIdsForGroup(self.group)))
+        return [int(j) for j in text.strip("[]").split(",") if j.strip()]
+
+    def _executors(self) -> frozenset[str]:
+        return frozenset(f"{e.host}:{e.port}" for e in self.tracker.getExecutorInfos())
+
+    def look(self) -> Faults:
+        try:
+            known = self._job_ids()
+            jobs = {}
+            for job_id in self.ledger.jobs_to_ask(known):
+                info = self.tracker.getJobInfo(job_id)
+                if info is None:  # no longer retained
+                    continue
+                stages = {}
+                for stage_id in info.stageIds:
+                    stage = self.tracker.getStageInfo(stage_id)
+                    if stage is not None:
+                        stages[int(stage_id)] = int(stage.numFailedTasks)
+                jobs[job_id] = JobSeen(ended=info.status in ("SUCCEEDED", "FAILED"), failed_per_stage=stages)
+            return self.ledger.settle(jobs, self._executors(), known)
+        except Exception:
+            return Faults()
 
 
 def _report(query: Any, job: str, last_batch: int, progress: Callable[[str], None]) -> int:

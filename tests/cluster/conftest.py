@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.hosts import Cluster, NamespacesUnavailable
-from tests.cluster.spark import SparkCluster, start_spark_cluster
-from tests.cluster.store import StoreHost, start_store
+from testbed.hosts import Cluster, NamespacesUnavailable
+from testbed.spark import SparkCluster, start_spark_cluster
+from testbed.store import StoreHost, start_store
 
 HOSTS = ("store", "master", "worker1", "worker2", "driver1", "driver2")
 """The object store, the Spark master, two worker hosts, a driver host and a second one to move the driver to."""

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.hosts import HOST_TMP, REPO_ROOT, Cluster, Host, list_netns, remove_leftovers
+from testbed.hosts import HOST_TMP, REPO_ROOT, Cluster, Host, list_netns, remove_leftovers
 
 pytestmark = pytest.mark.slow
 
-NETCHECK = str(Path(__file__).with_name("netcheck.py"))
+NETCHECK = str(REPO_ROOT / "testbed" / "netcheck.py")
 
 
 def probe(host: Host, *args: str | int) -> str:

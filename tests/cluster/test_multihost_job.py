@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.hosts import HOST_TMP, Cluster, Host, HostProcess
-from tests.cluster.spark import SparkCluster, driver_confs
-from tests.cluster.store import StoreHost
+from testbed.hosts import HOST_TMP, Cluster, Host, HostProcess
+from testbed.spark import SparkCluster, driver_confs
+from testbed.store import StoreHost
 
 pytestmark = pytest.mark.slow
 
@@ -126,6 +126,14 @@ else:
     log.produce("customers", [(b"key-3", b"renamed-3", None)])
 print("{}")
 """
+FAULTS = """
+import json, sys
+from pipelines.control import ControlPlane
+from pipelines.control.home import Home
+rows = ControlPlane(Home(sys.argv[1])).metrics.read(sys.argv[2], metrics=["tasks_failed", "executors_lost"])
+print(json.dumps([[int(r.model_version), int(r.batch_id), r.metric, r.value] for r in rows.itertuples()]))
+"""
+"""The driver's rows of what Spark lost, per batch: ``[version, batch, metric, value]``."""
 VERIFY = """
 import json, sys
 from pipelines.control.home import Home
@@ -373,6 +381,7 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         assert driver.poll() is None, "the driver went on with worker2"
         after_kill = _tail(driver, 10**8)[gone.start() :]
         timings["batches after the kill (s)"] = [float(t) for t in re.findall(r"tasks read, ([\d.]+)s", after_kill)]
+        in_flight = int(re.findall(r"\] batch (\d+): \d+ virtual tasks read", after_kill)[0])  # the first to end
         spark_cluster.wait_for_workers()
 
         # (e) the driver stopped from another host, started again on driver2
@@ -391,6 +400,16 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         assert drivers == [["driver2", "stopped"], ["driver1", "stopped"]], (
             f"the move is in the drivers table: {drivers}"
         )
+        # the kill in the metrics (the batch in flight: v3 after the expansion) and both on the page's data
+        faults = deployment.python(first_driver_host, FAULTS, deployment.home, JOB)
+        charged = {(m, v) for version, batch, m, v in faults if (version, batch) == (3, in_flight)}
+        timings["faults rows"] = faults
+        assert {m for m, _ in charged} == {"tasks_failed", "executors_lost"}, f"batch {in_flight}: {faults}"
+        assert dict(charged)["tasks_failed"] >= len(lost) and dict(charged)["executors_lost"] == 1, faults
+        page = json.loads(cli(ops_host, "status", JOB, "--json"))
+        assert any(f.startswith(f"v3 batch {in_flight}: ") and "1 executor lost" in f for f in page["faults"]), page
+        assert "faults" in {c["key"] for c in page["charts"]}, page["charts"]
+        assert [d["host"] for d in page["driver"]["drivers"]][:2] == ["driver2", "driver1"], page["driver"]
         verdict = deployment.python(first_driver_host, VERIFY, deployment.home, JOB)
         assert verdict["records_expected"] == verdict["rows"] == total, verdict
         assert verdict["lost"] == verdict["duplicates"] == verdict["order_violations"] == 0, verdict

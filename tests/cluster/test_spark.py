@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.cluster.hosts import Cluster
-from tests.cluster.spark import SparkCluster, driver_confs, run_driver
+from testbed.hosts import Cluster
+from testbed.spark import SparkCluster, driver_confs, run_driver
 
 pytestmark = pytest.mark.slow
 

@@ -121,6 +121,16 @@ def test_spark_workers_can_be_scaled(services: dict[str, Any]) -> None:
     assert "docker compose up -d --scale spark-worker=" in text
 
 
+def test_the_services_that_hold_adjunct_stores_get_room_for_them_in_dev_shm(services: dict[str, Any]) -> None:
+    # Docker's default /dev/shm is 64 MiB, about a million entries of ~57 MB per million: the stores' sizes
+    # (README, "Adjunct stores on every executor host") need more on every host that serves them.
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    for name in ("spark-worker", "driver-enrichment"):
+        size = str(services[name].get("shm_size", "64m")).lower().rstrip("b")
+        room = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        assert room >= 2**30, f"{name}: shm_size {services[name].get('shm_size')} holds under 1 GiB"
+
+
 def test_the_image_installs_the_airflow_provider_and_configures_no_plugins_folder() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     installs = re.findall(r"pip install [^\n\\]*--no-deps -e (\S+)", dockerfile)

@@ -82,3 +82,12 @@ def test_the_terminal_view_names_the_steps_and_the_slowest_task() -> None:
 
 def test_sparkline_scales_to_its_maximum() -> None:
     assert sparkline([0, 1, 2, 4]) == "▁▃▅█" and sparkline([]) == ""
+
+
+def test_spark_faults_show_in_the_terminal_and_the_html_only_when_there_are_some() -> None:
+    clean = observation()
+    assert "Spark faults" not in text(clean) and "Spark faults" not in html_section(clean)
+    lost = {**clean, "faults": ["v2 batch 4: 3 tasks retried, 1 executor lost"]}
+    assert "  v2 batch 4: 3 tasks retried, 1 executor lost" in text(lost).splitlines()
+    html = html_section(lost)
+    assert '<ul class="obs-faults">' in html and "v2 batch 4: 3 tasks retried, 1 executor lost" in html

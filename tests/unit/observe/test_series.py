@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
-from pipelines.observe.series import batches, charts, marker, markers, outage_markers
+from pipelines.observe.series import batches, charts, fault_notes, marker, markers, outage_markers
 from pipelines.observe.synthetic import run_rows
 
 P0 = SystemStreamPartition("deltalog", "events", 0).wire()
@@ -146,3 +146,19 @@ def test_an_input_outage_is_a_marker_from_when_it_began_to_when_the_input_answer
     assert ended.label == "input unavailable · 42.0 s"
     assert (still.at, still.until, still.status) == (1100.0, None, "open")
     assert outage_markers(rows[-1:]) == [], "rows of other metrics are no outage"
+
+
+def test_a_batch_that_lost_tasks_and_an_executor_says_so_and_gets_a_faults_plot() -> None:
+    clean = charts(batches(two_batches()))
+    assert "faults" not in {c.key for c in clean}  # no plot while nothing was lost
+    rows = [*two_batches(), row(1, 1, None, "tasks_failed", 3, 110.2), row(1, 1, None, "executors_lost", 1, 110.2)]
+    first, second = batches(rows)
+    assert (first.tasks_failed, first.executors_lost, first.faults) == (0, 0, None)
+    assert (second.tasks_failed, second.executors_lost) == (3, 1)
+    assert second.to_dict()["faults"] == "batch 1: 3 tasks retried, 1 executor lost"
+    assert fault_notes([first, second]) == ["v1 batch 1: 3 tasks retried, 1 executor lost"]
+    plot = {c.key: c for c in charts([first, second])}["faults"]
+    assert {s.name: [v for _, v in s.points] for s in plot.series} == {
+        "tasks retried": [0.0, 3.0],
+        "executors lost": [0.0, 1.0],
+    }

@@ -1,4 +1,4 @@
-"""Hosts for multi-host tests, made of Linux namespaces on this one machine.
+"""Hosts for multi-host tests and benchmarks, made of Linux namespaces on this one machine.
 
 A host is a network namespace with one veth interface on a private subnet
 (``10.77.0.0/24``), its own hostname, its own pid namespace and its own tmpfs
@@ -52,7 +52,7 @@ FIRST_HOST = 10
 """Hosts get ``10.77.0.10``, ``.11``, ... in the order they are named."""
 BOOT_TIMEOUT_S = 20.0
 KILL_TIMEOUT_S = 15.0
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 _HERE = Path(__file__).resolve().parent
 _HOST_NAME = re.compile(r"^[a-z][a-z0-9-]{0,14}$")  # a hostname that is also a valid interface name
 HOST_TMP = Path("/tmp")

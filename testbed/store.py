@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tests.cluster.hosts import HOST_TMP, Host, HostProcess
+from testbed.hosts import HOST_TMP, Host, HostProcess
 
 START_TIMEOUT_S = 120.0  # weed mini's several servers, on a loaded 2-core machine
 DATA_DIR = str(HOST_TMP / "s3")  # in the store host's own /tmp

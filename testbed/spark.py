@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.hosts import HOST_TMP, Host, HostProcess
+from testbed.hosts import HOST_TMP, Host, HostProcess
 
 MASTER_PORT = 7077
 MASTER_WEB_PORT = 8080
