@@ -113,6 +113,10 @@ step "$LOGS/db-migrate.log" airflow db migrate || {
   echo "[airflow] db migrate failed; see $LOGS/db-migrate.log" >&2
   exit 1
 }
+# SQLite in write-ahead-log mode: readers never hold a writer off (plugins/pipelines_airflow/sqlite.py)
+if [[ "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite}" == sqlite* ]]; then
+  step - python -m pipelines_airflow.sqlite
+fi
 
 start() {  # each component leads its own process group, so a stop reaches its children too
   local name=$1; shift

@@ -49,6 +49,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pipelines_airflow.sqlite import use_wal
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -271,7 +272,9 @@ def airflow_db() -> AirflowEnv:
     if result.returncode != 0:
         output = f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
         pytest.fail(f"airflow db migrate failed ({result.returncode})\n{output}")
-    print(f"\n[airflow] database migrated in {time.monotonic() - started:.1f} s: {env.airflow_home / 'airflow.db'}")
+    database = env.airflow_home / "airflow.db"
+    mode = use_wal(database)  # as scripts/airflow.sh does: readers never block the writer
+    print(f"\n[airflow] database migrated in {time.monotonic() - started:.1f} s, journal {mode}: {database}")
     return env
 
 
