@@ -413,8 +413,15 @@ def _result(futures: Mapping[Any, concurrent.futures.Future[Any]]) -> None:
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding (what ``random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding (what ``random-uuid`` prints).
+
+    Never one starting with ``-``, as Kafka's own ``Uuid.randomUuid`` redraws: ``kafka-storage format
+    --cluster-id -X6h...`` reads it as an option and refuses to start (1 broker start in 64 failed so).
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def _free_ports(count: int) -> list[int]:
