@@ -4,7 +4,7 @@ A worker host that dies mid-batch costs the batch in flight its tasks on
 that host: Spark retries them elsewhere and the batch ends late, but the
 sink commits it like any other, so nothing in the job's own rows says it
 happened. The driver asks Spark's status tracker each time a batch is
-reported (``pipelines.runtime.driver.BatchFaults``) and hands what it saw to a
+reported (``pipelines.runtime.driver.SparkFaults``) and hands what it saw to a
 ``FaultLedger``, which says what is new since the last look:
 
 * **tasks failed**: failed task attempts (an executor lost under a running
