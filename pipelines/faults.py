@@ -13,7 +13,10 @@ the recovery. ``PIPELINES_FAULT`` selects one point:
   ``kill -9`` of the driver application or of the operation, JVM and Python
   workers included, with no chance to clean up. Passes are counted across
   the processes of the session (Spark runs the sink and the source in Python
-  workers), in a counter file named after the session.
+  workers), in a counter file named after the session, in
+  ``PIPELINES_FAULT_DIR`` (default: the temporary directory). Whoever reads
+  the counters gives each target a directory of its own, so two crashes run
+  side by side never read or remove each other's counts.
 
 A kill targets the session leader's group, so whoever sets ``kill:`` starts
 the target in a session of its own (``start_new_session=True``); the fault
@@ -28,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 FAULT_ENV = "PIPELINES_FAULT"
+FAULT_DIR_ENV = "PIPELINES_FAULT_DIR"
 
 POINTS: dict[str, str] = {
     "mid_batch": "a task of a micro-batch has read its records and is writing them (nothing committed yet)",
@@ -76,7 +80,7 @@ def parse(spec: str) -> tuple[bool, str, int]:
 def counter_file(point: str, session: int | None = None) -> Path:
     """Where the passes of ``point`` in one session are counted (one byte per pass)."""
     sid = os.getsid(0) if session is None else session
-    return Path(tempfile.gettempdir()) / f"pipelines-fault-{sid}-{point}"
+    return Path(os.environ.get(FAULT_DIR_ENV) or tempfile.gettempdir()) / f"pipelines-fault-{sid}-{point}"
 
 
 def _pass_count(point: str) -> int:

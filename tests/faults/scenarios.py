@@ -35,7 +35,7 @@ from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.deltaio import read_delta
 from pipelines.demo.enrich import CUSTOMERS
-from pipelines.faults import FAULT_ENV, POINTS, counter_file
+from pipelines.faults import FAULT_DIR_ENV, FAULT_ENV
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
@@ -103,6 +103,10 @@ class Scenario:
     ) -> None:
         self.home = Home(root)
         self.say = log
+        # this scenario's own counter files: a crash run beside it (another pytest worker) can neither read nor
+        # remove them
+        self.counters = root.parent / f"{root.name}-fault-counters"
+        self.counters.mkdir(parents=True, exist_ok=True)
         DeltaLog(self.home.streams).create(STREAM, 2)
         self.producer = Producer(self.home)
         base = JobConfig.load(DEMO_JOB).to_dict()
@@ -134,11 +138,11 @@ class Scenario:
         """``python -m pipelines --home H ARGS`` in a session of its own (a kill takes exactly that session)."""
         env = {**spark_env(), "PIPELINES_SPARK_MASTER": MASTER}
         env.pop(FAULT_ENV, None)
+        env[FAULT_DIR_ENV] = str(self.counters)
         if fault:
             env[FAULT_ENV] = fault
         cmd = [sys.executable, "-m", "pipelines", "--home", str(self.home.root), *args]
         self.say(f"$ {'PIPELINES_FAULT=' + fault + ' ' if fault else ''}pipelines {' '.join(args)}")
-        before = set(_counter_files())
         proc = subprocess.Popen(
             cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
@@ -153,7 +157,7 @@ class Scenario:
             # The point may be passed in a session the command started (a foreground driver runs in its own):
             # every counter file this command left shows how often its point was passed, whoever passed it.
             self.passes = 0
-            for path in set(_counter_files()) - before:
+            for path in self.counters.glob("pipelines-fault-*"):
                 self.passes = max(self.passes, path.stat().st_size)
                 path.unlink(missing_ok=True)
         return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
@@ -228,10 +232,6 @@ class Scenario:
             example = wrong.iloc[0][["event_key", "customer"]].to_dict()
             problems.append(f"{len(wrong)} events enriched with another key's name or none, e.g. {example}")
         return problems
-
-
-def _counter_files() -> list[Path]:
-    return [p for point in POINTS for p in counter_file(point, 0).parent.glob(f"pipelines-fault-*-{point}")]
 
 
 def _stream_records(home: Home) -> set[tuple[int, str]]:

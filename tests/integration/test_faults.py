@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from pipelines.faults import FAULT_ENV, InjectedFault, counter_file, crash_point, parse
+from pipelines.faults import FAULT_DIR_ENV, FAULT_ENV, InjectedFault, crash_point, parse
 
 
 def test_specs_parse_and_a_typo_is_refused() -> None:
@@ -31,8 +32,11 @@ def test_a_point_raises_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None
         crash_point("during_switch")
 
 
-def test_kill_at_the_nth_pass_counted_across_the_processes_of_a_session() -> None:
-    """Two processes of one session pass the point; the 3rd pass overall kills the whole session."""
+def test_kill_at_the_nth_pass_counted_across_the_processes_of_a_session(tmp_path: Path) -> None:
+    """Two processes of one session pass the point; the 3rd pass overall kills the whole session.
+
+    The passes are counted in the directory the caller named, so crashes run side by side count apart.
+    """
     script = (
         "import subprocess, sys\n"
         "from pipelines.faults import crash_point\n"
@@ -41,14 +45,12 @@ def test_kill_at_the_nth_pass_counted_across_the_processes_of_a_session() -> Non
         "print('child pass', flush=True)\"])\n"
         "crash_point('mid_batch'); print('not reached', flush=True)\n"
     )
-    env = {**os.environ, FAULT_ENV: "kill:mid_batch@3"}
+    env = {**os.environ, FAULT_ENV: "kill:mid_batch@3", FAULT_DIR_ENV: str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
     )
-    try:
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        counter_file("mid_batch", proc.pid).unlink(missing_ok=True)
+    out, _ = proc.communicate(timeout=60)
     assert out.split("\n")[:2] == ["pass", "child pass"]
     assert "not reached" not in out
     assert proc.returncode == -9
+    assert [(p.name, p.stat().st_size) for p in tmp_path.iterdir()] == [(f"pipelines-fault-{proc.pid}-mid_batch", 3)]

@@ -12,7 +12,7 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStreamPartition
-from pipelines.faults import FAULT_ENV
+from pipelines.faults import FAULT_DIR_ENV, FAULT_ENV
 from pipelines.runtime import launcher
 from pipelines.runtime.driver import batch_budget, run_job
 from pipelines.runtime.session import spark_env
@@ -104,7 +104,9 @@ def _restart_and_check(home: Home, config, records: int) -> None:
 def test_crash_between_sink_commit_and_checkpoint_append_loses_and_doubles_nothing(home: Home) -> None:
     produce(home, "events", 300, 10)
     config = job(home, "crashy", 2, max_records=100)
-    crashed = _driver(home, config.name, **{FAULT_ENV: "kill:after_sink_commit"})
+    counters = home.root.local_path() / "fault-counters"  # this test's own, not the shared temporary directory
+    counters.mkdir(parents=True)
+    crashed = _driver(home, config.name, **{FAULT_ENV: "kill:after_sink_commit", FAULT_DIR_ENV: str(counters)})
     crashed.wait(timeout=300)
     assert crashed.returncode != 0, "the injected fault should have failed the driver"
     committed = len(sink(home, config))
