@@ -46,19 +46,17 @@ SEEDED = "run:seeded-loss"
 RESCALE = "elastic_rescale"
 FRAME = "iframe[title='Elastic pipelines']"
 ARTIFACTS = REPO / "test-artifacts" / "ui-forms"
+# Each refusal is a DAG run of its own (about 8 s of the e2e worker), so each way in is tried with the values that
+# way could alter: the REST API's JSON numbers (too small, too big, not whole), and what a form could clamp, keep
+# from being typed, or empty. The check's messages are tested in-process: tests/unit/core/test_hashing.py and the DAG's
+# validate in tests/e2e/test_dags.py.
 BAD_FACTORS: list[tuple[Any, str]] = [  # (what the operator gives, what the run's note must say)
     (0, "elasticity factor must be >= 1, got 0"),
-    (-1, "elasticity factor must be >= 1, got -1"),
     (1025, f"elasticity factor 1025 is above the maximum {max_factor()}"),
     (2.5, "elasticity factor must be a whole number >= 1, got 2.5"),
-    ("abc", "elasticity factor must be a whole number >= 1, got 'abc'"),
-    ("", "no factor given"),
 ]
-TYPED_REFUSALS = {  # the same factors typed into Airflow's form: text kept as typed
+TYPED_REFUSALS = {  # factors typed into Airflow's form: text kept as typed
     "0": "elasticity factor must be >= 1, got 0",
-    "-1": "got '-1'",
-    "1025": "above the maximum",
-    "2.5": "got '2.5'",
     "abc": "got 'abc'",
     "": "no factor given",
 }
@@ -285,7 +283,7 @@ def test_a_bad_factor_from_the_rest_api_or_airflows_form_is_refused_with_the_rea
     finally:
         context.close()
 
-    mine = _ended(running_airflow, tag, 2 * len(BAD_FACTORS))
+    mine = _ended(running_airflow, tag, len(BAD_FACTORS) + len(TYPED_REFUSALS))
     expected = {f"{tag} rest {f!r}": why for f, why in BAD_FACTORS}
     expected |= {f"{tag} form {t!r}": why for t, why in TYPED_REFUSALS.items()}
     for run in mine:
