@@ -27,6 +27,21 @@ from pipelines.systems.kafka.positions import SYSTEM, offset
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
+# A partition's ListOffsets answers that Kafka's admin client retries after refreshing its metadata (its
+# ListOffsetsHandler): the partition's leadership is moving or not yet known, as right after an expansion.
+# librdkafka hands them back as plain codes, never flagged retriable.
+_RETRY_OFFSETS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+    }
+)
+
 
 class KafkaAdmin:
     """Answers the admin questions of ``InputSystem`` for one cluster; ``home`` keeps the expansions observed."""
@@ -90,14 +105,41 @@ class KafkaAdmin:
         return {p: str(o) for p, o in self.list_offsets(stream, count, _LATEST).items()}
 
     def list_offsets(self, stream: str, count: int, spec: OffsetSpec) -> dict[int, int]:
-        request = {TopicPartition(stream, p): spec for p in range(count)}
-        try:
-            futures = self.clients.admin().list_offsets(
-                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.clients.timeout_s
-            )
-            return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
-        except KafkaException as error:
-            raise self.clients.error(f"listing offsets of topic {stream!r}", error) from None
+        """Offsets of partitions 0..count-1; a partition whose answer is a retriable error is asked again.
+
+        Right after an expansion the broker that leads a new partition may not
+        know it yet and answers "Not leader for partition"; Kafka's own admin
+        client asks again after a metadata refresh, librdkafka hands the answer
+        back. So the partitions that got one of ``_RETRY_OFFSETS`` are asked
+        again, with a growing pause, until the client's timeout; any other
+        error, or the timeout, is the caller's error.
+        """
+        deadline = time.monotonic() + self.clients.timeout_s
+        pause = 0.05
+        found: dict[int, int] = {}
+        missing = list(range(count))
+        while True:
+            request = {TopicPartition(stream, p): spec for p in missing}
+            retry: list[int] = []
+            try:
+                futures = self.clients.admin().list_offsets(
+                    request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.clients.timeout_s
+                )
+                for tp, future in futures.items():
+                    try:
+                        found[tp.partition] = int(future.result().offset)
+                    except KafkaException as error:
+                        code = error.args[0].code() if error.args else None
+                        if code not in _RETRY_OFFSETS or time.monotonic() >= deadline:
+                            raise
+                        retry.append(tp.partition)
+            except KafkaException as error:
+                raise self.clients.error(f"listing offsets of topic {stream!r}", error) from None
+            if not retry:
+                return found
+            missing = retry
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 1.0)
 
     def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
         """The offset difference: an upper bound (gaps hold no records), and what Kafka's lag tools report."""
