@@ -112,3 +112,26 @@ def by_name(name: str, message: str) -> PipelinesError:
     if not (isinstance(cls, type) and issubclass(cls, PipelinesError)):
         cls = PipelinesError
     return cls(message)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_XML_ERROR = re.compile(
+    r"<\?xml[^>]*\?>\s*:?\s*<Error>.*?<Code>(.*?)</Code>\s*<Message>(.*?)</Message>.*?</Error>", re.S
+)
+_CAUSE = re.compile(r"\s*(?:↳|caused by:)\s*", re.IGNORECASE)
+
+
+def one_line(text: str) -> str:
+    """A library's error as one line: colour codes removed, its chain of causes joined with ``: ``.
+
+    delta-rs raises ``OSError`` whose text is a coloured, indented chain (``Operation not supported`` then
+    ``↳ an error occurred while loading credentials`` ...), with an S3 error's XML body in it when the store
+    answered; the CLI's contract is one ``error:`` line.
+    """
+    parts: list[str] = []
+    text = _XML_ERROR.sub(lambda m: f"{m[1]}: {m[2]}", _ANSI.sub("", text))  # an S3 error body: its code, message
+    for line in text.splitlines():
+        part = _CAUSE.sub("", line, count=1).strip() if _CAUSE.match(line) else line.strip()
+        if part and (not parts or part != parts[-1]):
+            parts.append(part)
+    return ": ".join(parts)

@@ -24,7 +24,7 @@ from pipelines.cli.output import Output
 from pipelines.cli.parser import build_parser, handler, writes
 from pipelines.cli.table import EMBEDDED_SYSTEM
 from pipelines.control.home import Home, check_writable, resolve_home
-from pipelines.errors import PipelinesError
+from pipelines.errors import PipelinesError, one_line
 
 __all__ = ["EMBEDDED_SYSTEM", "Output", "build_parser", "main"]
 
@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
     output = Output(args.json, out, err)
+    home: Home | None = None
     try:
         home = resolve_home(args.home)
         if writes(args):
@@ -43,8 +44,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     except PipelinesError as e:
         return _fail(output, e.code, str(e))
     except OSError as e:  # the home or a file cannot be read or written: the user's to fix, not a bug
-        where = f" ({e.filename})" if e.filename else ""
-        return _fail(output, "io", f"{e.strerror or e}{where}")
+        where = f" ({e.filename})" if e.filename else _remote(home)
+        return _fail(output, "io", f"{e.strerror or one_line(str(e))}{where}")
     except KeyboardInterrupt:
         err.write("interrupted\n")
         return 130
@@ -52,7 +53,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         if out is sys.stdout:  # keep Python from complaining again when it flushes stdout at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:  # boto3's refusals (wrong keys, no bucket, no endpoint) are the user's to fix too
+        from pipelines.storage.objects import refused
+
+        message = refused(e)
+        if message is None:
+            raise
+        return _fail(output, "storage", f"{message}{_remote(home)}")
     return 0
+
+
+def _remote(home: Home | None) -> str:
+    """`` (home s3://...)`` for an object-store home: an error from its store names which store it was."""
+    return f" (home {home.root})" if home is not None and not home.is_local else ""
 
 
 def _libraries_log(home: Home, verbose: bool) -> contextlib.AbstractContextManager[object]:

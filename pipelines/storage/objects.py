@@ -347,3 +347,45 @@ def store_for(loc: Location) -> ObjectStore:
             store = LocalStore() if loc.is_local else S3Store(S3Settings.from_environment())
             _STORES[key] = store
         return store
+
+
+def refused(error: BaseException) -> str | None:
+    """What boto3's ``error`` says, when it is the store refusing or not answering (the user's to fix), else None.
+
+    Wrong keys, a missing bucket, no credentials at all or an endpoint nobody answers at reach the caller as
+    botocore's own exception classes, not ``OSError``; the CLI names them in its one ``error:`` line instead of
+    a traceback. Anything else (a bug, a store's internal error) stays what it is.
+    """
+    import sys
+
+    if "botocore" not in sys.modules:  # then no botocore error can be in flight
+        return None
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(error, ClientError):
+        detail = error.response.get("Error", {})
+        code = str(detail.get("Code", ""))
+        if code in _REFUSALS or error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (401, 403):
+            return f"the store refused {error.operation_name}: {code}: {detail.get('Message') or error}"
+        return None
+    if isinstance(error, BotoCoreError):
+        return str(error)
+    return None
+
+
+_REFUSALS = frozenset(
+    {
+        "AccessDenied",
+        "AccountProblem",
+        "AllAccessDisabled",
+        "AuthorizationHeaderMalformed",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidBucketName",
+        "InvalidToken",
+        "NoSuchBucket",
+        "PermanentRedirect",
+        "SignatureDoesNotMatch",
+    }
+)
+"""S3's error codes that mean the keys, the bucket or the endpoint are wrong, not the request."""

@@ -283,3 +283,56 @@ def test_a_store_that_ignores_if_none_match_is_refused_and_nothing_is_written(
 
     verify(honest, parse(f"s3://{bucket}/home"))
     assert honest.exists(parse(f"s3://{bucket}/home") / MARKER)
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, f"exit {done.returncode}:\n{done.stderr[-3000:]}"
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-3000:]
+    assert "\x1b[" not in lines[0], "no terminal colour codes"
+    return lines[0]
+
+
+def test_wrong_keys_are_one_error_line_naming_the_home_and_nothing_is_written(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket = s3_server.create_bucket()
+    env = {**os.environ, **s3_server.env(), "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    for args in (("status", "events"), ("stream", "create", "events", "--partitions", "2")):
+        line = _one_error_line(_cli(f"s3://{bucket}/home", *args, env=env, cwd=tmp_path))
+        assert f"s3://{bucket}/home" in line, line
+    assert "Contents" not in s3_server.client().list_objects_v2(Bucket=bucket), "nothing was written"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_nobody_answers_at_is_one_error_line_naming_the_home(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens there
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+        "AWS_ACCESS_KEY_ID": "any",
+        "AWS_SECRET_ACCESS_KEY": "any",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+    }
+    line = _one_error_line(_cli("s3://bucket/home", "status", "events", env=env, cwd=tmp_path))
+    assert "s3://bucket/home" in line and "refused" in line.lower(), line
+
+
+def test_no_credentials_anywhere_is_one_error_line_without_the_sdks_warnings(tmp_path: Path) -> None:
+    """No keys, no profile: delta-rs's AWS SDK walks its credential chain and logs each failed step at WARN from
+    Rust, straight to the terminal; the CLI keeps them off it (RUST_LOG) and says what failed once."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "RUST_LOG"},
+        "AWS_CONFIG_FILE": str(tmp_path / "no-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
+    }
+    work = tmp_path / "cwd"
+    work.mkdir()
+    line = _one_error_line(_cli("s3://bucket/home", "status", "events", env=env, cwd=work))
+    assert "s3://bucket/home" in line, line
+    assert list(work.iterdir()) == []
