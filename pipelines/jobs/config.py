@@ -158,8 +158,18 @@ class JobConfig:
         except OSError as e:
             raise ConfigError(f"cannot read job config {path}: {e.strerror or e}") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"job config {path} is not valid YAML: {e}") from None
+            raise ConfigError(f"job config {path} is not valid YAML: {_yaml_problem(e)}") from None
         return cls.from_dict(raw, origin=str(path))
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's complaint on one line (its own text spans four, with a caret under the spot): problem, where."""
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem is None:
+        return " ".join(str(error).split())
+    mark = error.problem_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    context = f" ({error.context})" if error.context else ""
+    return f"{error.problem}{where}{context}"
 
 
 _SECONDS_PER = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0}

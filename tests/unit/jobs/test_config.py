@@ -261,6 +261,15 @@ def test_invalid_yaml_file(tmp_path: Path) -> None:
         JobConfig.load(path)
     assert str(path) in str(info.value)
     assert "not valid YAML" in str(info.value)
+    assert "\n" not in str(info.value), "one line: the CLI prints it as its one error line"
+
+
+def test_invalid_yaml_is_named_by_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: j\ninputs: [\n")
+    with pytest.raises(ConfigError) as info:
+        JobConfig.load(path)
+    assert "at line 3, column 1" in str(info.value)
 
 
 def test_missing_file(tmp_path: Path) -> None:
