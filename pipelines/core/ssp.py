@@ -23,7 +23,9 @@ from pipelines.errors import ConfigError, ModelError
 
 # Kafka topic names, Kinesis stream names and our embedded streams all fit this;
 # it also keeps task names such as "SystemStreamPartition [a, b, 0]" unambiguous.
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+# "." and ".." are refused as Kafka's Topic.validate does: as a folder of the home
+# they would name the streams' folder itself, or its parent.
+NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._-]{1,249}$"
 """What a job, stream, table or store may be called (also the JSON schema's pattern)."""
 _NAME = re.compile(NAME_PATTERN)
 
@@ -34,7 +36,10 @@ NO_BUCKET = -1
 
 def validate_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ConfigError(f"{kind} name {name!r} is invalid: use 1-249 characters of letters, digits, '.', '_' or '-'")
+        raise ConfigError(
+            f"{kind} name {name!r} is invalid: use 1-249 characters of letters, digits, '.', '_' or '-', "
+            "other than '.' or '..' alone"
+        )
     return name
 
 

@@ -229,6 +229,15 @@ def test_bad_sink_table_name() -> None:
     assert "sink: table name 'no spaces' is invalid" in error_of(config(sink={"table": "no spaces"}))
 
 
+@pytest.mark.parametrize("name", [".", ".."])
+def test_a_name_of_dots_alone_is_refused_as_kafka_refuses_it_as_a_topic(name: str) -> None:
+    """Kafka's Topic.validate refuses "." and ".."; as a folder of the home they name its parent or itself."""
+    assert f"table name {name!r} is invalid" in error_of(config(sink={"table": name}))
+    assert f"name {name!r} is invalid" in error_of(config(name=name))
+    for fine in ("...", "a.b", ".hidden"):  # dots among other characters stay names, as in Kafka
+        JobConfig.from_dict(config(sink={"table": fine}), origin="test.yaml")
+
+
 def test_bad_dead_letter_table() -> None:
     assert "'dead_letter.table'" in error_of(config(dead_letter={"table": ""}))
 
