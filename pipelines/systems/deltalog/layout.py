@@ -53,11 +53,19 @@ def position_key(position: Position) -> int:
     return offset(position)
 
 
+MAX_PARTITIONS = 100_000
+"""More than any job here can plan (a model holds a task per partition and key bucket), and far more than Kafka
+advises per cluster. ``stream expand --partitions 100000000`` was still building its metadata minutes later,
+instead of being refused."""
+
+
 def validate_count(partitions: object) -> int:
     if isinstance(partitions, bool) or not isinstance(partitions, int):
         raise ConfigError(f"partition count must be a whole number >= 1, got {partitions!r}")
     if partitions < 1:
         raise ConfigError(f"partition count must be >= 1, got {partitions}")
+    if partitions > MAX_PARTITIONS:
+        raise ConfigError(f"partition count must be at most {MAX_PARTITIONS:,}, got {partitions:,}")
     return partitions
 
 

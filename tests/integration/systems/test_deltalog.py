@@ -230,6 +230,12 @@ def test_shrink_or_non_multiple_expansion_is_refused_and_changes_nothing(
     assert DeltaTable(log.path("events")).version() == version
     with pytest.raises(ConfigError):
         log.expand("events", 0)
+    with pytest.raises(ConfigError, match="at most 100,000"):  # refused at once, not minutes into building it
+        log.expand("events", 2 * 10**8)
+    assert DeltaTable(log.path("events")).version() == version
+    with pytest.raises(ConfigError, match="at most 100,000"):
+        log.create("huge", 10**8)
+    assert not Path(str(log.path("huge"))).exists()
 
 
 def test_expansion_point_is_the_end_offsets_at_expansion_and_is_durable(tmp_path: Path) -> None:
