@@ -360,17 +360,19 @@ def refused(error: BaseException) -> str | None:
 
     if "botocore" not in sys.modules:  # then no botocore error can be in flight
         return None
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore import exceptions as boto
 
-    if isinstance(error, ClientError):
+    if isinstance(error, boto.ClientError):
         detail = error.response.get("Error", {})
         code = str(detail.get("Code", ""))
         if code in _REFUSALS or error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (401, 403):
             return f"the store refused {error.operation_name}: {code}: {detail.get('Message') or error}"
         return None
-    if isinstance(error, BotoCoreError):
+    unanswered = (boto.ConnectionError, boto.HTTPClientError)  # refused, timed out, TLS, proxy, cut off
+    no_keys = (boto.NoCredentialsError, boto.PartialCredentialsError, boto.CredentialRetrievalError)
+    if isinstance(error, unanswered + no_keys + (boto.NoRegionError,)):
         return str(error)
-    return None
+    return None  # e.g. a ParamValidationError: our bug, which keeps its traceback
 
 
 _REFUSALS = frozenset(
