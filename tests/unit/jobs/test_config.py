@@ -263,22 +263,24 @@ def test_source_must_be_a_mapping() -> None:
 # --- files ---------------------------------------------------------------------------------------------------------
 
 
-def test_invalid_yaml_file(tmp_path: Path) -> None:
-    path = tmp_path / "broken.yaml"
-    path.write_text("name: [unclosed\ninputs: {\n")
+def _load_error(path: Path, text: str) -> str:
+    """The refusal of a config file holding ``text``."""
+    path.write_text(text)
     with pytest.raises(ConfigError) as info:
         JobConfig.load(path)
-    assert str(path) in str(info.value)
-    assert "not valid YAML" in str(info.value)
-    assert "\n" not in str(info.value), "one line: the CLI prints it as its one error line"
+    return str(info.value)
+
+
+def test_invalid_yaml_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    message = _load_error(path, "name: [unclosed\ninputs: {\n")
+    assert str(path) in message
+    assert "not valid YAML" in message
+    assert "\n" not in message, "one line: the CLI prints it as its one error line"
 
 
 def test_invalid_yaml_is_named_by_line_and_column(tmp_path: Path) -> None:
-    path = tmp_path / "broken.yaml"
-    path.write_text("name: j\ninputs: [\n")
-    with pytest.raises(ConfigError) as info:
-        JobConfig.load(path)
-    assert "at line 3, column 1" in str(info.value)
+    assert "at line 3, column 1" in _load_error(tmp_path / "broken.yaml", "name: j\ninputs: [\n")
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -301,11 +303,7 @@ def test_errors_from_a_file_name_the_file(tmp_path: Path) -> None:
 
 
 def test_an_empty_file_is_not_a_config(tmp_path: Path) -> None:
-    path = tmp_path / "empty.yaml"
-    path.write_text("")
-    with pytest.raises(ConfigError) as info:
-        JobConfig.load(path)
-    assert "must be a mapping" in str(info.value)
+    assert "must be a mapping" in _load_error(tmp_path / "empty.yaml", "")
 
 
 @pytest.mark.parametrize("interval", ["1 second", "0 seconds", "500 milliseconds", "2 minutes", "interval 1 hour"])
