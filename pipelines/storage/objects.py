@@ -19,6 +19,7 @@ import contextlib
 import functools
 import os
 import shutil
+import sys
 import threading
 import time
 import uuid
@@ -356,8 +357,6 @@ def refused(error: BaseException) -> str | None:
     botocore's own exception classes, not ``OSError``; the CLI names them in its one ``error:`` line instead of
     a traceback. Anything else (a bug, a store's internal error) stays what it is.
     """
-    import sys
-
     if "botocore" not in sys.modules:  # then no botocore error can be in flight
         return None
     from botocore import exceptions as boto
