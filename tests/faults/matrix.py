@@ -3,7 +3,7 @@
     python -m tests.faults.matrix --runs 10 [--points mid_batch,after_migrate] [--seed 7] [--jsonl FILE]
     python -m tests.faults.matrix --merge FILE [FILE ...]     # one table from runs split over processes
 
-(``scripts/faults.sh`` runs it.) Each run is a fresh home: a crash at the
+(``scripts/faults.sh`` runs it.) Each run is a home of its own: a crash at the
 point (for a run, the N-th pass, N drawn at random; for an expansion, a
 random step of the operation), the recovery a user would do, and the
 verdict of ``scenarios.Scenario.outcome``. Exit 1 if any run lost,
