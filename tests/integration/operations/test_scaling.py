@@ -14,6 +14,7 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingInProgressError, ScalingLock, process_owner
+from pipelines.deltaio import read_delta
 from pipelines.demo import producer
 from pipelines.errors import ConfigError, UnknownJobError
 from pipelines.faults import FAULT_ENV, InjectedFault
@@ -68,6 +69,23 @@ def test_rescale_without_a_driver_catches_up_verifies_and_records_its_figures(
     assert event.details["records_replayed"] == 0 and event.details["mode"] == "cold"
     assert ScalingLock(home).state(ran_once).status == "released"
     assert verify_job(home, ran_once, sequence="seq").ok
+
+
+def test_rescale_of_a_stopped_job_at_the_inputs_end_starts_no_run_and_the_next_run_goes_on_from_there(
+    spark: Any, home: Home, ran_once: str
+) -> None:
+    runs: list[str] = []
+    result = scaling.run_all(
+        home, ScalingRequest(ran_once, 4, "test"), catch_up=lambda h, name: runs.append(name), say=QUIET
+    )
+    assert runs == [], "nothing was left to catch up, so no Spark run was started"
+    assert (result["status"], result["dq"]) == ("verified", "pass")
+    produce(home, "events", 200, keys=30)
+    run_job(spark, home, ran_once, available_now=True, progress=QUIET)
+    rows = read_delta(home.sinks / f"{ran_once}_out").to_pandas()
+    assert len(rows) == 600 and not rows.duplicated(["partition", "offset"]).any()
+    assert (rows["model_version"] == 2).sum() == 200, "v2 read on from where v1 stopped"
+    assert order_violations(rows) == []
 
 
 def test_a_dry_plan_validates_and_writes_nothing(home: Home, ran_once: str) -> None:
