@@ -178,7 +178,8 @@ def describe_switch(beat: Mapping[str, Any] | None, newest: Any, changes: bool) 
         "mode": "catch-up",
         "line": (
             "no driver is running: the job stays stopped while the model changes, then the new model gets a "
-            "catch-up run (spark-submit, available-now) that reads up to the inputs' ends before it is verified"
+            "catch-up run (spark-submit, available-now) that reads up to the inputs' ends before it is verified "
+            "(no run if the job had already read them to their ends)"
         ),
     }
 

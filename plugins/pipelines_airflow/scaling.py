@@ -109,7 +109,8 @@ def _deferrable(kwargs: dict[str, Any]) -> dict[str, Any]:
 class RestartJob(BaseOperator):
     """Get the new model running: wait (deferred) for a live driver's in-place switch, or run a catch-up.
 
-    Returns how the job restarted: ``in-place`` or ``catch-up run``.
+    Returns how the job restarted: ``in-place``, ``catch-up run``, or ``none: nothing to catch up`` (a stopped
+    job that had read its inputs to their ends).
     """
 
     template_fields = ("op", "mode")
