@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from pipelines.errors import DamagedTableError
+from pipelines.errors import DamagedTableError, StoreUnavailableError, one_line, store_unanswered
 from pipelines.storage.location import Location, parse
 from pipelines.storage.objects import store_for
 
@@ -188,7 +188,9 @@ def check_commits(path: Location | str | os.PathLike[str]) -> None:
 
 @contextmanager
 def readable(path: Location | str | os.PathLike[str]) -> Iterator[None]:
-    """Translate delta-rs and pyarrow failures while reading the table at ``path`` into ``DamagedTableError``.
+    """Translate delta-rs and pyarrow failures while reading the table at ``path`` into ``DamagedTableError``,
+    or into ``StoreUnavailableError`` when the store did not answer (an outage is not damage: telling an
+    operator to restore a table the store merely failed to serve would lose data).
 
     A lost commit race (``CommitFailedError``) is no damage and passes, and so
     does a ``PermissionError``: the home is not readable, which the CLI reports
@@ -197,24 +199,36 @@ def readable(path: Location | str | os.PathLike[str]) -> Iterator[None]:
     loc = location(path)
     try:
         yield
-    except (CommitFailedError, PermissionError, DamagedTableError):
+    except (CommitFailedError, PermissionError, DamagedTableError, StoreUnavailableError):
         raise
-    except TableNotFoundError:
+    except (DeltaError, pa.ArrowException, OSError) as error:
+        if store_unanswered(str(error)):
+            line = one_line(str(error))  # the chain's last causes say why (a timeout, a 503): keep them
+            detail = line if len(line) <= 300 else f"{line[:100]} ... {line[-180:]}"
+            raise StoreUnavailableError(
+                f"the store of {loc} did not answer or failed the request ({detail}); nothing was changed: "
+                "the data is where it was, and the same call works when the store answers"
+            ) from None
+        raise _damage(loc, error) from None
+
+
+def _damage(loc: Location, error: BaseException) -> DamagedTableError:
+    """What is wrong with the table ``error`` reports: a missing table or log, a garbled commit, a bad data file."""
+    if isinstance(error, TableNotFoundError):
         if store_for(loc).list(loc / "_delta_log"):
-            raise damaged(loc, "its Delta log holds no commit") from None
-        raise damaged(loc, "it does not exist (no _delta_log)", missing=True) from None
-    except DeltaError as error:
+            return damaged(loc, "its Delta log holds no commit")
+        return damaged(loc, "it does not exist (no _delta_log)", missing=True)
+    if isinstance(error, DeltaError):
         commit = _damaged_commit(loc)
         where = f"its commit _delta_log/{commit} is truncated or garbled" if commit else "its Delta log is unreadable"
-        raise damaged(loc, f"{where} ({_first_line(error)})", commit=commit) from None
-    except (pa.ArrowException, OSError) as error:
-        name = getattr(error, "filename", None) or _named_file(str(error)) or "a data file"
-        for prefix in {str(loc).rstrip("/") + "/", store_for(loc).arrow_path(loc).rstrip("/") + "/"}:
-            if str(name).startswith(prefix):
-                name = str(name)[len(prefix) :]
-        kind = "is missing" if isinstance(error, FileNotFoundError) else "is damaged"
-        detail = _first_line(error, limit=None).rpartition("': ")[2][:300]  # pyarrow repeats the path: once is enough
-        raise damaged(loc, f"data file {name} {kind} ({detail})", data_file=str(name)) from None
+        return damaged(loc, f"{where} ({_first_line(error)})", commit=commit)
+    name = getattr(error, "filename", None) or _named_file(str(error)) or "a data file"
+    for prefix in {str(loc).rstrip("/") + "/", store_for(loc).arrow_path(loc).rstrip("/") + "/"}:
+        if str(name).startswith(prefix):
+            name = str(name)[len(prefix) :]
+    kind = "is missing" if isinstance(error, FileNotFoundError) else "is damaged"
+    detail = _first_line(error, limit=None).rpartition("': ")[2][:300]  # pyarrow repeats the path: once is enough
+    return damaged(loc, f"data file {name} {kind} ({detail})", data_file=str(name))
 
 
 def damaged(

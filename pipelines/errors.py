@@ -51,6 +51,15 @@ class DamagedTableError(PipelinesError):
     """A Delta table in the home cannot be read: a truncated or garbled commit, or a damaged or missing data file."""
 
 
+class StoreUnavailableError(PipelinesError):
+    """The home's object store did not answer a request, or answered it with a server error (5xx, throttling).
+
+    Not damage: the data is where it was, and the same request may work a
+    moment later. A stream's reads wait it out like any input's outage; a
+    command reports it as an outage, never as a table to restore.
+    """
+
+
 class StoreError(PipelinesError):
     """An adjunct data store cannot be read, written or served as asked (its message says what to do)."""
 
@@ -90,6 +99,33 @@ def refuse_unknown(where: str, given: Iterable[object], known: Iterable[str]) ->
 
 
 _RAISED = re.compile(r"pipelines\.errors\.([A-Za-z]+Error): (.+)")
+
+
+_UNANSWERED = re.compile(
+    r"error sending request|operation timed out|timed out|connection (?:refused|reset|closed)|"
+    r"non-2xx status code: (?:5\d\d|429)|\b(?:5\d\d|429) (?:Internal Server Error|Bad Gateway|Service Unavailable|"
+    r"Gateway Timeout|Too Many Requests)|SlowDown|ServiceUnavailable|InternalError|RequestTimeout|"
+    r"HTTP status (?:5\d\d|429)|NETWORK_CONNECTION|curlCode: (?:6|7|28|52|56)\b|"
+    r"SLOW_DOWN|SERVICE_UNAVAILABLE|INTERNAL_FAILURE|REQUEST_TIME_?OUT",
+    re.IGNORECASE,
+)
+
+
+def store_unanswered(text: str) -> bool:
+    """Whether delta-rs's error text is its object store not answering, or answering with a server error.
+
+    delta-rs raises one ``OSError`` for everything its object store met, a
+    refused connection, a timed-out request or a 503 as much as a missing
+    or garbled file; only the chain of causes tells them apart (``... after
+    2 retries ... error sending request ... operation timed out``);
+    pyarrow's S3 errors say the same in the AWS SDK's words
+    (``NETWORK_CONNECTION``, ``curlCode: 28``, ``SLOW_DOWN``). A 4xx other
+    than throttling (a missing object, wrong keys) is not an outage, nor is
+    a damaged file, nor a failure to load credentials (its chain may hold
+    the metadata endpoint's timeout, but the fix is the user's).
+    """
+    line = one_line(text)
+    return "credentials" not in line.lower() and _UNANSWERED.search(line) is not None
 
 
 def raised_inside(text: str) -> PipelinesError | None:

@@ -47,7 +47,7 @@ from deltalake.schema import Schema as DeltaSchema
 
 from pipelines.control.home import Home
 from pipelines.deltaio import append, create_table, is_table, open_table, read_delta, refresh
-from pipelines.errors import ConfigError, ModelError
+from pipelines.errors import ConfigError, ModelError, StoreUnavailableError
 from pipelines.storage.clock import StoreClock, store_clock
 from pipelines.storage.location import Location
 
@@ -120,7 +120,11 @@ class ControlTable:
                 return None
             self._dt = open_table(self.path)  # a damaged table: DamagedTableError naming it and what to do
         else:
-            refresh(self._dt)
+            try:
+                refresh(self._dt)
+            except StoreUnavailableError:
+                self._dt = None  # the next load opens the table afresh, with a client of its own
+                raise
         return self._dt
 
     def ensure(self) -> DeltaTable:

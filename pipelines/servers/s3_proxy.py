@@ -5,7 +5,10 @@ of every client (boto3, pyarrow, delta-rs, hadoop-aws) by kind here, whatever
 client sent it. With ``strip_conditions`` the proxy removes ``If-None-Match``
 and ``If-Match`` from writes and signs them again with the store's identity:
 to its clients it is then a store that ignores conditional writes, which the
-platform must refuse (``storage.conditional``). For tests and benchmarks only.
+platform must refuse (``storage.conditional``). ``POST /__proxy__/fail/503``
+makes it a store's front end that answers every request with that server
+error (an S3 error body, as a store that is overloaded or restarting sends),
+``/fail/0`` forwards again. For tests and benchmarks only.
 
 It runs in a process of its own (``proxied``): delta-rs holds the GIL while
 it waits for the network, so a proxy thread in the caller's process would
@@ -31,6 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 CONTROL = "/__proxy__"
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 CONDITIONS = ("if-none-match", "if-match")
+_S3_CODES = {500: "InternalError", 503: "ServiceUnavailable"}
 
 
 def _place(path: str, depth: int = 4) -> str:
@@ -64,6 +68,7 @@ class S3Proxy:
         self._counts: Counter[str] = Counter()
         self._paths: Counter[str] = Counter()  # kind and the path's first parts below the bucket: where they go
         self._lock = threading.Lock()
+        self.failing = 0  # a 5xx status every request is answered with, or 0: forward
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,6 +97,8 @@ class S3Proxy:
                 if self.path.startswith(CONTROL):
                     if self.path == f"{CONTROL}/reset":
                         proxy.reset()
+                    if self.path.startswith(f"{CONTROL}/fail/"):
+                        proxy.failing = int(self.path.rpartition("/")[2])
                     if self.path == f"{CONTROL}/places":
                         with proxy._lock:
                             self._answer(json.dumps(dict(proxy._paths)).encode())
@@ -105,6 +112,9 @@ class S3Proxy:
                 with proxy._lock:
                     proxy._counts[kind] += 1
                     proxy._paths[f"{kind} {_place(self.path)}"] += 1
+                if proxy.failing:
+                    self._fail(proxy.failing)
+                    return
                 upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=60)
                 try:
                     upstream.request(self.command, self.path, body=body or None, headers=headers)
@@ -127,6 +137,19 @@ class S3Proxy:
                     self.send_error(502, "upstream did not answer")
                 finally:
                     upstream.close()
+
+            def _fail(self, status: int) -> None:
+                code = _S3_CODES.get(status, "InternalError")
+                data = (
+                    f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
+                    "<Message>the proxy plays a failing store</Message></Error>"
+                )
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data.encode())
 
             def _answer(self, data: bytes) -> None:
                 self.send_response(200)
@@ -208,6 +231,10 @@ class ProxyProcess:
 
     def reset(self) -> None:
         self._call("POST", "reset")
+
+    def fail(self, status: int) -> None:
+        """Answer every request with ``status`` (a 5xx) from now on; 0 forwards again."""
+        self._call("POST", f"fail/{status}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

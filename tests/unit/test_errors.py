@@ -1,6 +1,15 @@
 """Platform errors found in the text of a Spark failure (a Python worker's traceback inside a Java exception)."""
 
-from pipelines.errors import DamagedTableError, PipelinesError, StreamError, one_line, raised_inside
+import pytest
+
+from pipelines.errors import (
+    DamagedTableError,
+    PipelinesError,
+    StreamError,
+    one_line,
+    raised_inside,
+    store_unanswered,
+)
 
 TRACE = """org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown: Traceback:
   File "/x/pipelines/systems/deltalog/reader.py", line 46, in read
@@ -50,3 +59,59 @@ def test_an_s3_error_body_is_its_code_and_message() -> None:
         "Generic S3 error: Error performing list request: Server returned non-2xx status code: 403 Forbidden: "
         "SignatureDoesNotMatch: The signature does not match."
     )
+
+
+# delta-rs 1.6's own texts (coloured chains, as it raises them), met with a real store paused, a 503 and a closed port
+_TIMED_OUT = (
+    "Kernel error -> Generic S3 error\n          \x1b[31m↳\x1b[0m Error performing list request\n"
+    "           \x1b[31m↳\x1b[0m Error performing GET http://127.0.0.1:49677/b?list-type=2&prefix=t%2F_delta_log%2F in "
+    "6.2s, after 2 retries, max_retries\n            \x1b[31m↳\x1b[0m 2, retry_timeout\n"
+    "             \x1b[31m↳\x1b[0m 8s  - HTTP error\n              \x1b[31m↳\x1b[0m error sending request\n"
+    "               \x1b[31m↳\x1b[0m operation timed out\n"
+)
+_SERVER_ERROR = (
+    "Kernel error -> Generic S3 error\n  \x1b[31m↳\x1b[0m Error performing GET http://127.0.0.1:39167/b/t/_delta_log/"
+    "_last_checkpoint in 303ms, after 2 retries, max_retries\n  \x1b[31m↳\x1b[0m 2, retry_timeout\n"
+    "  \x1b[31m↳\x1b[0m 8s  - Server returned non-2xx status code\n  \x1b[31m↳\x1b[0m 503 Service Unavailable\n"
+)
+_REFUSED = (
+    "Kernel error -> Generic S3 error\n  ↳ Error performing GET http://127.0.0.1:35927/b/t/_delta_log/_last_checkpoint"
+    " in 279ms, after 2 retries, max_retries\n  ↳ 2, retry_timeout\n  ↳ 8s  - HTTP error\n  ↳ error sending request\n"
+    "  ↳ client error (Connect)\n  ↳ tcp connect error\n  ↳ Connection refused (os error 111)\n"
+)
+
+
+@pytest.mark.parametrize("text", [_TIMED_OUT, _SERVER_ERROR, _REFUSED], ids=["timed-out", "503", "refused"])
+def test_a_store_that_does_not_answer_or_fails_with_a_server_error_is_an_outage(text: str) -> None:
+    assert store_unanswered(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Generic delta kernel error: No files in log segment",
+        "Object at location b/t/part-0001.parquet not found: Client error with status 404 Not Found: No Body",
+        "Parquet error: Invalid Parquet file. Corrupt footer",
+        "Generic S3 error: Client error with status 403 Forbidden: <?xml version='1.0'?><Error><Code>"
+        "SignatureDoesNotMatch</Code><Message>wrong</Message></Error>",
+        "Operation not supported\n ↳ an error occurred while loading credentials\n ↳ error sending request\n"
+        " ↳ operation timed out",
+        "Couldn't deserialize arrow-rs error: Json error: expected value at line 1 column 1",
+    ],
+    ids=["no-log", "missing-file", "garbled-parquet", "wrong-keys", "no-credentials", "garbled-commit"],
+)
+def test_damage_a_missing_object_and_the_user_s_own_mistakes_are_no_outage(text: str) -> None:
+    assert not store_unanswered(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "When reading information for key 'h/s/part-0.parquet' in bucket 'b': AWS Error NETWORK_CONNECTION during "
+        "HeadObject operation: curlCode: 7, Couldn't connect to server",
+        "AWS Error SLOW_DOWN during GetObject operation: Please reduce your request rate.",
+        "AWS Error UNKNOWN (HTTP status 503) during GetObject operation: curlCode: 28, Timeout was reached",
+    ],
+)
+def test_pyarrow_s_s3_outages_are_outages_too(text: str) -> None:
+    assert store_unanswered(text)

@@ -248,6 +248,35 @@ def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
     assert {"input_unavailable_s", "input_recovered_s"} <= set(metrics["metric"]), "the outage is marked"
 
 
+def test_a_store_failing_delta_rs_s_requests_is_an_outage_of_the_stream_never_damage(
+    s3_server: S3Server, s3_home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store answers listings while delta-rs's own requests fail (its retries spent): a CI run met this after
+    a pause of the store, and the job died with "a data file is damaged ... restore ... (the rows are lost)"."""
+    from pipelines.deltaio import open_table
+    from pipelines.errors import DamagedTableError, StoreUnavailableError, StreamError
+
+    producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=4)
+    producer.produce(20)
+    with proxied(s3_server.endpoint) as front:
+        direct = S3Settings.delta_options
+        patience = {"max_retries": "1", "retry_timeout": "2s", "timeout": "2s"}  # a client that gives up soon
+        fronted = {"AWS_ENDPOINT_URL": front.endpoint, "AWS_ENDPOINT_URL_S3": front.endpoint, **patience}
+        monkeypatch.setattr(S3Settings, "delta_options", lambda self: {**direct(self), **fronted})
+        reader = DeltaLog(s3_home.streams)  # delta-rs through the front, boto3 straight to the store
+        assert sum(reader.end_offsets("events").values()) == 20
+        front.fail(503)
+        with pytest.raises(StreamError, match=r"its storage is unavailable .*did not answer or failed") as outage:
+            reader.end_offsets("events")  # the source waits this out (no batch planned), as any input's outage
+        assert "503" in str(outage.value) and "restore" not in str(outage.value)
+        with pytest.raises(StoreUnavailableError, match="did not answer or failed the request") as failed:
+            open_table(s3_home.streams / "events")
+        assert not isinstance(failed.value, DamagedTableError) and "restore" not in str(failed.value)
+        front.fail(0)
+        producer.produce(10)
+        assert sum(reader.end_offsets("events").values()) == 30, "the stream is read afresh once the store answers"
+
+
 def _rows(home: Home, config: Any) -> Any:
     table = home.sinks / config.sink_table
     if not home.store.list(table / "_delta_log"):
