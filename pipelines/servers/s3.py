@@ -113,6 +113,7 @@ def running_s3(data_dir: Path, *, ip: str = LOOPBACK, timeout: float = START_TIM
     server = S3Server(f"http://{ip}:{ports[_PAIRED.index('s3.port')]}", identity.access_key, identity.secret_key)
     cmd = [
         weed(),
+        f"-logdir={data_dir}",  # glog's files beside the data, not in the machine's /tmp
         "mini",
         f"-dir={data_dir}",
         f"-ip={ip}",
