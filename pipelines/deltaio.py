@@ -128,7 +128,12 @@ def table_location(dt: DeltaTable) -> Location:
 
 def is_table(path: Location | str | os.PathLike[str]) -> bool:
     loc = location(path)
-    return bool(DeltaTable.is_deltatable(loc.uri, storage_options=store_for(loc).delta_options()))
+    try:
+        return bool(DeltaTable.is_deltatable(loc.uri, storage_options=store_for(loc).delta_options()))
+    except OSError as error:
+        if store_unanswered(str(error)):
+            raise _unavailable(loc, error) from None
+        raise
 
 
 def open_table(path: Location | str | os.PathLike[str]) -> DeltaTable:
@@ -203,13 +208,17 @@ def readable(path: Location | str | os.PathLike[str]) -> Iterator[None]:
         raise
     except (DeltaError, pa.ArrowException, OSError) as error:
         if store_unanswered(str(error)):
-            line = one_line(str(error))  # the chain's last causes say why (a timeout, a 503): keep them
-            detail = line if len(line) <= 300 else f"{line[:100]} ... {line[-180:]}"
-            raise StoreUnavailableError(
-                f"the store of {loc} did not answer or failed the request ({detail}); nothing was changed: "
-                "the data is where it was, and the same call works when the store answers"
-            ) from None
+            raise _unavailable(loc, error) from None
         raise _damage(loc, error) from None
+
+
+def _unavailable(loc: Location, error: BaseException) -> StoreUnavailableError:
+    line = one_line(str(error))  # the chain's last causes say why (a timeout, a 503): keep them
+    detail = line if len(line) <= 300 else f"{line[:100]} ... {line[-180:]}"
+    return StoreUnavailableError(
+        f"the store of {loc} did not answer or failed the request ({detail}); nothing was changed: "
+        "the data is where it was, and the same call works when the store answers"
+    )
 
 
 def _damage(loc: Location, error: BaseException) -> DamagedTableError:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 from pipelines.control import ControlPlane
 from pipelines.control.drivers import Registration
@@ -37,6 +37,8 @@ from pipelines.runtime.outputs import ensure_output_tables
 POLL_S = 0.25
 HEARTBEAT_S = 10.0
 STUCK_S = 300.0  # the driver's loop not round for this long: no more beats (the longest stop at a boundary is 60 s)
+
+T = TypeVar("T")
 
 
 def batch_budget(max_records: int, factor: int) -> int:
@@ -308,6 +310,7 @@ def _supervise(
     # operator's stop and a rescale's activation (a switch starts up to a second later than on local disk).
     stop_every = POLL_S if control.home.is_local else 1.0
     resumed = False
+    looks = _Looks(job, progress)
     while True:
         if not query.isActive:
             _lifecycle(control, model, "query_stopped")
@@ -331,7 +334,7 @@ def _supervise(
         asked = False
         if now - last_stop_check >= stop_every:
             last_stop_check = now
-            asked = requests.stop_asked(control.home, job)
+            asked = looks.ask(lambda: requests.stop_asked(control.home, job), otherwise=False)
         if asked or (deadline is not None and now > deadline):
             _stop_at_batch_boundary(query, control.home, job, model.version)
             _lifecycle(control, model, "query_stopped")
@@ -340,12 +343,45 @@ def _supervise(
             return False
         if now - last_model_check >= stop_every:  # a Delta read: at most this often, however fast the loop runs
             last_model_check = now
-            if control.job_models.active_version(job) != model.version:
+            unchanged: int | None = model.version  # what an unanswered look is taken to say
+            active = looks.ask(lambda: control.job_models.active_version(job), otherwise=unchanged)
+            if active != model.version:
                 _stop_at_batch_boundary(query, control.home, job, model.version)
                 _lifecycle(control, model, "query_stopped")  # run_job carries the checkpoints forward, then starts
-                progress(f"[{job}] model v{control.job_models.active_version(job)} is active: switching")
+                progress(f"[{job}] model v{active} is active: switching")
                 return True
         _await(query, POLL_S if resumed else POLL_S / 5)  # look closely until processing resumed: it is the downtime
+
+
+class _Looks:
+    """The loop's looks at the home (a stop asked for, the active model) through a store that may not answer.
+
+    The query does not need them to go on: a look the store does not answer
+    (``storage.objects.unanswered``) is taken as "nothing new" and asked again
+    next time round, and the outage is said once when it starts and once when
+    it ends. A stop or a switch asked for during it is seen when it is over.
+    """
+
+    def __init__(self, job: str, progress: Callable[[str], None]) -> None:
+        self.job, self.progress = job, progress
+        self.failing_since: float | None = None
+
+    def ask(self, look: Callable[[], T], *, otherwise: T) -> T:
+        from pipelines.storage.objects import unanswered
+
+        try:
+            answer = look()
+        except Exception as error:
+            if not unanswered(error):
+                raise
+            if self.failing_since is None:
+                self.failing_since = time.monotonic()
+                self.progress(f"[{self.job}] the home's store did not answer the driver ({error}); the query runs on")
+            return otherwise
+        if self.failing_since is not None:
+            lasted, self.failing_since = time.monotonic() - self.failing_since, None
+            self.progress(f"[{self.job}] the home's store answers the driver again after {lasted:.1f}s")
+        return answer
 
 
 def _await(query: Any, seconds: float) -> None:

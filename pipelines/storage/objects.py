@@ -374,6 +374,26 @@ def refused(error: BaseException) -> str | None:
     return None  # e.g. a ParamValidationError: our bug, which keeps its traceback
 
 
+def unanswered(error: BaseException) -> bool:
+    """Whether ``error`` is the store not answering, or answering with a server error: an outage, not a mistake.
+
+    delta-rs's (``StoreUnavailableError``, from ``deltaio.readable``) and
+    boto3's (no connection, a timeout after its retries, a 5xx or throttling).
+    """
+    from pipelines.errors import StoreUnavailableError
+
+    if isinstance(error, StoreUnavailableError):
+        return True
+    if "botocore" not in sys.modules:
+        return False
+    from botocore import exceptions as boto
+
+    if isinstance(error, boto.ClientError):
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return int(status) >= 500 or error.response.get("Error", {}).get("Code") in ("SlowDown", "Throttling")
+    return isinstance(error, (boto.ConnectionError, boto.HTTPClientError))
+
+
 _REFUSALS = frozenset(
     {
         "AccessDenied",

@@ -277,6 +277,59 @@ def test_a_store_failing_delta_rs_s_requests_is_an_outage_of_the_stream_never_da
         assert sum(reader.end_offsets("events").values()) == 30, "the stream is read afresh once the store answers"
 
 
+@pytest.mark.slow
+def test_a_driver_runs_on_while_the_store_fails_its_looks_at_the_home_and_loses_nothing(
+    spark: Any, s3_server: S3Server, s3_home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between batches the driver looks at the home every second (a stop asked for, the active model); a store
+    failing those looks used to end the job. Only this process's delta-rs goes through the failing front: Spark's
+    workers (the source, the reads) talk to the store itself."""
+    from pipelines.runtime import requests
+    from pipelines.runtime.driver import run_job
+
+    producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=8)
+    config = job(s3_home, "looks", 1, max_records=100)
+    producer.produce(100)
+    said: list[str] = []
+    failure: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            run_job(spark, s3_home, config.name, available_now=False, progress=said.append)
+        except BaseException as e:  # the test says what the driver died of
+            failure.append(e)
+
+    with proxied(s3_server.endpoint) as front:
+        direct = S3Settings.delta_options
+        patience = {"max_retries": "1", "retry_timeout": "2s", "timeout": "2s"}
+        fronted = {"AWS_ENDPOINT_URL": front.endpoint, "AWS_ENDPOINT_URL_S3": front.endpoint, **patience}
+        monkeypatch.setattr(S3Settings, "delta_options", lambda self: {**direct(self), **fronted})
+        driver = threading.Thread(target=drive)
+        driver.start()
+        deadline = time.monotonic() + 240
+        try:
+            while len(_rows(s3_home, config)) < 100 and time.monotonic() < deadline and driver.is_alive():
+                time.sleep(0.5)
+            front.fail(503)
+            time.sleep(6.0)  # a few looks at the active model, each failed by the store
+            assert driver.is_alive(), f"the driver runs on: {failure}"
+            front.fail(0)
+            producer.produce(100)
+            while len(_rows(s3_home, config)) < 200 and time.monotonic() < deadline and driver.is_alive():
+                time.sleep(0.5)
+        finally:
+            front.fail(0)
+            requests.ask_stop(s3_home, config.name)
+            driver.join(timeout=180)
+    monkeypatch.undo()  # the front is gone: this process talks to the store itself again
+    assert not failure, failure
+    assert any("did not answer the driver" in line for line in said), said
+    assert any("answers the driver again" in line for line in said), said
+    rows = sink(s3_home, config)
+    assert len(rows) == 200 and not rows.duplicated(["partition", "offset"]).any()
+    assert order_violations(rows) == []
+
+
 def _rows(home: Home, config: Any) -> Any:
     table = home.sinks / config.sink_table
     if not home.store.list(table / "_delta_log"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from botocore import exceptions as boto
 
-from pipelines.storage.objects import refused
+from pipelines.errors import DamagedTableError, StoreUnavailableError
+from pipelines.storage.objects import refused, unanswered
 
 
 def _client_error(code: str, status: int, message: str = "said the store") -> boto.ClientError:
@@ -44,3 +45,32 @@ def test_the_code_and_the_stores_message_are_named() -> None:
 )
 def test_everything_else_stays_an_exception(error: Exception) -> None:
     assert refused(error) is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _client_error("ServiceUnavailable", 503),
+        _client_error("SlowDown", 503),
+        _client_error("InternalError", 500),
+        boto.EndpointConnectionError(endpoint_url="http://127.0.0.1:9"),
+        boto.ReadTimeoutError(endpoint_url="http://127.0.0.1:9"),
+        StoreUnavailableError("the store of s3://b/h did not answer"),
+    ],
+)
+def test_no_answer_and_server_errors_are_an_outage_the_driver_runs_through(error: Exception) -> None:
+    assert unanswered(error)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _client_error("SignatureDoesNotMatch", 403),
+        _client_error("NoSuchKey", 404),
+        boto.NoCredentialsError(),
+        DamagedTableError("control table 'job_models' cannot be read"),
+        ValueError("a bug"),
+    ],
+)
+def test_refusals_damage_and_bugs_are_no_outage(error: Exception) -> None:
+    assert not unanswered(error)
