@@ -43,16 +43,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             handler(args.entry)(args, home, output)
     except PipelinesError as e:
         return _fail(output, e.code, str(e))
+    except BrokenPipeError:  # `pipelines ... | head`: the reader is gone, nothing to report (before OSError: it is one)
+        if out is sys.stdout:  # keep Python from complaining again when it flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:  # the home or a file cannot be read or written: the user's to fix, not a bug
         where = f" ({e.filename})" if e.filename else _remote(home)
         return _fail(output, "io", f"{e.strerror or one_line(str(e))}{where}")
     except KeyboardInterrupt:
         err.write("interrupted\n")
         return 130
-    except BrokenPipeError:  # `pipelines ... | head`: the reader is gone, nothing to report
-        if out is sys.stdout:  # keep Python from complaining again when it flushes stdout at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     except Exception as e:  # boto3's refusals (wrong keys, no bucket, no endpoint) are the user's to fix too
         from pipelines.storage.objects import refused
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -292,3 +293,22 @@ def test_the_demo_refuses_to_wipe_a_home_that_holds_other_work(tmp_path: Path) -
     message = fails(tmp_path, "demo", "--seconds", "1")
     assert "the demo wipes its home" in message and "holds stream payments" in message
     assert (tmp_path / "home" / "streams" / "payments").is_dir(), "nothing was wiped"
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`pipelines ... | head`: the pipe's reader is gone; that is no error of the home's (BrokenPipeError is an
+    OSError, and the OSError branch used to answer it with `error: Broken pipe`, exit 2)."""
+    from pipelines.cli import main
+
+    run(tmp_path, "stream", "create", "events", "--partitions", "2")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written: the first write breaks the pipe
+    err = tmp_path / "err.txt"
+    out = os.fdopen(write, "w", buffering=1)  # line by line, as to a terminal's pipe: the write itself breaks
+    try:
+        with err.open("w") as errors:
+            rc = main(["--home", str(tmp_path / "home"), "stream", "describe", "events"], out=out, err=errors)
+    finally:
+        with contextlib.suppress(BrokenPipeError):  # whatever is left in ``out`` cannot go anywhere either
+            out.close()
+    assert rc == 0 and err.read_text() == ""
