@@ -54,12 +54,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         err.write("interrupted\n")
         return 130
     except Exception as e:  # boto3's refusals (wrong keys, no bucket, no endpoint) are the user's to fix too
-        from pipelines.storage.objects import refused
+        from pipelines.storage.objects import refused, unanswered
 
         message = refused(e)
-        if message is None:
-            raise
-        return _fail(output, "storage", f"{message}{_remote(home)}")
+        if message is not None:
+            return _fail(output, "storage", f"{message}{_remote(home)}")
+        if unanswered(e):  # a 5xx or throttling after boto3's retries: the store's outage, not a bug of ours
+            message = f"the store failed the request: {one_line(str(e))}"
+            return _fail(output, "store_unavailable", f"{message}{_remote(home)}")
+        raise
     return 0
 
 
