@@ -102,7 +102,7 @@ _RAISED = re.compile(r"pipelines\.errors\.([A-Za-z]+Error): (.+)")
 
 
 _UNANSWERED = re.compile(
-    r"error sending request|operation timed out|timed out|connection (?:refused|reset|closed)|"
+    r"error sending request|timed out|connection (?:refused|reset|closed)|"
     r"non-2xx status code: (?:5\d\d|429)|\b(?:5\d\d|429) (?:Internal Server Error|Bad Gateway|Service Unavailable|"
     r"Gateway Timeout|Too Many Requests)|SlowDown|ServiceUnavailable|InternalError|RequestTimeout|"
     r"HTTP status (?:5\d\d|429)|NETWORK_CONNECTION|curlCode: (?:6|7|28|52|56)\b|"

@@ -20,7 +20,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from pipelines.backoff import Backoff
 from pipelines.core.ssp import validate_name
 from pipelines.deltaio import is_table, open_table, readable, refresh
-from pipelines.errors import DamagedTableError, StoreUnavailableError, StreamError, store_unanswered
+from pipelines.errors import DamagedTableError, StoreUnavailableError, StreamError
 from pipelines.storage.location import Location
 from pipelines.storage.objects import ObjectStore
 from pipelines.systems.deltalog.snapshot import Snapshot, snapshot
@@ -67,10 +67,10 @@ class StreamTables:
             raise self.unavailable(stream)
         try:
             return self._latest_snapshot(stream)
-        except (StoreUnavailableError, DamagedTableError, OSError) as error:
-            if isinstance(error, StoreUnavailableError) or store_unanswered(str(error)):
-                self._tables.pop(stream, None)  # the next try opens the table afresh, with a client of its own
-                raise self.unavailable(stream, error) from error
+        except StoreUnavailableError as error:  # deltaio's reads say so for every delta-rs and pyarrow call
+            self._tables.pop(stream, None)  # the next try opens the table afresh, with a client of its own
+            raise self.unavailable(stream, error) from error
+        except (DamagedTableError, OSError) as error:
             if stream in self._tables and self.storage_gone(stream):  # it was there: an outage, not damage
                 raise self.unavailable(stream, error) from None
             raise
@@ -123,8 +123,6 @@ class StreamTables:
         if isinstance(error, StoreUnavailableError):
             return StreamError(f"stream {stream!r}: its storage is unavailable ({error})")
         cause = f": {type(error).__name__}: {str(error)[:300]}" if error is not None else ""
-        if error is not None and store_unanswered(str(error)):
-            return StreamError(f"stream {stream!r}: its storage is unavailable (its store did not answer{cause})")
         return StreamError(f"stream {stream!r}: its storage is unavailable ({self.path(stream)} is not there{cause})")
 
     def waiting_for_storage(self, stream: str, read: Callable[[], T]) -> T:
@@ -136,9 +134,10 @@ class StreamTables:
                 return read()
             except (StreamError, DamagedTableError, StoreUnavailableError, OSError) as error:
                 unanswered = isinstance(error, StoreUnavailableError) or isinstance(
-                    error.__cause__, StoreUnavailableError
+                    error.__cause__,
+                    StoreUnavailableError,  # latest()'s stream outage, raised from it
                 )
-                if not (unanswered or store_unanswered(str(error)) or self.storage_gone(stream)):
+                if not (unanswered or self.storage_gone(stream)):
                     raise
                 if time.monotonic() >= deadline:
                     raise StreamError(

@@ -209,38 +209,24 @@ def test_every_coordination_record_has_exactly_one_winner_among_racing_processes
 def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
     spark: Any, s3_server: S3Server, s3_home: Home
 ) -> None:
-    from pipelines.runtime import requests
-    from pipelines.runtime.driver import run_job
     from pipelines.servers.s3 import paused
 
     producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=16)
     config = job(s3_home, "s3_outage", 2, max_records=100)
     producer.produce(300)
-    failure: list[BaseException] = []
-
-    def drive() -> None:
-        try:
-            run_job(spark, s3_home, config.name, available_now=False, progress=lambda m: None)
-        except BaseException as e:  # the test says what the driver died of
-            failure.append(e)
-
-    driver = threading.Thread(target=drive)
-    driver.start()
+    driver = _Driver(spark, s3_home, config.name)
     deadline = time.monotonic() + 300
     try:
         # the first batch committed is enough: the store stops while the driver is mid-run, with records to read
-        while len(_rows(s3_home, config)) < 100 and time.monotonic() < deadline and driver.is_alive():
-            time.sleep(0.5)
+        driver.wait_for_rows(config, 100, deadline)
         with paused(s3_server):  # every process of the store frozen: no answer, no refusal
             time.sleep(10.0)
-            assert driver.is_alive(), f"the job waits for its store instead of failing: {failure}"
+            assert driver.is_alive(), f"the job waits for its store instead of failing: {driver.failure}"
         producer.produce(300)
-        while len(_rows(s3_home, config)) < 600 and time.monotonic() < deadline and driver.is_alive():
-            time.sleep(0.5)
+        driver.wait_for_rows(config, 600, deadline)
     finally:
-        requests.ask_stop(s3_home, config.name)
-        driver.join(timeout=180)
-    assert not failure, failure
+        driver.stop()
+    assert not driver.failure, driver.failure
     rows = sink(s3_home, config)
     assert len(rows) == 600 and not rows.duplicated(["partition", "offset"]).any()
     assert order_violations(rows) == []
@@ -259,10 +245,7 @@ def test_a_store_failing_delta_rs_s_requests_is_an_outage_of_the_stream_never_da
     producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=4)
     producer.produce(20)
     with proxied(s3_server.endpoint) as front:
-        direct = S3Settings.delta_options
-        patience = {"max_retries": "1", "retry_timeout": "2s", "timeout": "2s"}  # a client that gives up soon
-        fronted = {"AWS_ENDPOINT_URL": front.endpoint, "AWS_ENDPOINT_URL_S3": front.endpoint, **patience}
-        monkeypatch.setattr(S3Settings, "delta_options", lambda self: {**direct(self), **fronted})
+        _delta_rs_through(front, monkeypatch)
         reader = DeltaLog(s3_home.streams)  # delta-rs through the front, boto3 straight to the store
         assert sum(reader.end_offsets("events").values()) == 20
         front.fail(503)
@@ -291,50 +274,72 @@ def test_a_driver_runs_on_while_the_store_fails_its_looks_at_the_home_and_loses_
     """Between batches the driver looks at the home every second (a stop asked for, the active model); a store
     failing those looks used to end the job. Only this process's delta-rs goes through the failing front: Spark's
     workers (the source, the reads) talk to the store itself."""
-    from pipelines.runtime import requests
-    from pipelines.runtime.driver import run_job
 
     producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=8)
     config = job(s3_home, "looks", 1, max_records=100)
     producer.produce(100)
-    said: list[str] = []
-    failure: list[BaseException] = []
-
-    def drive() -> None:
-        try:
-            run_job(spark, s3_home, config.name, available_now=False, progress=said.append)
-        except BaseException as e:  # the test says what the driver died of
-            failure.append(e)
-
     with proxied(s3_server.endpoint) as front:
-        direct = S3Settings.delta_options
-        patience = {"max_retries": "1", "retry_timeout": "2s", "timeout": "2s"}
-        fronted = {"AWS_ENDPOINT_URL": front.endpoint, "AWS_ENDPOINT_URL_S3": front.endpoint, **patience}
-        monkeypatch.setattr(S3Settings, "delta_options", lambda self: {**direct(self), **fronted})
-        driver = threading.Thread(target=drive)
-        driver.start()
+        _delta_rs_through(front, monkeypatch)
+        driver = _Driver(spark, s3_home, config.name)
         deadline = time.monotonic() + 240
         try:
-            while len(_rows(s3_home, config)) < 100 and time.monotonic() < deadline and driver.is_alive():
-                time.sleep(0.5)
+            driver.wait_for_rows(config, 100, deadline)
             front.fail(503)
             time.sleep(6.0)  # a few looks at the active model, each failed by the store
-            assert driver.is_alive(), f"the driver runs on: {failure}"
+            assert driver.is_alive(), f"the driver runs on: {driver.failure}"
             front.fail(0)
             producer.produce(100)
-            while len(_rows(s3_home, config)) < 200 and time.monotonic() < deadline and driver.is_alive():
-                time.sleep(0.5)
+            driver.wait_for_rows(config, 200, deadline)
         finally:
             front.fail(0)
-            requests.ask_stop(s3_home, config.name)
-            driver.join(timeout=180)
+            driver.stop()
     monkeypatch.undo()  # the front is gone: this process talks to the store itself again
-    assert not failure, failure
-    assert any("did not answer the driver" in line for line in said), said
-    assert any("answers the driver again" in line for line in said), said
+    assert not driver.failure, driver.failure
+    assert any("did not answer the driver" in line for line in driver.said), driver.said
+    assert any("answers the driver again" in line for line in driver.said), driver.said
     rows = sink(s3_home, config)
     assert len(rows) == 200 and not rows.duplicated(["partition", "offset"]).any()
     assert order_violations(rows) == []
+
+
+class _Driver(threading.Thread):
+    """``run_job`` in a thread of this process, as a live job's driver: what it said, and what it died of."""
+
+    def __init__(self, spark: Any, home: Home, job: str) -> None:
+        super().__init__(name=f"driver-{job}")
+        self.spark, self.home, self.job = spark, home, job
+        self.said: list[str] = []
+        self.failure: list[BaseException] = []
+        self.start()
+
+    def run(self) -> None:
+        from pipelines.runtime.driver import run_job
+
+        try:
+            run_job(self.spark, self.home, self.job, available_now=False, progress=self.said.append)
+        except BaseException as e:  # the test says what the driver died of
+            self.failure.append(e)
+
+    def wait_for_rows(self, config: Any, rows: int, deadline: float) -> None:
+        """Until the sink holds ``rows`` rows, the deadline passes or the driver died (the test's asserts tell)."""
+        while len(_rows(self.home, config)) < rows and time.monotonic() < deadline and self.is_alive():
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        from pipelines.runtime import requests
+
+        requests.ask_stop(self.home, self.job)
+        self.join(timeout=180)
+
+
+def _delta_rs_through(front: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's delta-rs talks to the store through ``front``, with a client that gives up soon; boto3
+    and Spark's workers still talk to the store itself. Both endpoint names: delta-rs takes the environment's
+    ``AWS_ENDPOINT_URL_S3`` (the session's fixture sets it) over a storage option's ``AWS_ENDPOINT_URL``."""
+    direct = S3Settings.delta_options
+    patience = {"max_retries": "1", "retry_timeout": "2s", "timeout": "2s"}
+    fronted = {"AWS_ENDPOINT_URL": front.endpoint, "AWS_ENDPOINT_URL_S3": front.endpoint, **patience}
+    monkeypatch.setattr(S3Settings, "delta_options", lambda self: {**direct(self), **fronted})
 
 
 def _rows(home: Home, config: Any) -> Any:
