@@ -37,7 +37,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from pipelines.errors import DamagedTableError, StoreUnavailableError, one_line, store_unanswered
 from pipelines.storage.location import Location, parse
-from pipelines.storage.objects import store_for
+from pipelines.storage.objects import Entry, store_for, unanswered
 
 TableRef = DeltaTable | Location | str | os.PathLike[str]
 
@@ -126,12 +126,31 @@ def table_location(dt: DeltaTable) -> Location:
     return parse(unquote(uri[len("file://") :]) if uri.startswith("file://") else uri, what="a table")
 
 
+_LOG_FILE = re.compile(
+    r"\d{20}\.(json|checkpoint\.parquet|checkpoint\.\d{10}\.\d{10}\.parquet|checkpoint\.[0-9a-fA-F-]{36}\.(json|parquet))"
+)
+"""A commit or a checkpoint (classic, multi-part or V2) of a Delta log: what makes a folder a table."""
+
+
 def is_table(path: Location | str | os.PathLike[str]) -> bool:
-    loc = location(path)
+    """Whether a Delta log with a commit or a checkpoint is at ``path``, by one listing of ``_delta_log``.
+
+    delta-rs's ``DeltaTable.is_deltatable`` asks the same, but holds Python's
+    GIL while it waits for the store: a store that stopped answering froze
+    every thread of the process (a driver's heartbeat and its stop requests
+    among them) for delta-rs's whole retry window, three minutes. The home's
+    own client waits without holding it.
+    """
+    return any(not entry.is_dir and _LOG_FILE.fullmatch(entry.name) for entry in _log_entries(location(path)))
+
+
+def _log_entries(loc: Location) -> list[Entry]:
+    """The table's ``_delta_log`` listed through the home's own client (boto3 on S3); a store that does not answer
+    is a ``StoreUnavailableError``, as delta-rs's failures are (``readable``), never botocore's own error."""
     try:
-        return bool(DeltaTable.is_deltatable(loc.uri, storage_options=store_for(loc).delta_options()))
-    except OSError as error:
-        if store_unanswered(str(error)):
+        return store_for(loc).list(loc / "_delta_log")
+    except Exception as error:
+        if unanswered(error):
             raise _unavailable(loc, error) from None
         raise
 
@@ -186,7 +205,7 @@ def check_commits(path: Location | str | os.PathLike[str]) -> None:
     with a commit delta-rs refuses itself. One listing of ``_delta_log`` per open.
     """
     loc = location(path)
-    for entry in store_for(loc).list(loc / "_delta_log"):
+    for entry in _log_entries(loc):
         if _COMMIT.fullmatch(entry.name) and not entry.is_dir and entry.size == 0:
             raise damaged(loc, f"its commit _delta_log/{entry.name} is empty (truncated)", commit=entry.name)
 
@@ -213,7 +232,12 @@ def readable(path: Location | str | os.PathLike[str]) -> Iterator[None]:
 
 
 def _unavailable(loc: Location, error: BaseException) -> StoreUnavailableError:
-    line = one_line(str(error))  # the chain's last causes say why (a timeout, a 503): keep them
+    text = str(error)
+    kwargs = getattr(error, "kwargs", None)  # botocore's connection errors keep urllib3's reason there
+    cause = kwargs.get("error") if isinstance(kwargs, dict) else None
+    if isinstance(cause, BaseException) and str(cause) not in text:
+        text = f"{text}: {cause}"  # "... Connection refused", "... timed out": the reason, not only the URL
+    line = one_line(text)  # the chain's last causes say why (a timeout, a 503): keep them
     detail = line if len(line) <= 300 else f"{line[:100]} ... {line[-180:]}"
     return StoreUnavailableError(
         f"the store of {loc} did not answer or failed the request ({detail}); nothing was changed: "

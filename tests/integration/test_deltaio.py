@@ -38,3 +38,19 @@ def test_a_process_that_read_a_table_exits_cleanly(tmp_path: Path) -> None:
     for _ in range(4):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         assert (done.returncode, done.stdout.strip()) == (0, "10"), done.stderr[-500:]
+
+
+def test_a_folder_is_a_table_once_its_log_holds_a_commit_or_a_checkpoint(tmp_path: Path) -> None:
+    from pipelines.deltaio import is_table
+
+    log = tmp_path / "t" / "_delta_log"
+    assert not is_table(tmp_path / "t") and not is_table(tmp_path / "missing")
+    log.mkdir(parents=True)
+    (log / "_last_checkpoint").write_text("{}")
+    (log / ".00000000000000000000.json.tmp").write_text("{}")  # a writer's temporary file
+    (log / "00000000000000000000.crc").write_text("{}")
+    assert not is_table(tmp_path / "t")
+    (log / "00000000000000000010.checkpoint.parquet").write_bytes(b"PAR1")  # a log whose commits were cleaned up
+    assert is_table(tmp_path / "t")
+    _table(tmp_path / "written")
+    assert is_table(tmp_path / "written")

@@ -215,9 +215,9 @@ def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
     config = job(s3_home, "s3_outage", 2, max_records=100)
     producer.produce(300)
     driver = _Driver(spark, s3_home, config.name)
-    # The store itself may take minutes to answer after it is let go: in a whole-suite run the session's store
-    # (weed mini, holding every earlier test's buckets) answered the driver's home watch only after 182 s.
-    deadline = time.monotonic() + 480
+    # Not minutes: a whole-suite run once took 182 s here, when delta-rs's is_deltatable held the GIL through its
+    # retry window and froze this test's thread inside paused() (test_a_look_at_a_table_on_a_store_...).
+    deadline = time.monotonic() + 240
     try:
         # the first batch committed is enough: the store stops while the driver is mid-run, with records to read
         driver.wait_for_rows(config, 100, deadline)
@@ -234,6 +234,53 @@ def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
     assert order_violations(rows) == []
     metrics = ControlPlane(s3_home).metrics.read(config.name)
     assert {"input_unavailable_s", "input_recovered_s"} <= set(metrics["metric"]), "the outage is marked"
+
+
+def test_a_look_at_a_table_on_a_store_that_does_not_answer_leaves_the_processs_other_threads_running(
+    s3_server: S3Server, s3_home: Home
+) -> None:
+    """delta-rs's ``is_deltatable`` held the GIL while it waited for a frozen store: every thread of the process
+    (a driver's heartbeat, its stop requests, this test's own) stood still for its 180 s retry window."""
+    from pipelines.deltaio import is_table
+    from pipelines.servers.s3 import paused
+
+    SeqProducer(DeltaLog(s3_home.streams), "events", 1, keys=2).produce(4)
+    looked: list[bool] = []
+    with paused(s3_server):
+        looking = threading.Thread(target=lambda: looked.append(is_table(s3_home.streams / "events")), daemon=True)
+        looking.start()
+        started = time.monotonic()
+        slowest = 0.0
+        while time.monotonic() - started < 4.0:
+            tick = time.monotonic()
+            time.sleep(0.1)
+            slowest = max(slowest, time.monotonic() - tick)
+        assert looking.is_alive() and not looked, "the look waits for the frozen store"
+    looking.join(timeout=120)
+    assert looked == [True]
+    assert slowest < 2.0, f"this thread stood still for {slowest:.1f} s while another looked at the store"
+
+
+def test_a_store_failing_the_listing_of_a_streams_log_is_an_outage_of_the_stream_not_a_crash(
+    s3_server: S3Server, s3_home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded log lists a stream's ``_delta_log`` with boto3 when it opens the stream; a store failing that
+    listing after boto3's retries raised botocore's own error, which ended the query instead of being waited out."""
+    from pipelines.errors import StreamError
+
+    SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=4).produce(20)
+    with proxied(s3_server.endpoint) as front:
+        direct = S3Settings.delta_options
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", front.endpoint)  # this process's boto3 through the front
+        endpoints = {"AWS_ENDPOINT_URL": s3_server.endpoint, "AWS_ENDPOINT_URL_S3": s3_server.endpoint}
+        monkeypatch.setattr(S3Settings, "delta_options", lambda self: {**direct(self), **endpoints})  # delta-rs not
+        reader = DeltaLog(s3_home.streams)
+        front.fail(503)
+        with pytest.raises(StreamError, match=r"its storage is unavailable .*did not answer or failed") as outage:
+            reader.end_offsets("events")
+        assert "503" in str(outage.value) or "ServiceUnavailable" in str(outage.value), outage.value
+        front.fail(0)
+        assert sum(reader.end_offsets("events").values()) == 20
 
 
 def test_a_store_failing_delta_rs_s_requests_is_an_outage_of_the_stream_never_damage(
