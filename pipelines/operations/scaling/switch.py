@@ -23,7 +23,7 @@ from typing import Any
 
 from pipelines.control import ControlPlane, Home
 from pipelines.control.scaling_events import EventStatus
-from pipelines.errors import PipelinesError
+from pipelines.errors import PipelinesError, one_line
 from pipelines.faults import crash_point
 from pipelines.operations.scaling.operation import (
     Mode,
@@ -141,7 +141,7 @@ def catch_up_run(
     rescale took 19.9 s with it, 9.2 s without; README "Downtime"). The next
     ``pipelines run`` starts N+1 from them.
     """
-    if _already_caught_up(home, op, version):
+    if _already_caught_up(home, op, version, say):
         say(f"v{version} of {op.job} starts at the inputs' ends as of its activation: nothing to catch up, no run")
         return {"restarted": "none: nothing to catch up"}
     if catch_up is not None:
@@ -161,12 +161,21 @@ def catch_up_run(
     return {"restarted": "catch-up run"}
 
 
-def _already_caught_up(home: Home, op: ScalingOperation, version: int) -> bool:
+def _already_caught_up(home: Home, op: ScalingOperation, version: int, say: Say) -> bool:
+    """Whether the catch-up run can be skipped. Only a saving: when the look fails (a broker or a stream's store
+    that does not answer) the run goes ahead, and waits out an outage of its inputs as any run does."""
     control = ControlPlane(home)
     target = event_of(control, op).details.get("catch_up_target") or {}
     if not target or control.checkpoints.latest_batch(op.job, version) is None:
         return False  # no activation point recorded, or no checkpoints to compare: run, as before
-    return catch_up_state(home, op.job, version, target)[0]
+    try:
+        return catch_up_state(home, op.job, version, target)[0]
+    except Exception as error:  # the run it falls back to is the safe path, and reports its own failures
+        say(
+            f"could not tell whether v{version} of {op.job} is at its inputs' ends ({one_line(str(error))[:300]}): "
+            "it gets its catch-up run"
+        )
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------- catch up

@@ -88,6 +88,33 @@ def test_rescale_of_a_stopped_job_at_the_inputs_end_starts_no_run_and_the_next_r
     assert order_violations(rows) == []
 
 
+def test_rescale_of_a_stopped_job_whose_inputs_cannot_be_looked_at_gets_its_catch_up_run(
+    spark: Any, home: Home, ran_once: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Skipping the catch-up run is a saving: a failed look at the inputs (a broker down) ended the rescale."""
+    from pipelines.errors import StreamError
+    from pipelines.operations.scaling import switch
+
+    looks: list[Any] = []
+    look = switch.catch_up_state
+
+    def broker_down_once(*args: Any) -> Any:  # the first look fails; the wait for the run's end looks again
+        looks.append(args)
+        if len(looks) == 1:
+            raise StreamError("stream 'events': the broker did not answer")
+        return look(*args)
+
+    monkeypatch.setattr(switch, "catch_up_state", broker_down_once)
+    runs: list[str] = []
+    said: list[str] = []
+    result = scaling.run_all(
+        home, ScalingRequest(ran_once, 4, "test"), catch_up=lambda h, name: runs.append(name), say=said.append
+    )
+    assert runs == [ran_once], "the run the look would have spared is started"
+    assert any("could not tell" in line and "the broker did not answer" in line for line in said), said
+    assert (result["status"], result["dq"]) == ("verified", "pass")
+
+
 def test_a_dry_plan_validates_and_writes_nothing(home: Home, ran_once: str) -> None:
     control = ControlPlane(home)
     summary = scaling.plan(home, ScalingRequest(ran_once, 8, "look"))
