@@ -23,7 +23,7 @@ from typing import Any
 
 from pipelines.control import ControlPlane, Home
 from pipelines.control.scaling_events import EventStatus
-from pipelines.errors import PipelinesError, one_line
+from pipelines.errors import PipelinesError, StreamError, one_line
 from pipelines.faults import crash_point
 from pipelines.operations.scaling.operation import (
     Mode,
@@ -205,6 +205,14 @@ def behind_text(behind: int | None) -> str:
     return "an unknown number of" if behind is None else str(behind)
 
 
+def input_outage(error: BaseException) -> bool:
+    """A failure a look at the inputs or the home is waited past: an input that does not answer (the sources wait
+    out the same ``StreamError``) or the home's store not answering (``storage.objects.unanswered``)."""
+    from pipelines.storage.objects import unanswered
+
+    return isinstance(error, StreamError) or unanswered(error)
+
+
 def catch_up_timed_out(op: ScalingOperation, version: int, behind: int | None, timeout_s: float) -> PipelinesError:
     return PipelinesError(
         f"v{version} of {op.job} is still {behind_text(behind)} records behind the activation point after "
@@ -219,8 +227,20 @@ def wait_caught_up(
     version, target = begin_catch_up(home, op)
     deadline = time.monotonic() + timeout_s
     last_say = 0.0
+    missed: BaseException | None = None  # the look that failed last, while looks fail
     while True:
-        done, behind = catch_up_state(home, op.job, version, target)
+        try:
+            done, behind = catch_up_state(home, op.job, version, target)
+        except Exception as error:
+            if not input_outage(error):
+                raise
+            if missed is None:  # a broker or the home's store that did not answer: a look missed, not an end
+                say(f"v{version} of {op.job}: its progress cannot be looked at ({one_line(str(error))[:300]}); waiting")
+            missed, done, behind = error, False, None
+        else:
+            if missed is not None:
+                say(f"v{version} of {op.job}: its progress can be looked at again")
+            missed = None
         if done:
             return caught_up(home, op, say)
         now = time.monotonic()
