@@ -245,8 +245,11 @@ def wait_caught_up(
             return caught_up(home, op, say)
         now = time.monotonic()
         if now > deadline:
-            raise catch_up_timed_out(op, version, behind, timeout_s)
-        if now - last_say > 10:
+            timed_out = catch_up_timed_out(op, version, behind, timeout_s)
+            if missed is None:
+                raise timed_out
+            raise PipelinesError(f"{timed_out}; its last looks failed: {one_line(str(missed))[:300]}") from missed
+        if missed is None and now - last_say > 10:
             say(f"v{version} of {op.job}: {behind_text(behind)} records behind the activation point")
             last_say = now
         time.sleep(CATCH_UP_POLL_S)

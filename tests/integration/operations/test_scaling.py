@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,6 +117,28 @@ def test_rescale_of_a_stopped_job_whose_inputs_cannot_be_looked_at_gets_its_catc
     assert any("cannot be looked at" in line for line in said), "the wait missed a look, and waited on"
     assert any("can be looked at again" in line for line in said), said
     assert (result["status"], result["dq"]) == ("verified", "pass")
+
+
+def test_a_catch_up_wait_whose_every_look_fails_times_out_naming_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from pipelines.errors import PipelinesError, StreamError
+    from pipelines.operations.scaling import switch
+
+    def broker_down(*args: Any) -> Any:
+        raise StreamError("stream 'events': the broker did not answer")
+
+    monkeypatch.setattr(switch, "begin_catch_up", lambda home, op: (2, {"deltalog/events": {"0": 5}}))
+    monkeypatch.setattr(switch, "catch_up_state", broker_down)
+    monkeypatch.setattr(switch, "CATCH_UP_POLL_S", 0.05)
+    said: list[str] = []
+    op: Any = SimpleNamespace(job="elastic")
+    with pytest.raises(PipelinesError, match=r"after 0s.*its last looks failed: stream 'events': the broker") as out:
+        switch.wait_caught_up(Home(tmp_path / "home"), op, timeout_s=0.3, say=said.append)
+    assert "an unknown number of records behind" in str(out.value)
+    assert len(said) == 1 and "cannot be looked at" in said[0], "said once, not at every missed look"
 
 
 def test_a_dry_plan_validates_and_writes_nothing(home: Home, ran_once: str) -> None:
