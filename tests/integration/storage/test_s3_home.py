@@ -207,23 +207,42 @@ def test_every_coordination_record_has_exactly_one_winner_among_racing_processes
 
 @pytest.mark.slow
 def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
-    spark: Any, s3_server: S3Server, s3_home: Home
+    spark: Any, s3_server: S3Server, s3_home: Home, tmp_path: Path
 ) -> None:
+    import faulthandler
+    import warnings
+
     from pipelines.servers.s3 import paused
 
     producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=16)
     config = job(s3_home, "s3_outage", 2, max_records=100)
     producer.produce(300)
     driver = _Driver(spark, s3_home, config.name)
-    # Not minutes: a whole-suite run once took 182 s here, when delta-rs's is_deltatable held the GIL through its
-    # retry window and froze this test's thread inside paused() (test_a_look_at_a_table_on_a_store_...).
-    deadline = time.monotonic() + 240
+    # In whole-suite runs this thread has stood still inside paused() for 3 min (the store's log: "heartbeat
+    # resumed after 3m13s"): a call of the driver's thread held the GIL through delta-rs's 180 s retry window.
+    # is_deltatable was one such call (test_a_look_at_a_table_on_a_store_...); the run after its fix still
+    # froze once, so the deadline allows for it and the stacks of every thread are kept when it happens.
+    deadline = time.monotonic() + 480
+    stacks = tmp_path / "stacks.txt"
     try:
         # the first batch committed is enough: the store stops while the driver is mid-run, with records to read
         driver.wait_for_rows(config, 100, deadline)
-        with paused(s3_server):  # every process of the store frozen: no answer, no refusal
-            time.sleep(10.0)
-            assert driver.is_alive(), f"the job waits for its store instead of failing: {driver.failure}"
+        with stacks.open("w") as out:
+            faulthandler.dump_traceback_later(30, file=out)  # from a C thread: it writes while the GIL is held
+            frozen = time.monotonic()
+            try:
+                with paused(s3_server):  # every process of the store frozen: no answer, no refusal
+                    time.sleep(10.0)
+                    assert driver.is_alive(), f"the job waits for its store instead of failing: {driver.failure}"
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+            frozen = time.monotonic() - frozen
+        if frozen > 30:
+            warnings.warn(
+                f"this test's thread stood still {frozen:.0f} s inside paused(): another thread held the GIL "
+                f"while the store was frozen. Every thread's stack at 30 s:\n{stacks.read_text()[:8000]}",
+                stacklevel=1,
+            )
         producer.produce(300)
         driver.wait_for_rows(config, 600, deadline)
     finally:
