@@ -277,7 +277,7 @@ def test_a_look_at_a_table_on_a_store_that_does_not_answer_leaves_the_processs_o
         assert looking.is_alive() and not looked, "the look waits for the frozen store"
     looking.join(timeout=120)
     assert looked == [True]
-    assert slowest < 2.0, f"this thread stood still for {slowest:.1f} s while another looked at the store"
+    assert slowest < 5.0, f"this thread stood still for {slowest:.1f} s while another looked at the store"
 
 
 def test_a_store_failing_the_listing_of_a_streams_log_is_an_outage_of_the_stream_not_a_crash(
