@@ -170,7 +170,9 @@ def _already_caught_up(home: Home, op: ScalingOperation, version: int, say: Say)
         return False  # no activation point recorded, or no checkpoints to compare: run, as before
     try:
         return catch_up_state(home, op.job, version, target)[0]
-    except Exception as error:  # the run it falls back to is the safe path, and reports its own failures
+    except Exception as error:
+        if not input_outage(error):  # a bug stays a bug; an input or store not answering only costs the saving
+            raise
         say(
             f"could not tell whether v{version} of {op.job} is at its inputs' ends ({one_line(str(error))[:300]}): "
             "it gets its catch-up run"
