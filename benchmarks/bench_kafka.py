@@ -13,6 +13,10 @@ The Kafka broker is a real Apache Kafka broker, one KRaft node on 127.0.0.1
 with a 256 MB heap (``pipelines.servers.kafka_broker``), sharing this
 machine's cores with Spark: absolute Kafka figures say little about a real
 cluster; the ratios say what this module and the runtime cost.
+``--bootstrap-servers`` runs against a broker that is already up instead (its
+topics get a name of their own, ``bench_<hex>_cheap`` ..., and are left there),
+and ``--master`` sets the session's master (default ``local[16]``, one core per
+virtual task at factor 8).
 
 Ends with one JSON line ``{"bench": "kafka", "figures": {...}}``.
 """
@@ -26,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=2000)
     parser.add_argument("--latency-ms", type=float, default=2.0)
     parser.add_argument("--max-records", type=int, default=2000, help="records per micro-batch at factor 1")
+    parser.add_argument("--bootstrap-servers", help="a running broker to use (default: start one on 127.0.0.1)")
+    parser.add_argument("--master", default=f"local[{PARTITIONS * 8}]", help="Spark master of the session")
     args = parser.parse_args(argv)
 
     from pipelines.control.home import Home
@@ -119,16 +126,19 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     home = Home(root.resolve())
-    broker = KafkaBroker(partitions=PARTITIONS)
-    settings = {"bootstrap_servers": broker.bootstrap}
+    broker = None if args.bootstrap_servers else KafkaBroker(partitions=PARTITIONS)
+    bootstrap = args.bootstrap_servers or broker.bootstrap  # type: ignore[union-attr]
+    settings = {"bootstrap_servers": bootstrap}
     kafka, dlog = KafkaSystem(settings), DeltaLog(home.streams)
+    prefix = f"bench_{uuid.uuid4().hex[:8]}_" if args.bootstrap_servers else ""  # a shared broker's topics stay
+    cheap, slow, warmup = (prefix + name for name in ("cheap", "slow", "warmup"))
     try:
-        broker.start()
-        log(f"Kafka broker on {broker.bootstrap}, started in {broker.started_in_s:.1f}s")
-        for topic in ("cheap", "slow", "warmup"):
-            broker.create_topic(topic, PARTITIONS)
-        log(f"producing {args.cheap_records:,} + {args.slow_records:,} records into both inputs ({broker.bootstrap})")
-        for stream, n, seed in (("cheap", args.cheap_records, 1), ("slow", args.slow_records, 2), ("warmup", 400, 3)):
+        if broker is not None:
+            broker.start()
+            log(f"Kafka broker on {broker.bootstrap}, started in {broker.started_in_s:.1f}s")
+        log(f"producing {args.cheap_records:,} + {args.slow_records:,} records into both inputs ({bootstrap})")
+        for stream, n, seed in ((cheap, args.cheap_records, 1), (slow, args.slow_records, 2), (warmup, 400, 3)):
+            kafka.create(stream, PARTITIONS)
             batch = records(n, args.keys, seed)
             dlog.create(stream, PARTITIONS)
             for i in range(0, n, 5000):
@@ -138,20 +148,20 @@ def main(argv: list[str] | None = None) -> int:
                 int(e) for e in kafka.end_positions(stream).values()
             )
         figures: dict[str, float] = {}
-        figures["raw_read_deltalog_rps"] = raw_reads(dlog, "cheap")
-        figures["raw_read_kafka_rps"] = raw_reads(kafka, "cheap")
+        figures["raw_read_deltalog_rps"] = raw_reads(dlog, cheap)
+        figures["raw_read_kafka_rps"] = raw_reads(kafka, cheap)
         d, k = figures["raw_read_deltalog_rps"], figures["raw_read_kafka_rps"]
         log(f"raw reads: deltalog {d:,.0f}/s, kafka {k:,.0f}/s")
 
-        spark = build_session(f"local[{PARTITIONS * 8}]", app_name="bench-kafka")
+        spark = build_session(args.master, app_name="bench-kafka")
         try:
             inputs = {"deltalog": ("deltalog", {}), "kafka": ("kafka", settings)}
             for name, (system, conf) in inputs.items():  # first queries pay for Python workers: not measured
-                run(spark, home, f"warm_{name}", system, "warmup", conf, 8, 0, args.max_records, 400)
+                run(spark, home, f"warm_{name}", system, warmup, conf, 8, 0, args.max_records, 400)
             rates: dict[tuple[str, str, int], float] = {}
             for name, (system, conf) in inputs.items():
                 rates[(name, "cheap", 1)] = run(
-                    spark, home, f"cheap_{name}_f1", system, "cheap", conf, 1, 0, args.max_records, args.cheap_records
+                    spark, home, f"cheap_{name}_f1", system, cheap, conf, 1, 0, args.max_records, args.cheap_records
                 )
                 for factor in (1, 8):
                     rates[(name, "slow", factor)] = run(
@@ -159,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                         home,
                         f"slow_{name}_f{factor}",
                         system,
-                        "slow",
+                        slow,
                         conf,
                         factor,
                         args.latency_ms,
@@ -183,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         kafka.close()
-        broker.close()
+        if broker is not None:
+            broker.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
