@@ -26,14 +26,23 @@ fi
 # provider and plugin (plugins/pyproject.toml), which Airflow finds through its entry points.
 install_with_uv() {
   .venv/bin/python -m pip install -q -c constraints.txt uv || return 1
-  local -a env=(UV_NATIVE_TLS=1)  # the system's certificates, as pip's PIP_CERT (a proxy's CA among them)
-  [ -n "${PIP_CERT:-}" ] && env+=(SSL_CERT_FILE="$PIP_CERT")
-  [ -n "${PIP_INDEX_URL:-}" ] && env+=(UV_INDEX_URL="$PIP_INDEX_URL")
-  [ -n "${PIP_EXTRA_INDEX_URL:-}" ] && env+=(UV_EXTRA_INDEX_URL="$PIP_EXTRA_INDEX_URL")
-  [ -n "${PIP_FIND_LINKS:-}" ] && [ -d "$PIP_FIND_LINKS" ] && env+=(UV_FIND_LINKS="$PIP_FIND_LINKS")
-  [ -n "${PIP_DEFAULT_TIMEOUT:-}" ] && env+=(UV_HTTP_TIMEOUT="$PIP_DEFAULT_TIMEOUT")
+  local -a env=(UV_NATIVE_TLS=1)  # the system's certificates, as pip uses (a proxy's CA among them)
+  local value
+  value=$(pip_setting cert) && env+=(SSL_CERT_FILE="$value")
+  value=$(pip_setting index-url) && env+=(UV_INDEX_URL="$value")
+  value=$(pip_setting extra-index-url) && env+=(UV_EXTRA_INDEX_URL="$value")
+  value=$(pip_setting find-links) && [ -d "$value" ] && env+=(UV_FIND_LINKS="$value")
+  value=$(pip_setting default-timeout) && env+=(UV_HTTP_TIMEOUT="$value")
   local -a uv=(env "${env[@]}" .venv/bin/python -m uv pip install -q --python .venv/bin/python --compile-bytecode)
   "${uv[@]}" -r requirements.txt -c constraints.txt && "${uv[@]}" --no-deps -e . -e plugins
+}
+
+# One of pip's settings (cert, index-url, ...): its PIP_* variable, else pip's configuration files; fails if unset.
+pip_setting() {
+  local name="PIP_$(printf '%s' "$1" | tr 'a-z-' 'A-Z_')" value
+  value="${!name:-}"
+  [ -n "$value" ] || value=$(.venv/bin/python -m pip config list 2>/dev/null | sed -n "s/^\(global\|install\)\.$1='\(.*\)'\$/\2/p" | head -n 1)
+  [ -n "$value" ] && printf '%s\n' "$value"
 }
 
 install_with_pip() {
