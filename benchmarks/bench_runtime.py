@@ -589,6 +589,11 @@ def main(argv: list[str] | None = None) -> int:
         "--cheap-max-records", type=int, default=100_000, help="batch.max_records at factor 1 of the latency-0 runs"
     )
     parser.add_argument("--fixed-batches", type=int, default=30, help="micro-batches of 100 records (0: skip)")
+    parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="skip the untimed warm-ups: the figures then include Python workers' start (a check that it runs)",
+    )
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--home", help="state directory (default: a temporary one, removed at the end)")
@@ -646,6 +651,8 @@ def main(argv: list[str] | None = None) -> int:
             """Start the Python workers a run at ``factor`` needs, untimed. Spark stops a Python worker idle for a
             minute, so without this a later run (factor 8 needs 48 of them: reader, processor and writer per
             task) starts them while it is timed: ~0.4 s of imports each, 10 s of stagger on 2 cores."""
+            if args.no_warm_up:
+                return
             run_elastic(
                 spark,
                 home,
@@ -660,17 +667,18 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         t = time.perf_counter()
-        warm(max(factors))
-        run_ranges(
-            spark,
-            home,
-            stream="warmup",
-            ranges=max(factors),
-            latency_ms=0,
-            produced=WARMUP_RECORDS,
-            out=root / "out" / "warmup",
-        )
-        log(f"warm-up done in {time.perf_counter() - t:.1f}s (excluded)")
+        if not args.no_warm_up:
+            warm(max(factors))
+            run_ranges(
+                spark,
+                home,
+                stream="warmup",
+                ranges=max(factors),
+                latency_ms=0,
+                produced=WARMUP_RECORDS,
+                out=root / "out" / "warmup",
+            )
+            log(f"warm-up done in {time.perf_counter() - t:.1f}s (excluded)")
 
         runs: list[Run] = []
         for f in factors:  # interleaved, so both modes see the same machine load

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUNS = {
     "core": "--partitions 100 --factor 4 --records 1000 --containers 8",
     "runtime": "--records 800 --keys 40 --factors 1,2 --latency-ms 1 --max-records 200 --overhead-records 1000 "
-    "--cheap-max-records 500 --fixed-batches 2",
+    "--cheap-max-records 500 --fixed-batches 2 --no-warm-up",
     "rescale": "--steps 1 --rate 100",
     "kinesis": "--records 1000 --reshards 1",
     "quality": "--rows 5000 --keys 200",
