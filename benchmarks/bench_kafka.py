@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     home = Home(root.resolve())
     broker = None if args.bootstrap_servers else KafkaBroker(partitions=PARTITIONS)
-    bootstrap = args.bootstrap_servers or broker.bootstrap  # type: ignore[union-attr]
+    bootstrap = args.bootstrap_servers if broker is None else broker.bootstrap
     settings = {"bootstrap_servers": bootstrap}
     kafka, dlog = KafkaSystem(settings), DeltaLog(home.streams)
     prefix = f"bench_{uuid.uuid4().hex[:8]}_" if args.bootstrap_servers else ""  # a shared broker's topics stay
