@@ -141,7 +141,11 @@ def is_table(path: Location | str | os.PathLike[str]) -> bool:
     among them) for delta-rs's whole retry window, three minutes. The home's
     own client waits without holding it.
     """
-    return any(not entry.is_dir and _LOG_FILE.fullmatch(entry.name) for entry in _log_entries(location(path)))
+    return _holds_table(_log_entries(location(path)))
+
+
+def _holds_table(log: list[Entry]) -> bool:
+    return any(not entry.is_dir and _LOG_FILE.fullmatch(entry.name) for entry in log)
 
 
 def _log_entries(loc: Location) -> list[Entry]:
@@ -158,7 +162,19 @@ def _log_entries(loc: Location) -> list[Entry]:
 def open_table(path: Location | str | os.PathLike[str]) -> DeltaTable:
     """The table at its latest version; a damaged log is a ``DamagedTableError``, never a traceback."""
     loc = location(path)
-    check_commits(loc)
+    return _open(loc, _log_entries(loc))
+
+
+def open_if_table(path: Location | str | os.PathLike[str]) -> DeltaTable | None:
+    """``open_table``, or None where no table is (``is_table``): one listing of ``_delta_log`` answers both, where
+    asking ``is_table`` first listed it twice (on S3 a paged LIST of every commit, at each open)."""
+    loc = location(path)
+    log = _log_entries(loc)
+    return _open(loc, log) if _holds_table(log) else None
+
+
+def _open(loc: Location, log: list[Entry]) -> DeltaTable:
+    _check_commits(loc, log)
     with readable(loc):
         return DeltaTable(loc.uri, storage_options=store_for(loc).delta_options())
 
@@ -205,7 +221,11 @@ def check_commits(path: Location | str | os.PathLike[str]) -> None:
     with a commit delta-rs refuses itself. One listing of ``_delta_log`` per open.
     """
     loc = location(path)
-    for entry in _log_entries(loc):
+    _check_commits(loc, _log_entries(loc))
+
+
+def _check_commits(loc: Location, log: list[Entry]) -> None:
+    for entry in log:
         if _COMMIT.fullmatch(entry.name) and not entry.is_dir and entry.size == 0:
             raise damaged(loc, f"its commit _delta_log/{entry.name} is empty (truncated)", commit=entry.name)
 

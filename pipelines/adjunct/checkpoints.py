@@ -168,12 +168,12 @@ def append_store_checkpoints(home: Home, rows: Sequence[Mapping[str, Any]]) -> N
 def read_store_checkpoints(home: Home, job: str) -> dict[str, StoreCheckpoint]:
     """Each store's latest checkpoint for ``job`` (empty when it never committed a batch with stores)."""
     from pipelines.adjunct.durable import DurableStore
-    from pipelines.deltaio import is_table, read_delta
+    from pipelines.deltaio import open_if_table, read_delta
 
-    path = home.control_table(TABLE)
-    if not is_table(path):
+    dt = open_if_table(home.control_table(TABLE))
+    if dt is None:
         return {}
-    rows = read_delta(path, [("job", "=", job)], schema=STORE_CHECKPOINT_SCHEMA).to_pylist()
+    rows = read_delta(dt, [("job", "=", job)], schema=STORE_CHECKPOINT_SCHEMA).to_pylist()
     stores = sorted({r["store"] for r in rows})
     numbers = {store: DurableStore(home, job, store).incarnation_numbers() for store in stores}
     return latest_store_checkpoints(rows, numbers)

@@ -35,7 +35,7 @@ from pipelines.adjunct.state import StoreState
 from pipelines.control.home import Home
 from pipelines.core.adjunct import Fraction
 from pipelines.core.ssp import validate_name
-from pipelines.deltaio import append, is_table, open_table, read_delta, refresh
+from pipelines.deltaio import append, open_if_table, read_delta, refresh
 from pipelines.errors import StoreError
 from pipelines.storage.location import Location
 
@@ -377,8 +377,7 @@ class DurableStore:
         if dt is not None:
             refresh(dt)
             return dt
-        if not is_table(path):
-            return None
-        dt = open_table(path)
-        self._tables[key] = dt
+        dt = open_if_table(path)
+        if dt is not None:
+            self._tables[key] = dt
         return dt

@@ -46,7 +46,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from pipelines.control.home import Home
-from pipelines.deltaio import append, create_table, is_table, open_table, read_delta, refresh
+from pipelines.deltaio import append, create_table, is_table, open_if_table, read_delta, refresh
 from pipelines.errors import ConfigError, ModelError, StoreUnavailableError
 from pipelines.storage.clock import StoreClock, store_clock
 from pipelines.storage.location import Location
@@ -116,9 +116,7 @@ class ControlTable:
     def load(self) -> DeltaTable | None:
         """The table at its latest version, or None when nothing was ever written to it."""
         if self._dt is None:
-            if not is_table(self.path):
-                return None
-            self._dt = open_table(self.path)  # a damaged table: DamagedTableError naming it and what to do
+            self._dt = open_if_table(self.path)  # a damaged table: DamagedTableError naming it and what to do
         else:
             try:
                 refresh(self._dt)

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 
 from pipelines.deltaio import read_delta
@@ -54,3 +55,23 @@ def test_a_folder_is_a_table_once_its_log_holds_a_commit_or_a_checkpoint(tmp_pat
     assert is_table(tmp_path / "t")
     _table(tmp_path / "written")
     assert is_table(tmp_path / "written")
+
+
+def test_open_if_table_lists_the_log_once_and_answers_none_where_no_table_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.deltaio import open_if_table
+    from pipelines.errors import DamagedTableError
+    from pipelines.storage import objects
+
+    listed: list[str] = []
+    listing = objects.LocalStore.list
+    monkeypatch.setattr(objects.LocalStore, "list", lambda self, loc: listed.append(str(loc)) or listing(self, loc))
+    assert open_if_table(tmp_path / "missing") is None and len(listed) == 1
+    _table(tmp_path / "t")
+    listed.clear()
+    dt = open_if_table(tmp_path / "t")
+    assert dt is not None and dt.version() == 2 and len(listed) == 1 and listed[0].endswith("_delta_log")
+    (tmp_path / "t" / "_delta_log" / "00000000000000000003.json").write_bytes(b"")  # a commit truncated to nothing
+    with pytest.raises(DamagedTableError, match="is empty"):
+        open_if_table(tmp_path / "t")

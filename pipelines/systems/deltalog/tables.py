@@ -19,7 +19,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 
 from pipelines.backoff import Backoff
 from pipelines.core.ssp import validate_name
-from pipelines.deltaio import is_table, open_table, readable, refresh
+from pipelines.deltaio import open_if_table, readable, refresh
 from pipelines.errors import DamagedTableError, StoreUnavailableError, StreamError
 from pipelines.storage.location import Location
 from pipelines.storage.objects import ObjectStore
@@ -78,14 +78,14 @@ class StreamTables:
     def _latest_snapshot(self, stream: str) -> tuple[DeltaTable, Snapshot]:
         cached = self._tables.get(stream)
         if cached is None:
-            path = self.path(stream)
-            if not is_table(path):
+            opened = open_if_table(self.path(stream))
+            if opened is None:
                 existing = self.list_streams()
                 raise StreamError(
                     f"stream {stream!r} does not exist in {self.root}; existing streams: "
                     + (", ".join(existing) if existing else "none")
                 )
-            table = open_table(path)
+            table = opened
         else:
             table, snap = cached
             refresh(table)
