@@ -176,13 +176,19 @@ class WaitCaughtUp(BaseOperator):
     def execute(self, context: Context) -> float:
         home, op = _home(), _op(self.op)
         version, target = scaling.begin_catch_up(home, op)
-        done, behind = scaling.catch_up_state(home, op.job, version, target)
-        if done:
-            return float(scaling.caught_up(home, op)["caught_up_s"])
-        print(
-            f"v{version} of {op.job} is {scaling.behind_text(behind)} records behind the activation point: "
-            "waiting on the triggerer (no worker slot)"
-        )
+        try:
+            done, behind = scaling.catch_up_state(home, op.job, version, target)
+        except Exception as error:
+            if not scaling.input_outage(error):  # a bug fails the task; an outage is a look the trigger repeats
+                raise
+            print(f"could not look at v{version} of {op.job} ({error}): waiting on the triggerer, which looks again")
+        else:
+            if done:
+                return float(scaling.caught_up(home, op)["caught_up_s"])
+            print(
+                f"v{version} of {op.job} is {scaling.behind_text(behind)} records behind the activation point: "
+                "waiting on the triggerer (no worker slot)"
+            )
         self.defer(
             trigger=triggers.ScalingWaitTrigger(
                 home=str(home.root),

@@ -156,3 +156,42 @@ def test_a_look_that_fails_is_retried_and_named_if_time_runs_out(tmp_path: Path)
     event = asyncio.run(_run(trigger))
     assert event["status"] == TIMED_OUT and event["looks"] >= 2, event
     assert event["error"] and JOB in event["error"], event
+
+
+def test_a_catch_up_waits_first_look_that_meets_an_outage_defers_to_the_trigger_and_a_bug_still_fails(
+    home: Home, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The task's own look before it defers: an input or store that does not answer is one failed look, which
+    the trigger repeats (as it does every failed look), not a failed task waiting on Airflow's retries."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import TaskDeferred
+    from pipelines_airflow import scaling as tasks
+
+    from pipelines.errors import StreamError
+    from pipelines.operations import scaling
+
+    target = {"deltalog:events": {"0": "5", "1": "7"}}
+    monkeypatch.setattr(tasks, "_home", lambda: home)
+    monkeypatch.setattr(tasks, "_op", lambda op: SimpleNamespace(job=JOB))
+    monkeypatch.setattr(tasks, "_param", lambda name, default=None: default)
+    monkeypatch.setattr(scaling, "begin_catch_up", lambda home, op: (2, target))
+
+    def broker_down(*args: Any) -> Any:
+        raise StreamError("Kafka at 127.0.0.1:9 did not answer within 10s")
+
+    monkeypatch.setattr(scaling, "catch_up_state", broker_down)
+    with pytest.raises(TaskDeferred) as deferred:
+        tasks.WaitCaughtUp(task_id="wait_caught_up", op={}).execute({})  # type: ignore[arg-type]
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, ScalingWaitTrigger)
+    assert (trigger.job, trigger.version, trigger.wait, trigger.target) == (JOB, 2, CATCH_UP, target)
+    said = capsys.readouterr().out
+    assert f"could not look at v2 of {JOB} (Kafka at 127.0.0.1:9 did not answer within 10s): waiting on the " in said
+
+    def bug(*args: Any) -> Any:
+        raise KeyError("offsets")
+
+    monkeypatch.setattr(scaling, "catch_up_state", bug)
+    with pytest.raises(KeyError):
+        tasks.WaitCaughtUp(task_id="wait_caught_up_2", op={}).execute({})  # type: ignore[arg-type]
