@@ -228,10 +228,11 @@ class Drivers:
 
     def _newest_file_start(self, job: str) -> datetime | None:
         """The earliest ``at`` of the job's newest file, from the log's statistics (no file is opened)."""
-        dt = self.table.load()
-        if dt is None:
-            return None
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        with self.table.lock:
+            dt = self.table.load()
+            if dt is None:
+                return None
+            actions = pa.table(dt.get_add_actions(flatten=True))
         if "max.at" not in actions.column_names:
             return None
         files = [

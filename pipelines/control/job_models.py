@@ -69,21 +69,22 @@ class JobModels:
             raise ConfigError(f"saving version {model.version} of job {job!r} needs a reason (why it was planned)")
         text = model.dumps()
         JobModel.loads(text)  # write only what reads back
-        dt = self.table.ensure()
-        planned = self.planned_versions(job)
-        if model.version in planned:
-            raise ModelError(
-                f"job {job!r} already has a model version {model.version}; versions are never overwritten, "
-                f"plan version {max(planned) + 1} instead"
-            )
-        if planned and model.version < max(planned):
-            raise ModelError(
-                f"job {job!r} is at model version {max(planned)}; version {model.version} would go back in history, "
-                f"plan version {max(planned) + 1} instead"
-            )
-        row = self._row(model, PLANNED, reason.strip(), text)
         try:
-            self.table.append([row], dt=dt, txn=Transaction(f"plan:{job}", model.version))
+            with self.table.lock:  # decided and committed on one snapshot
+                dt = self.table.ensure()
+                planned = self.planned_versions(job)
+                if model.version in planned:
+                    raise ModelError(
+                        f"job {job!r} already has a model version {model.version}; versions are never overwritten, "
+                        f"plan version {max(planned) + 1} instead"
+                    )
+                if planned and model.version < max(planned):
+                    raise ModelError(
+                        f"job {job!r} is at model version {max(planned)}; version {model.version} would go back in "
+                        f"history, plan version {max(planned) + 1} instead"
+                    )
+                row = self._row(model, PLANNED, reason.strip(), text)
+                self.table.append([row], dt=dt, txn=Transaction(f"plan:{job}", model.version))
         except CommitFailedError as e:
             raise ModelError(
                 f"another process saved a model of job {job!r} at the same time ({e}); "
@@ -98,12 +99,13 @@ class JobModels:
         transaction makes a concurrent activation fail rather than reuse it.
         """
         model = self.get(job, version)
-        dt = self.table.ensure()
-        number = max((r["activation"] or 0 for r in self._activations(job)), default=0) + 1
-        row = self._row(model, ACTIVATED, reason.strip() or f"activate version {version}", None)
-        row["activation"] = number
         try:
-            self.table.append([row], dt=dt, txn=Transaction(f"activate:{job}", number))
+            with self.table.lock:  # the number is read on the snapshot the commit builds on
+                dt = self.table.ensure()
+                number = max((r["activation"] or 0 for r in self._activations(job)), default=0) + 1
+                row = self._row(model, ACTIVATED, reason.strip() or f"activate version {version}", None)
+                row["activation"] = number
+                self.table.append([row], dt=dt, txn=Transaction(f"activate:{job}", number))
         except CommitFailedError as e:
             raise ModelError(
                 f"another process activated a model of job {job!r} at the same time ({e}); check which is active"

@@ -172,23 +172,25 @@ class ScalingLock:
             raise PipelinesError("a scaling lock needs a non-empty owner (who is scaling)")
         # The commit must build on the snapshot the decision was made on: `state` refreshes this same handle,
         # and `_append` commits on it without refreshing, so a change in between is a conflict, not a lost race.
-        dt = self._table.ensure()
-        current = self.state(job)
-        previous = None
-        if current is None or current.status == "released":
-            status = "acquired"
-        elif current.owner == owner:
-            status = "renewed"
-        elif current.held and dead_process_owner(current.owner):
-            status, previous = "taken over", current.owner  # its process is gone: the lease would only make us wait
-        elif current.held:
-            raise ScalingInProgressError(
-                f"job {job!r} is already being scaled: {current.describe()}; "
-                "wait for it to finish (or for its lease to expire) and try again"
-            )
-        else:
-            status, previous = "taken over", current.owner
-        return self._append(dt, job, (current.seq if current else 0) + 1, status, owner, operation, ttl_s, previous)
+        with self._table.lock:
+            dt = self._table.ensure()
+            current = self.state(job)
+            previous = None
+            if current is None or current.status == "released":
+                status = "acquired"
+            elif current.owner == owner:
+                status = "renewed"
+            elif current.held and dead_process_owner(current.owner):
+                status, previous = "taken over", current.owner  # its process is gone: the lease would only make us wait
+            elif current.held:
+                raise ScalingInProgressError(
+                    f"job {job!r} is already being scaled: {current.describe()}; "
+                    "wait for it to finish (or for its lease to expire) and try again"
+                )
+            else:
+                status, previous = "taken over", current.owner
+            seq = (current.seq if current else 0) + 1
+            return self._append(dt, job, seq, status, owner, operation, ttl_s, previous)
 
     def wait_acquire(
         self,
@@ -215,12 +217,13 @@ class ScalingLock:
 
     def release(self, job: str, owner: str) -> bool:
         """Let go if ``owner`` holds the lock (even past its lease); False if it was not theirs to release."""
-        dt = self._table.ensure()
-        current = self.state(job)
-        if current is None or current.status == "released" or current.owner != owner:
-            return False
-        self._append(dt, job, current.seq + 1, "released", owner, current.operation, 0.0, None)
-        return True
+        with self._table.lock:
+            dt = self._table.ensure()
+            current = self.state(job)
+            if current is None or current.status == "released" or current.owner != owner:
+                return False
+            self._append(dt, job, current.seq + 1, "released", owner, current.operation, 0.0, None)
+            return True
 
     def force_release(self, job: str, by: str) -> LockState | None:
         """An operator's release of a lock whose holder will not release it; the row names who did it and whose it was.
@@ -228,12 +231,13 @@ class ScalingLock:
         For a holder on another machine that is known to be dead: a dead holder
         on this machine is taken over by the next operation anyway.
         """
-        dt = self._table.ensure()
-        current = self.state(job)
-        if current is None or current.status == "released":
-            return None
-        self._append(dt, job, current.seq + 1, "released", by, current.operation, 0.0, current.owner)
-        return current
+        with self._table.lock:
+            dt = self._table.ensure()
+            current = self.state(job)
+            if current is None or current.status == "released":
+                return None
+            self._append(dt, job, current.seq + 1, "released", by, current.operation, 0.0, current.owner)
+            return current
 
     def _append(
         self, dt: Any, job: str, seq: int, status: str, owner: str, operation: str, ttl_s: float, previous: str | None

@@ -106,10 +106,11 @@ class Metrics:
         the newest ``max_files`` files' rows (files are chosen by their
         ``at`` statistics, from the log, without opening them).
         """
-        dt = self.table.load()
-        if dt is None:
-            return since
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        with self.table.lock:
+            dt = self.table.load()
+            if dt is None:
+                return since
+            actions = pa.table(dt.get_add_actions(flatten=True))
         if "max.at" not in actions.column_names:
             return since
         ends = sorted(

@@ -97,8 +97,17 @@ utc_now = _CLOCK.now
 class ControlTable:
     """One lazily created Delta table; keeps its DeltaTable and refreshes it incrementally.
 
-    Cheap to create and holding no lock: any number of processes may open the
-    same table. Not meant to be shared between threads.
+    Cheap to create and holding no lock on the store: any number of processes
+    may open the same table. Threads of one process that share it (a driver's
+    heartbeat and its loop share the metrics table) take turns through
+    ``lock``: a DeltaTable must not be used by two threads at once. While one
+    waits in delta-rs for the store (Python's GIL released, the table's own
+    lock held), another thread's quick call on the same table (``table_uri``,
+    ``version``) waits for that lock *holding the GIL*, and every thread of
+    the process stands still for delta-rs's retry window, three minutes
+    (docs/systems/deltalog.md, "Outages"). Waiting for ``lock`` releases the
+    GIL. A caller that decides on what it read and commits on that same
+    snapshot (``locks``, ``job_models``) holds ``lock`` across both.
     """
 
     def __init__(self, spec: TableSpec, home: Home, clock: StoreClock | None = None) -> None:
@@ -108,6 +117,7 @@ class ControlTable:
         self._dt: DeltaTable | None = None
         self._upgraded = False
         self._reads: dict[tuple[Any, ...], tuple[int, pa.Table]] = {}  # the last answers, by the version they read
+        self.lock = threading.RLock()
 
     def now(self) -> datetime:
         """The store's time: what every timestamp a duration is judged by is written with (``storage.clock``)."""
@@ -115,41 +125,43 @@ class ControlTable:
 
     def load(self) -> DeltaTable | None:
         """The table at its latest version, or None when nothing was ever written to it."""
-        if self._dt is None:
-            self._dt = open_if_table(self.path)  # a damaged table: DamagedTableError naming it and what to do
-        else:
-            try:
-                refresh(self._dt)
-            except StoreUnavailableError:
-                self._dt = None  # the next load opens the table afresh, with a client of its own
-                raise
-        return self._dt
+        with self.lock:
+            if self._dt is None:
+                self._dt = open_if_table(self.path)  # a damaged table: DamagedTableError naming it and what to do
+            else:
+                try:
+                    refresh(self._dt)
+                except StoreUnavailableError:
+                    self._dt = None  # the next load opens the table afresh, with a client of its own
+                    raise
+            return self._dt
 
     def ensure(self) -> DeltaTable:
         """The table, created with its spec's schema if it does not exist yet."""
-        dt = self.load()
-        if dt is not None:
-            if not self._upgraded:
-                self._upgrade(dt)
+        with self.lock:
+            dt = self.load()
+            if dt is not None:
+                if not self._upgraded:
+                    self._upgrade(dt)
+                return dt
+            try:
+                create_table(
+                    self.path,
+                    self.spec.schema,
+                    mode="ignore",
+                    partition_by=list(self.spec.partition_by),
+                    name=self.spec.name,
+                    description=self.spec.description,
+                    configuration={"delta.appendOnly": "true"} if self.spec.append_only else None,
+                )
+            except DeltaError:
+                if not is_table(self.path):
+                    raise
+                # another process created it between our check and our commit: use theirs
+            dt = self.load()
+            assert dt is not None
+            self._upgraded = True
             return dt
-        try:
-            create_table(
-                self.path,
-                self.spec.schema,
-                mode="ignore",
-                partition_by=list(self.spec.partition_by),
-                name=self.spec.name,
-                description=self.spec.description,
-                configuration={"delta.appendOnly": "true"} if self.spec.append_only else None,
-            )
-        except DeltaError:
-            if not is_table(self.path):
-                raise
-            # another process created it between our check and our commit: use theirs
-        dt = self.load()
-        assert dt is not None
-        self._upgraded = True
-        return dt
 
     def _upgrade(self, dt: DeltaTable, attempts: int = 5) -> None:
         """Add the nullable columns a newer version of this module defines to a table an older one created.
@@ -179,26 +191,28 @@ class ControlTable:
 
     def read(self, job: str, where: Where = (), columns: Sequence[str] | None = None) -> pa.Table:
         """Rows of one job matching every ``(column, op, value)``; files are pruned before they are opened."""
-        dt = self.load()
-        cols = list(columns) if columns is not None else self.spec.schema.names
-        if dt is None:
-            return self.spec.schema.empty_table().select(cols)
-        key = (job, repr(list(where)), tuple(cols))
-        version = dt.version()
-        kept = self._reads.get(key)
-        if kept is not None and kept[0] == version:  # nothing committed since: the same rows (a poll costs a listing)
-            return kept[1]
-        result = read_delta(dt, [("job", "=", job), *where], columns=cols, schema=self.spec.schema)
-        if len(self._reads) >= 32:
-            self._reads.clear()
-        self._reads[key] = (version, result)
-        return result
+        with self.lock:
+            dt = self.load()
+            cols = list(columns) if columns is not None else self.spec.schema.names
+            if dt is None:
+                return self.spec.schema.empty_table().select(cols)
+            key = (job, repr(list(where)), tuple(cols))
+            version = dt.version()
+            kept = self._reads.get(key)
+            if kept is not None and kept[0] == version:  # nothing committed since: the same rows
+                return kept[1]
+            result = read_delta(dt, [("job", "=", job), *where], columns=cols, schema=self.spec.schema)
+            if len(self._reads) >= 32:
+                self._reads.clear()
+            self._reads[key] = (version, result)
+            return result
 
     def jobs(self) -> set[str]:
-        dt = self.load()
-        if dt is None:
-            return set()
-        return {p["job"] for p in dt.partitions() if p.get("job")}
+        with self.lock:
+            dt = self.load()
+            if dt is None:
+                return set()
+            return {p["job"] for p in dt.partitions() if p.get("job")}
 
     def append(
         self, rows: list[dict[str, Any]], *, dt: DeltaTable | None = None, txn: Transaction | None = None
@@ -209,9 +223,9 @@ class ControlTable:
         on it must not land on a newer one unnoticed).
         """
         data = pa.Table.from_pylist(rows, schema=self.spec.schema)
-        target = dt if dt is not None else self.ensure()
         props = CommitProperties(app_transactions=[txn] if txn is not None else None, max_commit_retries=COMMIT_RETRIES)
-        append(target, data, commit_properties=props)
+        with self.lock:
+            append(dt if dt is not None else self.ensure(), data, commit_properties=props)
 
     def append_next(
         self,
@@ -229,10 +243,11 @@ class ControlTable:
         lands; the others read again and take the next.
         """
         for attempt in range(attempts):
-            dt = self.ensure()
-            n = last() + 1  # refreshes ``dt`` (the same handle) to the snapshot it read
             try:
-                self.append(rows(n), dt=dt, txn=Transaction(app_id, n))
+                with self.lock:  # the number is read on the snapshot the commit builds on
+                    dt = self.ensure()
+                    n = last() + 1  # refreshes ``dt`` (the same handle) to the snapshot it read
+                    self.append(rows(n), dt=dt, txn=Transaction(app_id, n))
                 return n
             except CommitFailedError:
                 if attempt + 1 == attempts:

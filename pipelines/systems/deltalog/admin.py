@@ -96,11 +96,12 @@ class DeltaLogAdmin:
                 "expansions": [expansion_to_json(e) for e in [*snap.expansions, expansion]],
             }
             try:
-                table.alter.set_column_metadata(
-                    "partition",
-                    {META_KEY: json.dumps(meta, separators=(",", ":"))},
-                    commit_properties=self.tables.commit_properties(snap.version, "expand"),
-                )
+                with self.tables.lock:  # the DeltaTable is this process's, shared by its threads (StreamTables)
+                    table.alter.set_column_metadata(
+                        "partition",
+                        {META_KEY: json.dumps(meta, separators=(",", ":"))},
+                        commit_properties=self.tables.commit_properties(snap.version, "expand"),
+                    )
             except CommitFailedError:
                 self.tables.commit_backoff(attempt)
                 continue

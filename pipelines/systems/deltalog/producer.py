@@ -105,13 +105,14 @@ class DeltaLogProducer:
             adds: list[AddAction] = []
             try:
                 adds = self._write_files(stream, body, groups, ends, written)
-                table.create_write_transaction(
-                    [*adds],  # its parameter is a list of adds and removes (invariant): a copy of ours
-                    "append",
-                    table.schema(),
-                    partition_by=["partition"],
-                    commit_properties=self.tables.commit_properties(snap.version, "produce"),
-                )
+                with self.tables.lock:  # the DeltaTable is this process's, shared by its threads (StreamTables)
+                    table.create_write_transaction(
+                        [*adds],  # its parameter is a list of adds and removes (invariant): a copy of ours
+                        "append",
+                        table.schema(),
+                        partition_by=["partition"],
+                        commit_properties=self.tables.commit_properties(snap.version, "produce"),
+                    )
             except CommitFailedError:
                 if self._landed(stream, [a.path for a in adds]):
                     break

@@ -11,6 +11,7 @@ away is an outage, waited out by reads for ``read_timeout_s``, not damage
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -32,7 +33,11 @@ _STORAGE_WAIT = Backoff(base_s=0.05, cap_s=2.0)
 
 
 class StreamTables:
-    """The tables of the streams under ``root``, each opened once per process and refreshed per version."""
+    """The tables of the streams under ``root``, each opened once per process and refreshed per version.
+
+    Threads of the process take turns on the tables through ``lock`` (held while one refreshes or commits):
+    a DeltaTable used by two threads at once can freeze the whole process (``control.table.ControlTable``).
+    """
 
     def __init__(self, root: Location, store: ObjectStore, app_id: str, read_timeout_s: float) -> None:
         self.root = root
@@ -40,6 +45,7 @@ class StreamTables:
         self.app_id = app_id
         self.read_timeout_s = read_timeout_s
         self._tables: dict[str, tuple[DeltaTable, Snapshot]] = {}
+        self.lock = threading.RLock()
 
     def path(self, stream: str) -> str:
         """The Delta table of a stream (which need not exist): a local path or an ``s3://`` URI."""
@@ -66,7 +72,8 @@ class StreamTables:
         if stream in self._tables and self.storage_gone(stream):  # delta-rs finds "no new commit" in nothing
             raise self.unavailable(stream)
         try:
-            return self._latest_snapshot(stream)
+            with self.lock:
+                return self._latest_snapshot(stream)
         except StoreUnavailableError as error:  # deltaio's reads say so for every delta-rs and pyarrow call
             self._tables.pop(stream, None)  # the next try opens the table afresh, with a client of its own
             raise self.unavailable(stream, error) from error

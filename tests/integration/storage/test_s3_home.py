@@ -255,6 +255,45 @@ def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
     assert {"input_unavailable_s", "input_recovered_s"} <= set(metrics["metric"]), "the outage is marked"
 
 
+def test_two_threads_sharing_a_control_table_while_the_store_is_frozen_leave_the_processs_other_threads_running(
+    s3_server: S3Server, s3_home: Home
+) -> None:
+    """A driver's heartbeat and its loop append to one metrics table. One thread waited in delta-rs for the frozen
+    store (GIL released, the table's own lock held); the other's ``table_uri`` on the same table waited for that
+    lock holding the GIL: every thread of the process stood still for delta-rs's 180 s retry window (the whole
+    suite's S3 outage test, its stacks kept by faulthandler)."""
+    from pipelines.servers.s3 import paused
+
+    metrics = ControlPlane(s3_home).metrics
+    row = {"job": "shared", "model_version": 1, "batch_id": 0, "metric": "heartbeat", "value": 1.0}
+    metrics.append([row])  # the table is open: the next appends refresh the same DeltaTable
+    failures: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            metrics.append([row])
+        except BaseException as e:  # an outage may fail an append after the store is back; the test is the ticks
+            failures.append(e)
+
+    with paused(s3_server):
+        first = threading.Thread(target=append, daemon=True)
+        first.start()
+        time.sleep(0.5)  # inside delta-rs, waiting for the store
+        second = threading.Thread(target=append, daemon=True)
+        second.start()
+        started = time.monotonic()
+        slowest = 0.0
+        while time.monotonic() - started < 4.0:
+            tick = time.monotonic()
+            time.sleep(0.1)
+            slowest = max(slowest, time.monotonic() - tick)
+        assert first.is_alive() and second.is_alive(), "both wait for the frozen store"
+    first.join(timeout=200)
+    second.join(timeout=200)
+    assert slowest < 5.0, f"this thread stood still {slowest:.1f}s while two others shared a table"
+    assert not first.is_alive() and not second.is_alive()
+
+
 def test_a_look_at_a_table_on_a_store_that_does_not_answer_leaves_the_processs_other_threads_running(
     s3_server: S3Server, s3_home: Home
 ) -> None:
