@@ -281,12 +281,7 @@ def test_two_threads_sharing_a_control_table_while_the_store_is_frozen_leave_the
         time.sleep(0.5)  # inside delta-rs, waiting for the store
         second = threading.Thread(target=append, daemon=True)
         second.start()
-        started = time.monotonic()
-        slowest = 0.0
-        while time.monotonic() - started < 4.0:
-            tick = time.monotonic()
-            time.sleep(0.1)
-            slowest = max(slowest, time.monotonic() - tick)
+        slowest = _slowest_tick(4.0)
         assert first.is_alive() and second.is_alive(), "both wait for the frozen store"
     first.join(timeout=200)
     second.join(timeout=200)
@@ -307,12 +302,7 @@ def test_a_look_at_a_table_on_a_store_that_does_not_answer_leaves_the_processs_o
     with paused(s3_server):
         looking = threading.Thread(target=lambda: looked.append(is_table(s3_home.streams / "events")), daemon=True)
         looking.start()
-        started = time.monotonic()
-        slowest = 0.0
-        while time.monotonic() - started < 4.0:
-            tick = time.monotonic()
-            time.sleep(0.1)
-            slowest = max(slowest, time.monotonic() - tick)
+        slowest = _slowest_tick(4.0)
         assert looking.is_alive() and not looked, "the look waits for the frozen store"
     looking.join(timeout=120)
     assert looked == [True]
@@ -447,6 +437,17 @@ def _delta_rs_through(front: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     patience = {"max_retries": "1", "retry_timeout": "2s", "timeout": "2s"}
     fronted = {"AWS_ENDPOINT_URL": front.endpoint, "AWS_ENDPOINT_URL_S3": front.endpoint, **patience}
     monkeypatch.setattr(S3Settings, "delta_options", lambda self: {**direct(self), **fronted})
+
+
+def _slowest_tick(seconds: float) -> float:
+    """The longest of this thread's 0.1 s sleeps over ``seconds``: long when another thread holds the GIL."""
+    started = time.monotonic()
+    slowest = 0.0
+    while time.monotonic() - started < seconds:
+        tick = time.monotonic()
+        time.sleep(0.1)
+        slowest = max(slowest, time.monotonic() - tick)
+    return slowest
 
 
 def _rows(home: Home, config: Any) -> Any:
