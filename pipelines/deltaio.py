@@ -213,18 +213,13 @@ def refresh(dt: DeltaTable) -> None:
         dt.update_incremental()
 
 
-def check_commits(path: Location | str | os.PathLike[str]) -> None:
+def _check_commits(loc: Location, log: list[Entry]) -> None:
     """Refuse a table with an empty commit file: delta-rs reads one as a commit without actions.
 
     A commit truncated to nothing (a full disk, a crash of a copy) would then
     silently drop a fact, e.g. a job model's activation; everything else wrong
     with a commit delta-rs refuses itself. One listing of ``_delta_log`` per open.
     """
-    loc = location(path)
-    _check_commits(loc, _log_entries(loc))
-
-
-def _check_commits(loc: Location, log: list[Entry]) -> None:
     for entry in log:
         if _COMMIT.fullmatch(entry.name) and not entry.is_dir and entry.size == 0:
             raise damaged(loc, f"its commit _delta_log/{entry.name} is empty (truncated)", commit=entry.name)
