@@ -9,9 +9,12 @@ A producer appends keyed records continuously while the job runs. Two ways to mo
   (``pipelines stop``), activate the new model, start a new driver with spark-submit.
 
 Downtime, for both, is what the drivers record in the metrics table: from the old query's stop to the new
-query's first batch with data. Each mode rescales ``--steps`` times (1 -> 2 -> 4 -> 2 -> 1 ...); the
-figures are the median and the worst, and the ratio redeploy / in place. Every rescale is followed by the
-data-quality checks over its window (no loss, no duplicates, order), which must pass.
+query's first batch with data. Both modes move the same live job, one after the other: ``--steps`` rescales
+in place (1 -> 2 -> 4 -> 2 -> 1 ...), then ``--steps`` redeploys going on from there, so the two are measured on
+the same job, input and machine minutes apart, and the redeploy baseline starts from the driver the in-place
+steps left running instead of a Spark application of its own. The figures are the median and the worst, and
+the ratio redeploy / in place. Every in-place rescale is followed by the data-quality checks over its window,
+and the whole run (both modes) by the checks over every record (no loss, no duplicates, order), which must pass.
 
     python -m benchmarks.bench_rescale [--rate 400] [--steps 4] [--master local[4]]
 """
@@ -86,11 +89,10 @@ def downtime(home: Home, old: int, new: int) -> float:
     return sum(phases(home, old, new))
 
 
-def in_place(home: Home, master: str, steps: int) -> list[float]:
-    launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
-    wait_live(home, 1)
+def in_place(home: Home, factors: list[int]) -> list[float]:
+    """Each factor by the platform's rescale of the live driver; the driver is left running."""
     figures = []
-    for factor in FACTORS[:steps]:
+    for factor in factors:
         result = scaling.run_all(home, scaling.ScalingRequest("enrichment", factor, "bench"), say=lambda m: None)
         assert result["status"] == "verified", result
         figures.append(result["downtime_s"])
@@ -101,16 +103,14 @@ def in_place(home: Home, master: str, steps: int) -> list[float]:
             f"{switch:.2f}s, new query -> first batch {first:.2f}s), replayed {replayed}"
         )
         wait_live(home, ControlPlane(home).job_models.active_version("enrichment"))
-    launcher.stop(home, "enrichment", timeout=120)
     return figures
 
 
-def redeploy(home: Home, master: str, steps: int) -> list[float]:
-    launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
-    wait_live(home, 1)
+def redeploy(home: Home, master: str, factors: list[int]) -> list[float]:
+    """Each factor by stopping the live driver at a batch boundary and starting a new Spark application."""
     figures = []
     control = ControlPlane(home)
-    for factor in FACTORS[:steps]:
+    for factor in factors:
         old = control.job_models.active_version("enrichment")
         assert launcher.stop(home, "enrichment", timeout=120)
         plan = plan_next(home, "enrichment", factor=factor)
@@ -120,7 +120,6 @@ def redeploy(home: Home, master: str, steps: int) -> list[float]:
         switch, first = phases(home, old, plan.model.version)
         figures.append(switch + first)
         log(f"  redeploy -> factor {factor}: downtime {figures[-1]:.2f}s (stop -> new query {switch:.2f}s)")
-    launcher.stop(home, "enrichment", timeout=120)
     return figures
 
 
@@ -130,22 +129,28 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4, help="rescales per mode (at most 8)")
     parser.add_argument("--master", default="local[4]")
     args = parser.parse_args()
+    if not 1 <= args.steps <= len(FACTORS):
+        parser.error(f"--steps must be 1 to {len(FACTORS)}")
+    factors = [FACTORS[i % len(FACTORS)] for i in range(2 * args.steps)]
     results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-rescale-") as tmp:
-        for mode, run in (("in place", in_place), ("redeploy", redeploy)):
-            home = setup(Path(tmp), mode.replace(" ", "-"))
-            producer = Producer(home, args.rate, keys=100, system=DeltaLog(home.streams))
-            producer.start()
-            log(f"{mode}: {args.steps} rescales on {args.master}, {args.rate} records/s arriving ...")
-            try:
-                results[mode] = run(home, args.master, args.steps)
-            finally:
-                producer.halt.set()
-                launcher.kill(home, "enrichment")
-            verdict = verify_job(home, "enrichment", sequence="seq")
-            log(f"  whole run: {verdict.summary().splitlines()[0]}")
-            if not verdict.ok:
-                return 1
+        home = setup(Path(tmp), "job")
+        producer = Producer(home, args.rate, keys=100, system=DeltaLog(home.streams))
+        producer.start()
+        log(f"{args.steps} rescales in place, then {args.steps} redeploys, on {args.master}, {args.rate} records/s ...")
+        try:
+            launcher.run(home, "enrichment", available_now=False, master=args.master, detach=True)
+            wait_live(home, 1)
+            results["in place"] = in_place(home, factors[: args.steps])
+            results["redeploy"] = redeploy(home, args.master, factors[args.steps :])
+            launcher.stop(home, "enrichment", timeout=120)
+        finally:
+            producer.halt.set()
+            launcher.kill(home, "enrichment")
+        verdict = verify_job(home, "enrichment", sequence="seq")
+        log(f"  whole run: {verdict.summary().splitlines()[0]}")
+        if not verdict.ok:
+            return 1
     print(f"\n{'mode':<10} {'rescales':>8} {'median s':>9} {'worst s':>8}")
     for mode, figures in results.items():
         print(f"{mode:<10} {len(figures):>8} {statistics.median(figures):>9.2f} {max(figures):>8.2f}")
