@@ -85,10 +85,6 @@ def phases(home: Home, old: int, new: int) -> tuple[float, float]:
     return started - stopped, resumed - started
 
 
-def downtime(home: Home, old: int, new: int) -> float:
-    return sum(phases(home, old, new))
-
-
 def in_place(home: Home, factors: list[int]) -> list[float]:
     """Each factor by the platform's rescale of the live driver; the driver is left running."""
     figures = []
