@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from pipelines.cli.table import COMMANDS, VERBOSE_HELP, ActionCommand, GroupCommand, actions
 
@@ -19,15 +19,28 @@ WRITING: frozenset[str] = frozenset(name for name, command in actions() if comma
 """Commands that may change state in the home (some only with certain flags: see ``writes``)."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one rule for bad input: one ``error: ...`` line on stderr and exit 2.
+
+    argparse's own form (the usage block, then ``prog: error: ...``) puts the
+    reason on the last of several lines, where a script reading the first line
+    or an Airflow task's log excerpt misses it. The usage stays one ``--help`` away,
+    which the line names. Subparsers inherit the class (``add_subparsers``'s default).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Global options are accepted before and after the command; the subcommands' copies default to
     # SUPPRESS so a value given before the command is not reset by the subparser.
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--home", default=argparse.SUPPRESS, help="state directory (default: $PIPELINES_HOME)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="pipelines", description="Elastic stream processing on Spark: streams, job models, control plane."
     )
     parser.add_argument(
@@ -52,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_command(
-    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    subparsers: argparse._SubParsersAction[Parser],
     command: ActionCommand,
     common: argparse.ArgumentParser,
 ) -> None:

@@ -62,15 +62,23 @@ class GroupCommand:
 # ---------------------------------------------------------------------- argument types
 
 
-def seconds(text: str) -> float:
-    """A finite, non-negative number of seconds: ``nan`` or ``inf`` would wait forever."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
-    return value
+def amount(unit: str) -> Callable[[str], float]:
+    """A finite, non-negative number of ``unit``: ``nan`` or ``inf`` would wait forever; the error names the unit."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of {unit} >= 0, got {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"must be a finite number of {unit} >= 0, got {text!r}")
+        return value
+
+    parse.__name__ = f"number of {unit}"
+    return parse
+
+
+seconds = amount("seconds")
 
 
 def count(minimum: int) -> Callable[[str], int]:
@@ -249,7 +257,7 @@ STATUS = ActionCommand(
             metavar="SECONDS",
             help="refresh every SECONDS (5) until Ctrl-C",
         ),
-        arg("--minutes", type=seconds, default=60.0, help="how far back the figures go (default 60)"),
+        arg("--minutes", type=amount("minutes"), default=60.0, help="how far back the figures go (default 60)"),
         arg("--export", metavar="FILE", help="also write the plots and tables to FILE.html (or FILE.png)"),
     ),
 )
@@ -295,7 +303,7 @@ DEMO = ActionCommand(
         arg("--rate", type=count(1), default=1500, help="records produced per second, continuously"),
         arg("--seconds", type=seconds, default=12.0, help="how long the job runs on each model"),
         arg("--keys", type=count(1), default=200),
-        arg("--latency-ms", type=seconds, default=2.0, help="simulated remote call per record"),
+        arg("--latency-ms", type=amount("milliseconds"), default=2.0, help="simulated remote call per record"),
         arg("--master", default="local[8]"),
         arg(
             "--input",

@@ -37,7 +37,7 @@ def run(tmp_path: Path, *args: str, rc: int = 0) -> subprocess.CompletedProcess[
 def fails(tmp_path: Path, *args: str) -> str:
     """The one-line error a user sees for bad input: exit code 2, no traceback."""
     stderr = run(tmp_path, *args, rc=2).stderr
-    assert stderr.startswith("error: ") or ": error: " in stderr, stderr
+    assert stderr.startswith("error: ") and len(stderr.splitlines()) == 1, stderr
     return stderr
 
 

@@ -110,11 +110,28 @@ def test_usage_and_help_list_every_command_in_table_order() -> None:
             assert _listed(sub) == [c.name for c in entry.subcommands]
 
 
-def test_usage_errors_exit_2_with_the_parsers_message(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (
+            ["run", "j", "--available-now", "--continuous"],
+            "argument --continuous: not allowed with argument --available-now",
+        ),
+        (["stream", "create", "s", "--partitions", "0"], "argument --partitions: must be a whole number >= 1, got 0"),
+        (["status", "j", "--minutes", "-1"], "argument --minutes: must be a finite number of minutes >= 0, got '-1'"),
+        (["stream"], "the following arguments are required: command"),
+        (["rescale", "j"], "the following arguments are required: --factor"),
+    ],
+)
+def test_usage_errors_are_one_error_line_naming_the_command_and_its_help(
+    capsys: pytest.CaptureFixture[str], argv: list[str], reason: str
+) -> None:
     with pytest.raises(SystemExit) as exited:
-        build_parser().parse_args(["run", "j", "--available-now", "--continuous"])
+        build_parser().parse_args(argv)
     assert exited.value.code == 2
-    assert "argument --continuous: not allowed with argument --available-now" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    command = "pipelines " + " ".join(a for a in argv[:2] if not a.startswith("-") and a != "j")
+    assert err.splitlines() == [f"error: {command}: {reason} (see '{command} --help')"]
 
 
 def _listed(parser: argparse.ArgumentParser) -> list[str]:
