@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_command(
     subparsers: argparse._SubParsersAction[Parser],
     command: ActionCommand,
-    common: argparse.ArgumentParser,
+    common: Parser,
 ) -> None:
     p = subparsers.add_parser(command.name, help=command.help, parents=[common])
     exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
