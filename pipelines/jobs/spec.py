@@ -247,6 +247,13 @@ class JobSpec(Section):
                 validate_name("dead_letter table", f"{self.sink.table}_dead_letters")
             except ConfigError as error:
                 raise section_error(str(error)) from None
+        elif self.dead_letter.table == self.sink.table:
+            # The failed records' rows (the record and its error) would land among the output rows, under another
+            # schema, and verification would count them as output.
+            raise section_error(
+                f"dead_letter table {self.dead_letter.table!r} is the sink table; give the failed records a table "
+                f"of their own (default {self.sink.table}_dead_letters)"
+            )
         return self
 
 

@@ -151,6 +151,13 @@ def test_duplicate_input() -> None:
     assert "input deltalog.events is listed twice" in message
 
 
+@pytest.mark.parametrize("dead_letter", [{"table": "enriched"}, "enriched"])
+def test_the_dead_letter_table_is_not_the_sink_table(dead_letter: Any) -> None:
+    message = error_of(config(dead_letter=dead_letter))
+    assert "dead_letter table 'enriched' is the sink table" in message
+    assert JobConfig.from_dict(config(dead_letter="failed")).dead_letter_table == "failed"
+
+
 def test_unknown_grouper() -> None:
     message = error_of(config(grouper="GroupByMagic"))
     assert "grouper" in message
