@@ -110,7 +110,7 @@ def build(progress: bool = True) -> bool:
     from pipelines.runtime.session import spark_env
 
     ARCHIVE.parent.mkdir(parents=True, exist_ok=True)
-    for path in (ARCHIVE, STAMP):
+    for path in (ARCHIVE, STAMP, *_abandoned()):
         path.unlink(missing_ok=True)
     current = stamp()
     fresh = ARCHIVE.with_name(f".{ARCHIVE.name}.{os.getpid()}")
@@ -133,6 +133,26 @@ def build(progress: bool = True) -> bool:
         return False
     os.replace(fresh, ARCHIVE)
     STAMP.write_text(json.dumps(current, indent=1, sort_keys=True))
+    return True
+
+
+def _abandoned() -> list[Path]:
+    """Archives a build left half-written: a JVM stopped by Ctrl-C still dumps its classes at exit (80-180 MB)."""
+    found = []
+    for path in ARCHIVE.parent.glob(f".{ARCHIVE.name}.*"):
+        pid = path.name.rpartition(".")[2]
+        if not pid.isdigit() or not _alive(int(pid)):
+            found.append(path)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     return True
 
 
