@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # Install everything the platform, its demo and its tests need, into ./.venv.
 # Idempotent: a second run only checks. Needs Python 3.11; installs Java with apt if missing.
+# --no-archive: everything but the drivers' class-data archive, which a second run without it builds (scripts/test.sh
+# type-checks beside that build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+archive=1
+case "${1:-}" in
+  --no-archive) archive=0 ;;
+  "") ;;
+  *) echo "error: unknown option '$1' (scripts/setup.sh takes only --no-archive)" >&2; exit 2 ;;
+esac
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -118,8 +126,9 @@ fetch_jvm_jars jvm/kafka/pom.xml .jvm/kafka
 # A class-data archive of a Spark driver's classes (pipelines/runtime/jvm_archive.py): every driver maps it instead
 # of loading and verifying ~15,000 classes (a spark-submit's CPU roughly halves). Made once per JVM and jar set,
 # by running a small job (about a minute); without it drivers just start slower.
-if ! .venv/bin/python -c 'import sys; from pipelines.runtime.jvm_archive import java_options; sys.exit(not java_options())'; then
+if [ "$archive" = 1 ] && ! .venv/bin/python -c 'import sys; from pipelines.runtime.jvm_archive import java_options; sys.exit(not java_options())'; then
   log "building the class-data archive of Spark drivers (.jvm/spark-driver.jsa; once per JVM and jar set)"
   .venv/bin/python -m pipelines.runtime.jvm_archive || log "no class-data archive: drivers start without one"
 fi
-log "ready: $(.venv/bin/python --version), pyspark $(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
+ready="ready: $(.venv/bin/python --version), pyspark $(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
+if [ "$archive" = 1 ]; then log "$ready"; else log "$ready (the class-data archive comes with the next set-up)"; fi
