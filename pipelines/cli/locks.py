@@ -15,6 +15,7 @@ def show(args: argparse.Namespace, home: Home, output: Output) -> None:
 
     state = ScalingLock(home).state(validate_name("job", args.job))
     if state is None:
+        _require_job(home, args.job)  # a misspelled name is not a free lock
         output.emit({"job": args.job, "status": "never taken", "held": False}, lambda: f"{args.job}: never taken")
         return
     dead = state.held and dead_process_owner(state.owner)
@@ -38,7 +39,10 @@ def release(args: argparse.Namespace, home: Home, output: Output) -> None:
             "(pipelines lock show JOB names its host and pid) and add --yes"
         )
     job = validate_name("job", args.job)
-    released = ScalingLock(home).force_release(job, by=process_owner("cli"))
+    lock = ScalingLock(home)
+    if lock.state(job) is None:
+        _require_job(home, job)
+    released = lock.force_release(job, by=process_owner("cli"))
     if released is None:
         output.emit({"job": job, "released": None}, lambda: f"{job}: the lock is not held; nothing to release")
         return
@@ -46,3 +50,12 @@ def release(args: argparse.Namespace, home: Home, output: Output) -> None:
         {"job": job, "released": released.owner, "operation": released.operation},
         lambda: f"{job}: released the lock {released.owner} held for {released.operation!r}",
     )
+
+
+def _require_job(home: Home, job: str) -> None:
+    """A lock nobody ever took is only news about a job that exists; any other name is refused, naming the jobs."""
+    from pipelines.control import ControlPlane
+
+    models = ControlPlane(home).job_models
+    if not models.planned_versions(job):
+        raise models.unknown_job(job)

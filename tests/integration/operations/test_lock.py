@@ -156,3 +156,7 @@ def test_the_operator_releases_a_lock_from_the_cli_and_the_row_says_whose_it_was
     assert ScalingLock(home).acquire("job", "run-8", "rescale to 2").status == "acquired"
     ScalingLock(home).release("job", "run-8")
     assert "the lock is not held" in cli("lock", "release", "job", "--yes").stdout
+    for command in ("show", "release"):  # a name no job and no lock has is a mistake, not a free lock
+        unknown = cli("lock", command, "jbo", "--yes") if command == "release" else cli("lock", command, "jbo")
+        assert unknown.returncode == 2, unknown
+        assert unknown.stderr.startswith("error: job 'jbo' has no job model"), unknown.stderr
