@@ -159,6 +159,13 @@ def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> 
     is gone) and every driver the ``drivers`` table shows live, on any host
     (until its registration says it stopped or failed, or it goes silent);
     none of another host's pids is looked up. True at once when none runs.
+
+    The request is withdrawn once no driver is left to read it: a request
+    outliving its driver (none ran, or it died first) would stop the next
+    driver of the job after its first batch, which a driver submitted without
+    ``run`` (Airflow's ``SubmitDriver``) never clears. The price: a driver that
+    is still starting (not yet registered, no pid file here) misses the stop,
+    and ``stop`` has to be asked again once it runs.
     """
     control = ControlPlane(home)
     control.job_models.active(job)
@@ -168,8 +175,11 @@ def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> 
         pid_file(home, job).unlink(missing_ok=True)
         pid = None
     drivers = {d.driver_id for d in control.drivers.live(job) if not _gone_here(d)}
-    if not wait or (pid is None and not drivers):
-        return pid is None and not drivers
+    if pid is None and not drivers:
+        requests.clear_stop(home, job)
+        return True
+    if not wait:
+        return False
     poll = 0.2 if home.is_local else 1.0  # on object storage each look is requests
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -179,6 +189,7 @@ def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> 
         if drivers:
             drivers &= {d.driver_id for d in control.drivers.live(job) if not _gone_here(d)}
         if pid is None and not drivers:
+            requests.clear_stop(home, job)  # a driver that stopped cleared it; one that died first did not
             return True
         time.sleep(poll)
     return False
@@ -191,11 +202,15 @@ def running_pid(home: Home, job: str) -> int | None:
 
 
 def kill(home: Home, job: str) -> None:
-    """The hard way (tests and emergencies): SIGKILL the process group of the driver this host started."""
+    """The hard way (tests and emergencies): SIGKILL the process group of the driver this host started.
+
+    A stop request the driver never got to read goes with it (see ``stop``).
+    """
     pid = _pid(home, job)
     if pid is not None and _alive(pid):
         with contextlib.suppress(ProcessLookupError):  # it ended between the look and the kill
             os.killpg(pid, signal.SIGKILL)
+        requests.clear_stop(home, job)
 
 
 def _pid(home: Home, job: str) -> int | None:

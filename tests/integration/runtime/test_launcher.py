@@ -190,3 +190,36 @@ def test_an_unreachable_spark_master_is_one_line_and_quick_and_starts_nothing(tm
     assert not (home.spark_checkpoints / config.name).local_path().exists()
     assert ScalingLock(home).state(config.name) == lock_before, "the rescale was refused before it took the lock"
     assert ControlPlane(home).job_models.latest_version(config.name) == 1
+
+
+def test_a_stop_request_never_outlives_the_drivers_it_was_for(home: Home) -> None:
+    """A request left behind would stop the job's next driver after its first batch (one Airflow submits directly)."""
+    produce(home, "events", 10, keys=2)
+    config = job(home, "stale", 1)
+    assert launcher.stop(home, config.name, timeout=5) is True  # none runs
+    assert not requests.stop_asked(home, config.name), "a stop with no driver left its request for the next one"
+
+    def detached(seconds: float) -> subprocess.Popen[bytes]:  # what `run --detach` leaves: a pid file of this host
+        proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"], start_new_session=True)
+        launcher.pid_file(home, config.name).parent.mkdir(parents=True, exist_ok=True)
+        launcher.pid_file(home, config.name).write_text(f"{socket.gethostname()} {proc.pid}\n")
+        return proc
+
+    killed = detached(60)
+    try:
+        assert launcher.stop(home, config.name, wait=False) is False
+        assert requests.stop_asked(home, config.name), "the live driver's request is there for it to read"
+        launcher.kill(home, config.name)
+        assert killed.wait(10) == -9
+    finally:
+        killed.kill()
+        killed.wait()
+    assert not requests.stop_asked(home, config.name), "a kill left the killed driver's request behind"
+
+    dying = detached(1.0)  # ends before it reads the request, as a crash would
+    try:
+        assert launcher.stop(home, config.name, timeout=20) is True
+    finally:
+        dying.kill()
+        dying.wait()
+    assert not requests.stop_asked(home, config.name), "a driver that died first left its request behind"
