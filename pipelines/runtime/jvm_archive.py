@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pipelines.runtime.lifetime import pid_alive
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = PACKAGE_ROOT / ".jvm" / "spark-driver.jsa"
 STAMP = ARCHIVE.with_suffix(".json")
@@ -141,19 +143,9 @@ def _abandoned() -> list[Path]:
     found = []
     for path in ARCHIVE.parent.glob(f".{ARCHIVE.name}.*"):
         pid = path.name.rpartition(".")[2]
-        if not pid.isdigit() or not _alive(int(pid)):
+        if not pid.isdigit() or not pid_alive(int(pid)):
             found.append(path)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 ARCHIVE_ENV = "PIPELINES_JVM_ARCHIVE_OPTIONS"

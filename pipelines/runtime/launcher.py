@@ -31,7 +31,7 @@ from pipelines.control.drivers import DriverRow
 from pipelines.control.home import Home
 from pipelines.errors import PipelinesError, by_name
 from pipelines.runtime import logs, requests
-from pipelines.runtime.lifetime import check_master, tied_command
+from pipelines.runtime.lifetime import check_master, pid_alive, tied_command
 from pipelines.runtime.session import spark_confs, spark_env
 from pipelines.storage.hostlocal import host_dir
 
@@ -234,13 +234,7 @@ def _alive(pid: int) -> bool:
             return False
     except ChildProcessError:
         pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, another user's
-    return True
+    return pid_alive(pid)
 
 
 def failure(home: Home, job: str) -> PipelinesError | None:

@@ -47,6 +47,17 @@ _TIE = (
 )
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host has that pid (another user's counts): signal 0 asks without sending."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def tied_command(cmd: list[str]) -> list[str]:
     """``cmd`` started so that it is killed when this process (this thread) ends; as it is off Linux."""
     if not sys.platform.startswith("linux"):
