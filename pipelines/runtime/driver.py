@@ -127,6 +127,9 @@ def run_job(
                 watch.version = model.version
             heartbeat.ensure_started()
             _carry_forward_on_start(control, model, progress)
+            # A drain request of this version can only be a killed driver's (killed while it stopped at a batch
+            # boundary: a second Ctrl-C, a stop that took too long): left there, it would admit no record ever.
+            requests.undrain(home, job, model.version)
             started = time.monotonic()
             query = start_query(spark, home, model, available_now=available_now)
             _lifecycle(control, model, "query_started")

@@ -6,7 +6,8 @@
   running micro-batch is the last one and the query can be stopped between batches. Without it a query
   with a short trigger interval is almost never between batches, and stopping it aborts a batch (replayed
   later, so safe, but wasted work and a longer switch). Per model version, so a leftover record can never
-  starve the next model's query.
+  starve the next model's query, and a driver removes its version's before it starts a query on it: a driver
+  killed while it stopped leaves one, and a restart on the same version would otherwise read nothing, ever.
 * failure (``<job>.failure``): a driver whose query failed with one of the platform's errors leaves it here
   as JSON (its class and message), so ``pipelines run`` can say what went wrong instead of an exit code.
 
