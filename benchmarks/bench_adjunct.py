@@ -19,7 +19,6 @@ Progress on stderr, tables on stdout, one JSON line last.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pipelines.adjunct.local import LocalEngine
 from pipelines.adjunct.views import view_at
 from pipelines.control.home import Home
 from pipelines.systems.registry import open_system
+from pipelines.usage import Parser
 
 
 def say(message: str) -> None:
@@ -43,7 +43,7 @@ def say(message: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = Parser(description=__doc__)
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--lookups", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=10_000)

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipelines.usage import Parser
 from testbed.hosts import HOST_TMP, Cluster, HostProcess
 from testbed.spark import SparkCluster, driver_confs, start_spark_cluster
 from testbed.store import start_store
@@ -192,7 +193,7 @@ def rescales(bench: Bench, mode: str, master: str, steps: int, backlog: int = 20
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=16000, help="records of the scale-out runs")
     parser.add_argument("--steps", type=int, default=2, help="live rescales per mode")
     parser.add_argument("--quick", action="store_true", help="a smoke size: 1,600 records, one rescale per mode")

@@ -22,6 +22,7 @@ from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import key_buckets
 from pipelines.core.ssp import SystemStream
+from pipelines.usage import Parser
 
 
 def timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
@@ -35,7 +36,7 @@ def timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=10_000)
     parser.add_argument("--factor", type=int, default=16)
     parser.add_argument("--records", type=int, default=1_000_000)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.runtime import session
+from pipelines.usage import Parser
 
 ADDED = ("spark.driver.extraClassPath", "spark.executor.extraClassPath", *session.DELTA_CONFS)
 
@@ -126,7 +127,7 @@ def reads(tables: int, commits: int, master: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tables", type=int, default=10)
     parser.add_argument("--commits", type=int, default=20)

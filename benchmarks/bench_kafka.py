@@ -34,6 +34,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pipelines.usage import Parser
+
 PARTITIONS = 2
 
 
@@ -108,7 +110,7 @@ def raw_reads(system: Any, stream: str, repeat: int = 3) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cheap-records", type=int, default=40_000, help="records for the latency-0 job")
     parser.add_argument("--slow-records", type=int, default=4_000, help="records for the 2 ms/record job")
     parser.add_argument("--keys", type=int, default=2000)

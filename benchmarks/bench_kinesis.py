@@ -30,6 +30,7 @@ from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_record
+from pipelines.usage import Parser
 
 
 def records(n: int, keys: int = 500) -> list[tuple[bytes, bytes, None]]:
@@ -77,7 +78,7 @@ def reshard_to_child(system: KinesisSystem, stream: str, shard: str, batch: int)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--batch", type=int, default=2_000, help="records per slot per micro-batch")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pipelines.quality.checks import annotate, verify_rows
 from pipelines.quality.synthetic import synthetic_window
+from pipelines.usage import Parser
 
 FACTOR = 4
 
@@ -93,7 +94,7 @@ def bench_spark(expected, rows, root: Path, master: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--spark", action="store_true", help="also run the Spark SQL path")

@@ -40,6 +40,7 @@ from pipelines.planning import plan_next, save
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import launcher
 from pipelines.systems.deltalog import DeltaLog
+from pipelines.usage import Parser
 
 FACTORS = [2, 4, 2, 1, 2, 4, 2, 1]
 
@@ -120,7 +121,7 @@ def redeploy(home: Home, master: str, factors: list[int]) -> list[float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=int, default=400, help="records produced per second")
     parser.add_argument("--steps", type=int, default=4, help="rescales per mode (at most 8)")
     parser.add_argument("--master", default="local[4]")

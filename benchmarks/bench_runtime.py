@@ -83,6 +83,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipelines.usage import Parser
+
 PARTITIONS = 2
 WARMUP_RECORDS = 2000  # in batches of 400, so most pooled Python workers import what every role needs
 OUTPUT_SCHEMA = "event_key STRING, seq BIGINT, payload STRING, enriched STRING, processed_ns BIGINT"
@@ -574,7 +576,7 @@ def report(runs: list[Run]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=96_000, help="records in the stream (2 partitions)")
     parser.add_argument("--keys", type=int, default=200)
     parser.add_argument("--latency-ms", type=float, default=2.0, help="simulated remote call per record")

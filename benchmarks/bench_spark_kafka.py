@@ -53,6 +53,7 @@ from typing import Any
 
 from benchmarks.bench_kafka import records
 from benchmarks.bench_runtime import OUTPUT_SCHEMA, Run, check, cpu_since, cpu_snapshot, table
+from pipelines.usage import Parser
 
 REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 2
@@ -241,7 +242,7 @@ def report(slow: dict[str, Run], cheap: dict[str, Run], latency_ms: float) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--slow-records", type=int, default=96_000, help="records for the 2 ms/record job")
     parser.add_argument("--cheap-records", type=int, default=500_000, help="records for the cheap job")
     parser.add_argument("--keys", type=int, default=2000)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_runtime import FIXED_BATCH_RECORDS, ProgressListener, log, produce, run_elastic, table
+from pipelines.usage import Parser
 
 KINDS = ("PUT", "GET", "LIST", "HEAD", "DELETE", "POST")
 
@@ -89,7 +90,7 @@ def _median(batches: list[dict[str, int]], kind: str | None = None) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=32_000)
     parser.add_argument("--keys", type=int, default=2000)
     parser.add_argument("--latency-ms", type=float, default=2.0)

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipelines.usage import Parser
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "plugins"))  # what Airflow does for its plugins folder
 
@@ -108,7 +110,7 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()

@@ -11,6 +11,10 @@
 # Ctrl-C, SIGTERM or SIGHUP at any moment (setup, db migrate, the wait for the api-server, running) stops
 # every process this script started within a few seconds, and the script exits 130, 143 or 129.
 set -euo pipefail
+if (( $# )); then  # everything is set through the environment (AIRFLOW_PORT, PIPELINES_HOME, AIRFLOW_HOME)
+  echo "error: scripts/airflow.sh takes no arguments, got '$*' (set AIRFLOW_PORT or PIPELINES_HOME instead)" >&2
+  exit 2
+fi
 
 # A script started in the background by a non-interactive shell (`scripts/test.sh > log &`, CI runners) gets
 # SIGINT ignored, and bash cannot trap a signal that was ignored on entry: Ctrl-C would be dropped and every

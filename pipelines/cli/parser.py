@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, cast
 
 from pipelines.cli.table import COMMANDS, VERBOSE_HELP, ActionCommand, GroupCommand, actions
+from pipelines.usage import Parser
 
 if TYPE_CHECKING:
     from pipelines.cli.output import Output
@@ -17,19 +18,6 @@ Handler = Callable[[argparse.Namespace, "Home", "Output"], None]
 
 WRITING: frozenset[str] = frozenset(name for name, command in actions() if command.writes is not False)
 """Commands that may change state in the home (some only with certain flags: see ``writes``)."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with the CLI's one rule for bad input: one ``error: ...`` line on stderr and exit 2.
-
-    argparse's own form (the usage block, then ``prog: error: ...``) puts the
-    reason on the last of several lines, where a script reading the first line
-    or an Airflow task's log excerpt misses it. The usage stays one ``--help`` away,
-    which the line names. Subparsers inherit the class (``add_subparsers``'s default).
-    """
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

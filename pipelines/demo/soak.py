@@ -17,7 +17,6 @@ reads ``/proc``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -29,6 +28,7 @@ import time
 from pipelines.control.home import resolve_home
 from pipelines.demo.run import HEADERS, StepResult, _table, run_demo
 from pipelines.errors import PipelinesError
+from pipelines.usage import Parser
 
 FACTORS = (1, 2, 4, 8)
 SAMPLE_S = 15.0
@@ -126,7 +126,7 @@ def tree_rss_mib(root: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--every", type=float, default=120.0, help="seconds between scaling steps")
     parser.add_argument(

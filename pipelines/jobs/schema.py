@@ -9,13 +9,13 @@ name that fits after ``_dead_letters`` is added) are only the model's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from pipelines.jobs.spec import JobSpec
+from pipelines.usage import Parser
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "job-schema.json"
 
@@ -30,7 +30,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.jobs.schema", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m pipelines.jobs.schema", description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"write it to {DOCS.relative_to(DOCS.parents[1])}")
     args = parser.parse_args(argv)
     if args.write:

@@ -11,7 +11,6 @@ checkpoint location; offsets cross versions through the checkpoints table.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
@@ -33,6 +32,7 @@ from pipelines.runtime import requests, schemas
 from pipelines.runtime.lifetime import die_with_parent
 from pipelines.runtime.outage import STALL_S, record_outage
 from pipelines.runtime.outputs import ensure_output_tables
+from pipelines.usage import Parser
 
 POLL_S = 0.25
 HEARTBEAT_S = 10.0
@@ -532,7 +532,7 @@ def _report(query: Any, job: str, last_batch: int, progress: Callable[[str], Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = Parser(description=__doc__)
     parser.add_argument("--home")
     parser.add_argument("--job", required=True)
     parser.add_argument("--available-now", action="store_true")

@@ -24,7 +24,6 @@ Run one by hand with ``python -m pipelines.servers.kafka_broker [--sasl-user NAM
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import base64
 import concurrent.futures
@@ -55,6 +54,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-
     ResourcePatternType,
     ResourceType,
 )
+
+from pipelines.usage import Parser
 
 HOST = "127.0.0.1"
 JARS = Path(__file__).resolve().parents[2] / ".jvm" / "kafka"
@@ -452,7 +453,7 @@ def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = Parser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sasl-user", action="append", default=[], help="NAME:PASSWORD for the SASL/PLAIN listener")
     parser.add_argument("--topic", action="append", default=[], help="NAME:PARTITIONS, created at start")
     args = parser.parse_args(argv)

@@ -16,7 +16,6 @@ created before use (no bucket appears because a request named it).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -32,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pipelines.usage import Parser
 
 START_TIMEOUT_S = 60.0
 LOOPBACK = "127.0.0.1"
@@ -228,7 +229,7 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipelines.servers.s3 --dir DIR [--ip ADDRESS] [--bucket NAME]``: a store until Ctrl-C or SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m pipelines.servers.s3", description=main.__doc__)
+    parser = Parser(prog="python -m pipelines.servers.s3", description=main.__doc__)
     parser.add_argument("--dir", type=Path, required=True, help="where the store keeps its data")
     parser.add_argument("--ip", default=LOOPBACK, help="the one address it listens on (default 127.0.0.1)")
     parser.add_argument("--bucket", action="append", default=[], help="a bucket to create (repeatable)")

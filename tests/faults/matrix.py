@@ -12,7 +12,6 @@ duplicated or reordered a record or left the job half-scaled.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -23,11 +22,12 @@ from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
+from pipelines.usage import Parser
 from tests.faults.scenarios import SCENARIOS, Outcome
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="runs per point (default 10)")
     parser.add_argument("--points", default=",".join(SCENARIOS), help=f"comma-separated, of {sorted(SCENARIOS)}")
     parser.add_argument("--seed", type=int, default=None, help="for the random kill moments (default: random)")

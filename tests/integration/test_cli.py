@@ -312,3 +312,26 @@ def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path: Path) -> Non
         with contextlib.suppress(BrokenPipeError):  # whatever is left in ``out`` cannot go anywhere either
             out.close()
     assert rc == 0 and err.read_text() == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bash", "scripts/airflow.sh", "--port", "9090"],
+        ["bash", "scripts/faults.sh", "--runs", "many"],
+        [sys.executable, "-m", "pipelines.demo.soak", "--minutes", "soon"],
+        [sys.executable, "-m", "pipelines.servers.s3", "--bogus"],
+        [sys.executable, "-m", "benchmarks.bench_core", "--factor", "x"],
+        [sys.executable, "-m", "benchmarks.bench_rescale", "--steps", "0"],
+    ],
+    ids=lambda argv: " ".join(argv[-3:]),
+)
+def test_every_command_line_of_the_project_refuses_bad_input_with_one_error_line(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW_HOME": str(tmp_path / "airflow"), "SKIP_SETUP": "1"}
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("[setup]")]
+    assert done.returncode == 2, done
+    assert len(errors) == 1 and errors[0].startswith("error: "), done.stderr
+    assert not (tmp_path / "airflow").exists(), "nothing is started or written on bad input"
