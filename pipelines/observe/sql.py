@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import tempfile
 from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
@@ -41,19 +42,23 @@ class SqlError(PipelinesError):
 @contextlib.contextmanager
 def sql_session(master: str) -> Iterator[Any]:
     """A Spark session for one query, in UTC, stopped after it. Its JVM's log goes where every command's goes
-    (``runtime.logs``: the home's log file, unless ``--verbose``)."""
+    (``runtime.logs``: the home's log file, unless ``--verbose``). Its catalog's warehouse is a scratch folder
+    removed after it: the views' catalog makes Spark create one, by default ``./spark-warehouse`` in whatever
+    folder the operator ran the query from."""
     from pyspark.errors import PySparkException
 
     from pipelines.runtime.session import build_session
 
-    try:
-        spark = build_session(master, app_name="pipelines-sql", **{"spark.sql.session.timeZone": "UTC"})
-    except PySparkException as e:
-        raise SqlError(f"Spark did not start: {_first_line(e)}") from None
-    try:
-        yield spark
-    finally:
-        spark.stop()
+    with tempfile.TemporaryDirectory(prefix="pipelines-sql-warehouse-") as warehouse:
+        confs = {"spark.sql.session.timeZone": "UTC", "spark.sql.warehouse.dir": warehouse}
+        try:
+            spark = build_session(master, app_name="pipelines-sql", **confs)
+        except PySparkException as e:
+            raise SqlError(f"Spark did not start: {_first_line(e)}") from None
+        try:
+            yield spark
+        finally:
+            spark.stop()
 
 
 def views(home: Home) -> dict[str, Location]:

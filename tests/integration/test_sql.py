@@ -96,7 +96,9 @@ def test_the_command_prints_a_table_or_json(spark: Any, filled: Home, monkeypatc
 def test_bad_sql_is_one_error_line_and_exit_2_from_a_session_of_its_own(filled: Home, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
     argv = [sys.executable, "-m", "pipelines", "--home", str(filled.root), "sql", "SELECT * FROM job_model"]
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    where = tmp_path / "cwd"
+    where.mkdir()
+    done = subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done
     assert done.stdout == ""
     note, error = done.stderr.splitlines()  # Spark's own lines and the failure's JVM stack: in the home's log
@@ -106,3 +108,4 @@ def test_bad_sql_is_one_error_line_and_exit_2_from_a_session_of_its_own(filled: 
         "Verify the spelling and correctness of the schema and catalog."
     )
     assert "NativeCodeLoader" in log_path(filled).read_text()
+    assert list(where.iterdir()) == [], "the query left a spark-warehouse (or anything) where it was run"
