@@ -10,6 +10,7 @@ stays fast by construction rather than by care.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,6 +176,21 @@ def _fast_tier_starts_nothing_heavy(request: pytest.FixtureRequest) -> Iterator[
         yield
     finally:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM ends a run the way Ctrl-C does, in the controller and in each worker: every fixture's teardown runs.
+
+    A CI job's time limit, ``timeout`` or a stopped service sends SIGTERM, whose default action ended the
+    processes on the spot: the servers the session fixtures started (an S3 store, Airflow, a broker) were left
+    running. They are also tied to their worker (``lifetime.tied_command``), which covers a worker killed outright.
+    """
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -41,9 +41,9 @@ MASTER_CONNECT_TIMEOUT_S = 5.0
 
 _TIE = (
     "import ctypes, os, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(sys.argv[2]), 0, 0, 0)\n"  # PR_SET_PDEATHSIG
     "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"  # the parent died before the call: follow it now
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"  # a bare name (node, java) is looked up on PATH
 )
 
 
@@ -58,11 +58,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def tied_command(cmd: list[str]) -> list[str]:
-    """``cmd`` started so that it is killed when this process (this thread) ends; as it is off Linux."""
+def tied_command(cmd: list[str], death_signal: signal.Signals = signal.SIGKILL) -> list[str]:
+    """``cmd`` started so that it gets ``death_signal`` when this process (this thread) ends; as it is off Linux.
+
+    SIGKILL for a process whose children die with it; SIGTERM for one that must end its own children (an
+    Airflow scheduler's executor workers outlive a scheduler killed outright).
+    """
     if not sys.platform.startswith("linux"):
         return cmd
-    return [sys.executable, "-I", "-S", "-c", _TIE, str(os.getpid()), *cmd]
+    return [sys.executable, "-I", "-S", "-c", _TIE, str(os.getpid()), str(int(death_signal)), *cmd]
 
 
 def die_with_parent() -> None:

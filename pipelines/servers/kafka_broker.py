@@ -11,7 +11,8 @@ clients (principal ``ANONYMOUS``) are super users, a SASL user may use only
 what ``grant`` gave it, so a refused topic is Kafka's own refusal.
 
 The broker runs in a process group of its own: ``stop()`` ends the group (and
-an ``atexit`` hook does if its owner forgets), ``restart()`` starts it again on
+an ``atexit`` hook does if its owner forgets; the kernel kills the JVM if its
+owner dies without either, ``lifetime.tied_command``), ``restart()`` starts it again on
 the same ports with the same data, which is what a broker outage looks like to
 clients. ``close()`` also removes a log directory the broker made itself.
 
@@ -55,6 +56,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-
     ResourceType,
 )
 
+from pipelines.runtime.lifetime import tied_command
 from pipelines.usage import Parser
 
 HOST = "127.0.0.1"
@@ -153,7 +155,7 @@ class KafkaBroker:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child writes it for its whole life
         try:
             self.process = subprocess.Popen(
-                [*self._java(self.heap_mb), "kafka.Kafka", str(self._config)],
+                tied_command([*self._java(self.heap_mb), "kafka.Kafka", str(self._config)]),  # dies with its starter
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

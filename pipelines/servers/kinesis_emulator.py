@@ -7,7 +7,9 @@
 listens on all interfaces, and ``bind-host.js`` makes it listen on 127.0.0.1.
 Its TLS port is turned off (port 0); the plain HTTP port is picked free.
 
-It is killed, not terminated: it takes 30 s to honour SIGTERM.
+It is killed, not terminated: it takes 30 s to honour SIGTERM. It also dies
+with the process that started it, even one killed by ``kill -9``
+(``lifetime.tied_command``).
 
 What it gets wrong (docs/systems/kinesis.md): a closed shard's EndingSequenceNumber, so
 ``KinesisSystem`` detects a shard's end by ``NextShardIterator`` None; and it
@@ -28,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 
 from pipelines.errors import ConfigError
+from pipelines.runtime.lifetime import tied_command
 
 _REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -79,7 +82,7 @@ class KinesisEmulator:
             "LOG_LEVEL": os.environ.get("KINESIS_MOCK_LOG_LEVEL", "WARN"),
         }
         self.process = subprocess.Popen(
-            ["node", "-r", str(root / "bind-host.js"), "main.js"],
+            tied_command(["node", "-r", str(root / "bind-host.js"), "main.js"]),  # dies with its starter
             cwd=package,
             env=env,
             stdout=subprocess.DEVNULL,

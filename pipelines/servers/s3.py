@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.runtime.lifetime import tied_command
 from pipelines.usage import Parser
 
 START_TIMEOUT_S = 60.0
@@ -101,7 +102,9 @@ def running_s3(data_dir: Path, *, ip: str = LOOPBACK, timeout: float = START_TIM
     Every server of it listens on ``ip`` alone: loopback unless the store must serve other hosts.
 
     The server runs in a process group of its own and the whole group is
-    killed on the way out, also when the start or the caller's code failed.
+    killed on the way out, also when the start or the caller's code failed;
+    if the calling process itself dies (``kill -9``, a test worker ended by
+    its controller), the kernel kills the server (``lifetime.tied_command``).
     Its output goes to ``data_dir/weed.log``, quoted in a start failure.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +132,7 @@ def running_s3(data_dir: Path, *, ip: str = LOOPBACK, timeout: float = START_TIM
     log_path = data_dir / "weed.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            cmd,
+            tied_command(cmd),  # killed with the process that started it, even by kill -9
             cwd=data_dir,
             env={**os.environ, "GOMEMLIMIT": MEMORY_LIMIT},
             stdin=subprocess.DEVNULL,

@@ -51,6 +51,8 @@ import httpx
 import pytest
 from pipelines_airflow.sqlite import use_wal
 
+from pipelines.runtime.lifetime import tied_command
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 AIRFLOW_BIN = str(VENV_BIN / "airflow") if (VENV_BIN / "airflow").exists() else "airflow"
@@ -457,7 +459,9 @@ class Servers:
             self.logs[name] = log
             with log.open("ab") as out:  # the child keeps its own descriptor
                 self.procs[name] = subprocess.Popen(
-                    cmd,
+                    # SIGTERM when this worker dies, even if its controller kills it: the scheduler then stops
+                    # its executor's workers too, which a killed scheduler would leave behind
+                    tied_command(cmd, signal.SIGTERM),
                     env=child_env,
                     cwd=self.env.root,
                     stdin=subprocess.DEVNULL,

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from pipelines.control.home import Home
+from pipelines.runtime.lifetime import tied_command
 from pipelines.runtime.session import PACKAGE_ROOT, build_session, spark_env
 
 __all__ = [
@@ -197,7 +198,12 @@ def start_standalone(log_dir: Path, timeout: float = STANDALONE_START_TIMEOUT_S)
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[Any]:
     with log.open("wb") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            tied_command(cmd),  # it dies with this worker, even if its controller kills it
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 

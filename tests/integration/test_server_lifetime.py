@@ -1,0 +1,47 @@
+"""A server started by the project dies with the process that started it, even when that process is killed.
+
+``python -m pipelines.servers.s3`` or ``.kinesis_emulator`` killed with ``kill -9`` (a closed terminal, a test
+worker ended by its controller) used to leave ``weed`` or ``node`` running in a session of its own, holding
+ports and CPU until someone found it. The Kafka broker starts its JVM the same way (``lifetime.tied_command``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "program"),
+    [("pipelines.servers.s3", ["--dir", "{tmp}"], "weed"), ("pipelines.servers.kinesis_emulator", [], "node")],
+    ids=["s3", "kinesis"],
+)
+def test_a_server_dies_with_its_killed_starter(module: str, args: list[str], program: str, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", module, *(a.format(tmp=tmp_path / "data") for a in args)]
+    starter = subprocess.Popen(
+        argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True
+    )
+    servers: list[psutil.Process] = []
+    try:
+        first = starter.stdout.readline()  # type: ignore[union-attr]  # printed once the server answers
+        assert first, f"{module} printed nothing; exit code {starter.poll()}"
+        servers = [p for p in psutil.Process(starter.pid).children() if p.name() == program]
+        assert len(servers) == 1, psutil.Process(starter.pid).children()
+        starter.kill()
+        starter.wait()
+        _, alive = psutil.wait_procs(servers, timeout=10)
+        assert not alive, f"{program} outlived its killed starter: {alive}"
+    finally:
+        starter.kill()
+        for server in servers:
+            if server.is_running():
+                server.kill()
