@@ -25,6 +25,7 @@ Run one by hand with ``python -m pipelines.servers.kafka_broker [--sasl-user NAM
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import base64
 import concurrent.futures
@@ -454,16 +455,30 @@ def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None
         os.killpg(process.pid, sig)
 
 
+def _sasl_user(text: str) -> tuple[str, str]:
+    name, colon, password = text.partition(":")
+    if not colon or not name or not password:
+        raise argparse.ArgumentTypeError(f"must be NAME:PASSWORD, got {text!r}")
+    return name, password
+
+
+def _topic(text: str) -> tuple[str, int]:
+    name, colon, count = text.rpartition(":")
+    if not colon or not name or not count.isdigit() or int(count) < 1:
+        raise argparse.ArgumentTypeError(f"must be NAME:PARTITIONS with PARTITIONS a whole number >= 1, got {text!r}")
+    return name, int(count)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = Parser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sasl-user", action="append", default=[], help="NAME:PASSWORD for the SASL/PLAIN listener")
-    parser.add_argument("--topic", action="append", default=[], help="NAME:PARTITIONS, created at start")
-    args = parser.parse_args(argv)
-    users = dict(spec.split(":", 1) for spec in args.sasl_user)
-    with KafkaBroker(sasl_users=users) as broker:
-        for spec in args.topic:
-            name, _, count = spec.rpartition(":")
-            broker.create_topic(name, int(count))
+    parser = Parser(prog="python -m pipelines.servers.kafka_broker", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sasl-user", type=_sasl_user, action="append", default=[], help="NAME:PASSWORD for the SASL/PLAIN listener"
+    )
+    parser.add_argument("--topic", type=_topic, action="append", default=[], help="NAME:PARTITIONS, created at start")
+    args = parser.parse_args(argv)  # before a broker starts: bad input starts nothing
+    with KafkaBroker(sasl_users=dict(args.sasl_user)) as broker:
+        for name, partitions in args.topic:
+            broker.create_topic(name, partitions)
         print(f"bootstrap {broker.bootstrap}", flush=True)
         if broker.sasl_bootstrap:
             print(f"sasl_bootstrap {broker.sasl_bootstrap} (SASL_PLAINTEXT, PLAIN)", flush=True)

@@ -20,6 +20,7 @@ Run it by hand with ``python -m pipelines.servers.kinesis_emulator`` (prints the
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ from types import TracebackType
 
 from pipelines.errors import ConfigError
 from pipelines.runtime.lifetime import tied_command
+from pipelines.usage import Parser
 
 _REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -45,6 +47,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+def _require_free(port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as node binds: a closed port's TIME_WAIT is free
+        try:
+            s.bind((HOST, port))
+        except OSError as e:
+            raise ConfigError(f"port {port} on {HOST} is not free for kinesis-mock: {e.strerror}") from None
 
 
 class KinesisEmulator:
@@ -67,6 +78,7 @@ class KinesisEmulator:
                 f"kinesis-mock is not installed in {root}: run scripts/setup.sh (npm ci there), "
                 "or point KINESIS_MOCK_DIR at an install"
             )
+        _require_free(self.port)  # else the readiness check below would take another server's answer for its own
         env = {
             **os.environ,
             "KINESIS_MOCK_PLAIN_PORT": str(self.port),
@@ -119,17 +131,31 @@ class KinesisEmulator:
         self.stop()
 
 
-def main() -> None:
-    emulator = KinesisEmulator(int(sys.argv[1]) if len(sys.argv) > 1 else None)
-    print(emulator.start(), flush=True)
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipelines.servers.kinesis_emulator [PORT]``: kinesis-mock on 127.0.0.1 until Ctrl-C."""
+    parser = Parser(prog="python -m pipelines.servers.kinesis_emulator", description=main.__doc__)
+    parser.add_argument("port", nargs="?", type=_port, help="the port to listen on (default: a free one)")
+    args = parser.parse_args(argv)
+    emulator = KinesisEmulator(args.port)
     try:
+        print(emulator.start(), flush=True)
         while emulator.process is not None and emulator.process.poll() is None:
             time.sleep(1)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         pass
     finally:
         emulator.stop()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,6 +16,7 @@ created before use (no bucket appears because a request named it).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.runtime.lifetime import tied_command
+from pipelines.storage import location
 from pipelines.usage import Parser
 
 START_TIMEOUT_S = 60.0
@@ -230,22 +232,41 @@ def _tail(path: Path, lines: int = 30) -> str:
         return f"(no log: {e})"
 
 
+def _folder(text: str) -> Path:
+    path = Path(text).resolve()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a folder")
+    return path
+
+
+def _bucket(text: str) -> str:
+    if not location.is_bucket_name(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)"
+        )
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipelines.servers.s3 --dir DIR [--ip ADDRESS] [--bucket NAME]``: a store until Ctrl-C or SIGTERM."""
     parser = Parser(prog="python -m pipelines.servers.s3", description=main.__doc__)
-    parser.add_argument("--dir", type=Path, required=True, help="where the store keeps its data")
+    parser.add_argument("--dir", type=_folder, required=True, help="where the store keeps its data")
     parser.add_argument("--ip", default=LOOPBACK, help="the one address it listens on (default 127.0.0.1)")
-    parser.add_argument("--bucket", action="append", default=[], help="a bucket to create (repeatable)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--bucket", type=_bucket, action="append", default=[], help="a bucket to create (repeatable)")
+    args = parser.parse_args(argv)  # before the store starts: bad input starts nothing
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a service manager's stop also stops the store
-    with running_s3(args.dir.resolve(), ip=args.ip) as server:
-        for bucket in args.bucket:
-            server.create_bucket(bucket)
-        for key, value in server.env().items():
-            print(f"export {key}={value}")
-        print("# serving until Ctrl-C", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
+    try:
+        with running_s3(args.dir, ip=args.ip) as server:
+            for bucket in args.bucket:
+                server.create_bucket(bucket)
+            for key, value in server.env().items():
+                print(f"export {key}={value}")
+            print("# serving until Ctrl-C", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
+    except (RuntimeError, TimeoutError, OSError) as e:  # the store did not start: its log's tail follows
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -130,7 +130,7 @@ def parse(value: str | os.PathLike[str] | Location, *, what: str = "the home") -
     if scheme != "s3":
         raise _unsupported(what, text, scheme)
     bucket = parsed.netloc
-    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+    if not is_bucket_name(bucket):
         raise ConfigError(
             f"{what} {text!r}: {bucket!r} is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, "
             "hyphens); give s3://BUCKET/PREFIX"
@@ -141,6 +141,11 @@ def parse(value: str | os.PathLike[str] | Location, *, what: str = "the home") -
     if prefix.startswith("..") or "/../" in f"/{prefix}/":
         raise ConfigError(f"{what} {text!r}: the prefix may not contain '..'")
     return Location("s3", bucket, "" if prefix == "." else prefix)
+
+
+def is_bucket_name(name: str) -> bool:
+    """S3's rule for a bucket's name: 3-63 lowercase letters, digits, dots and hyphens, no '..'."""
+    return bool(_BUCKET.fullmatch(name)) and ".." not in name
 
 
 def _unsupported(what: str, text: str, scheme: str) -> ConfigError:

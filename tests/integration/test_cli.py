@@ -321,6 +321,11 @@ def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path: Path) -> Non
         ["bash", "scripts/faults.sh", "--runs", "many"],
         [sys.executable, "-m", "pipelines.demo.soak", "--minutes", "soon"],
         [sys.executable, "-m", "pipelines.servers.s3", "--bogus"],
+        [sys.executable, "-m", "pipelines.servers.s3", "--dir", "scripts/test.sh"],
+        [sys.executable, "-m", "pipelines.servers.s3", "--dir", "{tmp}/s3", "--bucket", "Invoices_2026"],
+        [sys.executable, "-m", "pipelines.servers.kafka_broker", "--topic", "events:x"],
+        [sys.executable, "-m", "pipelines.servers.kafka_broker", "--sasl-user", "alice"],
+        [sys.executable, "-m", "pipelines.servers.kinesis_emulator", "70000"],
         [sys.executable, "-m", "benchmarks.bench_core", "--factor", "x"],
         [sys.executable, "-m", "benchmarks.bench_rescale", "--steps", "0"],
     ],
@@ -330,8 +335,10 @@ def test_every_command_line_of_the_project_refuses_bad_input_with_one_error_line
     tmp_path: Path, argv: list[str]
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW_HOME": str(tmp_path / "airflow"), "SKIP_SETUP": "1"}
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     errors = [line for line in done.stderr.splitlines() if not line.startswith("[setup]")]
     assert done.returncode == 2, done
     assert len(errors) == 1 and errors[0].startswith("error: "), done.stderr
     assert not (tmp_path / "airflow").exists(), "nothing is started or written on bad input"
+    assert not (tmp_path / "s3").exists(), "nothing is started or written on bad input"

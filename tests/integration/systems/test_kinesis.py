@@ -393,3 +393,18 @@ def test_credentials_and_region_come_from_an_airflow_connection_in_uri_form(
     assert system.client.meta.region_name == "us-east-1"
     stream = _stream(system, 1)  # the emulator accepts any credentials: the client works with these
     assert system.describe(stream).partition_count == 1
+
+
+def test_the_emulator_refuses_a_port_another_server_holds_instead_of_taking_its_answer_for_its_own() -> None:
+    """It is ready when its port answers: with the port already served, the other server's answer passed for
+    kinesis-mock's, the endpoint was printed and every request then went to that other server."""
+    import socket
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        emulator = KinesisEmulator(port)
+        with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is not free"):
+            emulator.start()
+        assert emulator.process is None, "nothing was started"
