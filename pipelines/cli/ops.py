@@ -123,8 +123,13 @@ def autosize(args: argparse.Namespace, home: Home, output: Output) -> None:
 def stop(args: argparse.Namespace, home: Home, output: Output) -> None:
     from pipelines.runtime import launcher
 
-    stopped = launcher.stop(home, args.job, wait=not args.no_wait)
+    outcome = launcher.stop(home, args.job, wait=not args.no_wait)
+    words = {
+        launcher.StopOutcome.NONE_RUNNING: "no driver was running; nothing to stop",
+        launcher.StopOutcome.STOPPED: "stopped",
+        launcher.StopOutcome.REQUESTED: "stop requested; its driver still runs",
+    }
     output.emit(
-        {"job": args.job, "stopped": stopped},
-        lambda: f"job {args.job}: " + ("stopped" if stopped else "stop requested"),
+        {"job": args.job, "stopped": outcome is not launcher.StopOutcome.REQUESTED, "outcome": str(outcome)},
+        lambda: f"job {args.job}: {words[outcome]}",
     )

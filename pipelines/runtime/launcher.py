@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from enum import StrEnum
 from pathlib import Path
 
 from pipelines.control import ControlPlane
@@ -152,13 +153,21 @@ def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
         raise
 
 
-def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> bool:
-    """Ask the job's driver, on whichever host it runs, to stop at its next batch boundary; True once it has.
+class StopOutcome(StrEnum):
+    """What ``stop`` found: an operator told "stopped" when nothing ran believes they stopped something."""
+
+    NONE_RUNNING = "none running"
+    STOPPED = "stopped"
+    REQUESTED = "requested"  # a driver still runs: not waited for, or not stopped within the time
+
+
+def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> StopOutcome:
+    """Ask the job's driver, on whichever host it runs, to stop at its next batch boundary, and say what happened.
 
     Waited for are the driver this host started detached (until its process
     is gone) and every driver the ``drivers`` table shows live, on any host
     (until its registration says it stopped or failed, or it goes silent);
-    none of another host's pids is looked up. True at once when none runs.
+    none of another host's pids is looked up.
 
     The request is withdrawn once no driver is left to read it: a request
     outliving its driver (none ran, or it died first) would stop the next
@@ -177,9 +186,9 @@ def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> 
     drivers = {d.driver_id for d in control.drivers.live(job) if not _gone_here(d)}
     if pid is None and not drivers:
         requests.clear_stop(home, job)
-        return True
+        return StopOutcome.NONE_RUNNING
     if not wait:
-        return False
+        return StopOutcome.REQUESTED
     poll = 0.2 if home.is_local else 1.0  # on object storage each look is requests
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -190,9 +199,9 @@ def stop(home: Home, job: str, *, wait: bool = True, timeout: float = 120.0) -> 
             drivers &= {d.driver_id for d in control.drivers.live(job) if not _gone_here(d)}
         if pid is None and not drivers:
             requests.clear_stop(home, job)  # a driver that stopped cleared it; one that died first did not
-            return True
+            return StopOutcome.STOPPED
         time.sleep(poll)
-    return False
+    return StopOutcome.REQUESTED
 
 
 def running_pid(home: Home, job: str) -> int | None:

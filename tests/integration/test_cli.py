@@ -17,6 +17,7 @@ from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.runtime import requests
 
 pytestmark = pytest.mark.integration
 
@@ -221,6 +222,16 @@ def test_rescale_dry_run_prints_the_plan_and_bad_requests_change_nothing(tmp_pat
     assert "already runs this model: nothing to do" in same
     control = ControlPlane(Home(tmp_path / "home"))
     assert control.job_models.latest_version("enrichment") == 1 and control.events.history("enrichment") == []
+
+
+def test_stop_of_a_job_with_no_driver_says_nothing_ran_and_leaves_no_request(tmp_path: Path) -> None:
+    """It used to answer "stopped", which an operator reads as "I stopped something"."""
+    _registered_demo_job(tmp_path)
+    assert run(tmp_path, "stop", "enrichment").stdout == "job enrichment: no driver was running; nothing to stop\n"
+    answer = json.loads(run(tmp_path, "--json", "stop", "enrichment").stdout)
+    assert answer == {"job": "enrichment", "stopped": True, "outcome": "none running"}
+    assert not requests.stop_asked(Home(tmp_path / "home"), "enrichment"), "no request outlives the call"
+    assert "known jobs: enrichment" in fails(tmp_path, "stop", "enrichmnet")
 
 
 def test_watch_reports_an_absorbable_expansion_and_autosize_holds_without_metrics(tmp_path: Path) -> None:

@@ -62,7 +62,10 @@ def stop(home: Home, op: ScalingOperation, say: Say = print_line) -> dict[str, A
         )
         result = {"mode": Mode.IN_PLACE, "driver_version": beat["model_version"]}
     else:
-        if launcher.running_pid(home, op.job) is not None and not launcher.stop(home, op.job, timeout=60.0):
+        if (
+            launcher.running_pid(home, op.job) is not None
+            and launcher.stop(home, op.job, timeout=60.0) is launcher.StopOutcome.REQUESTED
+        ):
             launcher.kill(home, op.job)
             say(f"driver of {op.job} did not stop within 60s: killed")
         if beat is not None and beat["state"] not in ENDED and not beat["on_this_host"]:

@@ -139,6 +139,7 @@ def test_ctrl_c_stops_a_foreground_run_at_a_batch_boundary_and_a_detached_run_ou
     assert psutil.pid_exists(pid), "the detached driver lives on after its CLI exited"
     stop = Cli(home, "stop", config.name)
     assert stop.proc.wait(timeout=180) == 0, stop.text()
+    assert f"job {config.name}: stopped" in stop.text()
     rows = sink(home, config)
     assert len(rows) == 120 and not rows.duplicated(["stream", "partition", "offset"]).any()
 

@@ -53,7 +53,9 @@ def test_a_pid_of_another_host_or_of_no_host_is_never_judged_or_signalled(home: 
             launcher.pid_file(home, config.name).write_text(content)
             assert launcher.running_pid(home, config.name) is None
             launcher.kill(home, config.name)
-            assert launcher.stop(home, config.name, timeout=5) is True  # nothing of this host's to wait for
+            assert (
+                launcher.stop(home, config.name, timeout=5) is launcher.StopOutcome.NONE_RUNNING
+            )  # nothing of this host's
             assert bystander.poll() is None, "a pid this host did not start was not signalled"
     finally:
         bystander.kill()
@@ -90,7 +92,7 @@ def test_a_driver_on_another_host_is_refused_a_twin_and_stopped_through_the_cont
     thread = threading.Thread(target=the_remote_driver)
     thread.start()
     try:
-        assert launcher.stop(home, config.name, timeout=30) is True
+        assert launcher.stop(home, config.name, timeout=30) is launcher.StopOutcome.STOPPED
         returned = time.monotonic()
     finally:
         thread.join(30)
@@ -114,7 +116,7 @@ def test_stop_gives_up_on_a_remote_driver_that_does_not_stop_and_never_signals_i
         thread = threading.Thread(target=beat, daemon=True)
         thread.start()
         try:
-            assert launcher.stop(home, config.name, timeout=3) is False
+            assert launcher.stop(home, config.name, timeout=3) is launcher.StopOutcome.REQUESTED
         finally:
             beating.set()
             thread.join(5)
@@ -196,7 +198,7 @@ def test_a_stop_request_never_outlives_the_drivers_it_was_for(home: Home) -> Non
     """A request left behind would stop the job's next driver after its first batch (one Airflow submits directly)."""
     produce(home, "events", 10, keys=2)
     config = job(home, "stale", 1)
-    assert launcher.stop(home, config.name, timeout=5) is True  # none runs
+    assert launcher.stop(home, config.name, timeout=5) is launcher.StopOutcome.NONE_RUNNING
     assert not requests.stop_asked(home, config.name), "a stop with no driver left its request for the next one"
 
     def detached(seconds: float) -> subprocess.Popen[bytes]:  # what `run --detach` leaves: a pid file of this host
@@ -207,7 +209,7 @@ def test_a_stop_request_never_outlives_the_drivers_it_was_for(home: Home) -> Non
 
     killed = detached(60)
     try:
-        assert launcher.stop(home, config.name, wait=False) is False
+        assert launcher.stop(home, config.name, wait=False) is launcher.StopOutcome.REQUESTED
         assert requests.stop_asked(home, config.name), "the live driver's request is there for it to read"
         launcher.kill(home, config.name)
         assert killed.wait(10) == -9
@@ -218,7 +220,7 @@ def test_a_stop_request_never_outlives_the_drivers_it_was_for(home: Home) -> Non
 
     dying = detached(1.0)  # ends before it reads the request, as a crash would
     try:
-        assert launcher.stop(home, config.name, timeout=20) is True
+        assert launcher.stop(home, config.name, timeout=20) is launcher.StopOutcome.STOPPED
     finally:
         dying.kill()
         dying.wait()
