@@ -135,3 +135,24 @@ def create(args: argparse.Namespace, home: Home, output: Output) -> None:
             f"{model.task_count} virtual tasks"
         ),
     )
+
+
+def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
+    """Compaction by hand: a job that is not running, or a home written before drivers compacted."""
+    import dataclasses
+
+    from pipelines.control import ControlPlane
+    from pipelines.control.compaction import MIN_FILES, compact_job
+
+    job = validate_name("job", args.job)
+    models = ControlPlane(home).job_models
+    if not models.planned_versions(job):
+        raise models.unknown_job(job)
+    done = compact_job(home, job, min_files=args.min_files or MIN_FILES)
+    output.emit(
+        {"job": job, "tables": [dataclasses.asdict(c) for c in done]},
+        lambda: table(
+            ["table", "files before", "files after", "old files deleted"],
+            [(c.table, c.files_before, c.files_after, c.deleted) for c in done],
+        ),
+    )

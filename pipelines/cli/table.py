@@ -231,6 +231,21 @@ JOB_GROUP = GroupCommand(
             (JOB, arg("--version", type=count(0), help="model version (default: the active one)")),
         ),
         ActionCommand(
+            "compact",
+            "rewrite a job's control-table files into a few (its running driver does this every 10 minutes)",
+            "pipelines.cli.jobs.compact",
+            (
+                JOB,
+                arg(
+                    "--min-files",
+                    type=count(1),
+                    default=None,
+                    help="leave a table with fewer of the job's files as it is (default: 50)",
+                ),
+            ),
+            writes=True,
+        ),
+        ActionCommand(
             "create",
             "register a job from its YAML config: model v1, start checkpoints, tables",
             "pipelines.cli.jobs.create",

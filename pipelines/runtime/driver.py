@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypedDict, TypeVar
 
 from pipelines.control import ControlPlane
+from pipelines.control.compaction import compact_job, summary
 from pipelines.control.drivers import Registration
 from pipelines.control.home import Home, resolve_home
 from pipelines.core.faults import EXECUTORS_LOST, TASKS_FAILED, FaultLedger, Faults, JobSeen
@@ -37,6 +38,9 @@ from pipelines.usage import Parser
 POLL_S = 0.25
 HEARTBEAT_S = 10.0
 STUCK_S = 300.0  # the driver's loop not round for this long: no more beats (the longest stop at a boundary is 60 s)
+COMPACT_S = 600.0
+"""How often the heartbeat thread compacts the job's control-table files (``control.compaction``): a running job adds
+a few every batch and beat, and every read and append of a table pays for each file it has."""
 
 T = TypeVar("T")
 
@@ -235,6 +239,7 @@ class Heartbeat(threading.Thread):
         self.batch = -1
         self.halt = threading.Event()
         self.touched = time.monotonic()
+        self.compacted = time.monotonic()
 
     def progress(self) -> None:
         """The driver's loop came round: it is not stuck."""
@@ -250,6 +255,22 @@ class Heartbeat(threading.Thread):
         while not self.halt.wait(HEARTBEAT_S):
             if time.monotonic() - self.touched <= STUCK_S:
                 self.beat()
+                if time.monotonic() - self.compacted >= COMPACT_S:
+                    self.compact()
+
+    def compact(self) -> None:
+        """Compact the job's control-table files; from this thread, so no batch waits for it."""
+        self.compacted = time.monotonic()
+        try:
+            done = compact_job(self.control.home, self.job)
+        except Exception as e:  # a store outage or a race lost: the next round tries again
+            reason = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+            print(
+                f"[{self.job}] control-table compaction failed, tried again in {COMPACT_S:.0f} s: {reason}", flush=True
+            )
+            return
+        if any(c.files_after < c.files_before for c in done):
+            print(f"[{self.job}] compacted control tables: {summary(done)}", flush=True)
 
     def beat(self) -> None:
         row = {"job": self.job, "model_version": self.version, "batch_id": max(self.batch, -1)}

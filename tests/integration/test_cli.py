@@ -234,6 +234,20 @@ def test_stop_of_a_job_with_no_driver_says_nothing_ran_and_leaves_no_request(tmp
     assert "known jobs: enrichment" in fails(tmp_path, "stop", "enrichmnet")
 
 
+def test_job_compact_rewrites_a_jobs_control_files_and_refuses_an_unknown_job(tmp_path: Path) -> None:
+    _registered_demo_job(tmp_path)
+    human = run(tmp_path, "job", "compact", "enrichment").stdout
+    assert human.splitlines()[0].split() == ["table", "files", "before", "files", "after", "old", "files", "deleted"]
+    assert "job_models" in human
+    tables = json.loads(run(tmp_path, "--json", "job", "compact", "enrichment", "--min-files", "1").stdout)["tables"]
+    job_models = next(t for t in tables if t["table"] == "job_models")
+    assert (job_models["files_before"], job_models["files_after"]) == (2, 1), tables  # planned, then activated
+    assert "known jobs: enrichment" in fails(tmp_path, "job", "compact", "enrichmnet")
+    assert "--min-files: must be a whole number >= 1" in fails(
+        tmp_path, "job", "compact", "enrichment", "--min-files", "0"
+    )
+
+
 def test_watch_reports_an_absorbable_expansion_and_autosize_holds_without_metrics(tmp_path: Path) -> None:
     _registered_demo_job(tmp_path)
     assert "every job's inputs match" in run(tmp_path, "watch").stdout

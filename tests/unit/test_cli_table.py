@@ -34,6 +34,7 @@ COMMAND_LINES: dict[str, list[tuple[list[str], bool]]] = {
     "job show": [(["job", "show", "j"], False)],
     "job checkpoints": [(["job", "checkpoints", "j"], False)],
     "job create": [(["job", "create", "j", "--config", "j.yaml"], True)],
+    "job compact": [(["job", "compact", "j"], True)],
     "status": [(["status", "j"], False)],
     "store list": [(["store", "list", "j"], False)],
     "store verify": [(["store", "verify", "j", "s"], False)],

@@ -202,6 +202,23 @@ def test_every_coordination_record_has_exactly_one_winner_among_racing_processes
     assert sorted(locks) == [False, False, False, True], locks
 
 
+def test_a_jobs_control_tables_are_compacted_on_s3_with_the_same_answers(s3_home: Home) -> None:
+    from pipelines.control.compaction import compact_job
+    from pipelines.core.checkpoints import CheckpointMap
+    from pipelines.core.ssp import SystemStreamPartition
+
+    ssps = [SystemStreamPartition("deltalog", "events", p, b) for p in range(2) for b in range(2)]
+    control = ControlPlane(s3_home)
+    for b in range(12):
+        control.checkpoints.write("a", 1, CheckpointMap(2, {s: str(b * 10 + i) for i, s in enumerate(ssps)}), b)
+    before = ControlPlane(s3_home).checkpoints.table.read("a").to_pylist()
+    done = {c.table: c for c in compact_job(s3_home, "a", min_files=10)}
+    assert (done["checkpoints"].files_before, done["checkpoints"].files_after) == (12, 1)
+    fresh = ControlPlane(s3_home).checkpoints
+    assert sorted(fresh.table.read("a").to_pylist(), key=str) == sorted(before, key=str)
+    assert fresh.latest("a", 1).offsets == {s: str(110 + i) for i, s in enumerate(ssps)}
+
+
 # ---------------------------------------------------------------------------------------------- outage
 
 

@@ -1,0 +1,133 @@
+"""Compaction of a job's control-table files on real Delta: the same answers from fewer files, beside a live writer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from pipelines.control import ControlPlane
+from pipelines.control.compaction import compact_job
+from pipelines.control.home import Home
+from pipelines.core.checkpoints import CheckpointMap
+from pipelines.core.ssp import SystemStreamPartition
+from pipelines.runtime.driver import Heartbeat
+
+REPO = Path(__file__).resolve().parents[3]
+SSPS = [SystemStreamPartition("deltalog", "events", p, b) for p in range(2) for b in range(2)]
+
+WRITER = """
+import sys
+from pathlib import Path
+from pipelines.control import ControlPlane, Home
+from pipelines.core.checkpoints import CheckpointMap
+from pipelines.core.ssp import SystemStreamPartition as SSP
+ssps = [SSP("deltalog", "events", p, b) for p in range(2) for b in range(2)]
+control = ControlPlane(Home(Path(sys.argv[1])))
+first, count = int(sys.argv[2]), int(sys.argv[3])
+print("writing", flush=True)
+for b in range(first, first + count):
+    control.checkpoints.write("a", 1, CheckpointMap(2, {s: str(b * 10 + i) for i, s in enumerate(ssps)}), b)
+    control.metrics.append([{"job": "a", "model_version": 1, "batch_id": b, "metric": "records", "value": b}])
+    if b % 5 == 0:  # a start row: an append under an application transaction, numbered by the table
+        control.checkpoints.write("a", 1, CheckpointMap(2, {s: str(b) for s in ssps}), -1)
+"""
+
+
+def write_batches(control: ControlPlane, job: str, first: int, count: int) -> None:
+    for b in range(first, first + count):
+        control.checkpoints.write(job, 1, CheckpointMap(2, {s: str(b * 10 + i) for i, s in enumerate(SSPS)}), b)
+        control.metrics.append([{"job": job, "model_version": 1, "batch_id": b, "metric": "records", "value": b}])
+
+
+def files(home: Home, table: str, job: str) -> int:
+    return len(DeltaTable(str(home.root / "control" / table)).file_uris(file_pruning_predicate=[("job", "=", job)]))
+
+
+def answers(home: Home, job: str) -> tuple[object, ...]:
+    control = ControlPlane(home)  # a fresh process's view: nothing cached
+    metrics = control.metrics.read(job).drop(columns=["at"])
+    return (
+        control.checkpoints.latest(job, 1).offsets,
+        control.checkpoints.latest_batch(job, 1),
+        control.checkpoints.start(job, 1),
+        control.checkpoints.table.read(job).num_rows,
+        metrics.to_dict("records"),
+    )
+
+
+def test_compaction_rewrites_one_jobs_files_into_few_and_every_answer_stays_the_same(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    control = ControlPlane(home)
+    control.checkpoints.write("a", 1, CheckpointMap(2, dict.fromkeys(SSPS, "0")), -1)
+    write_batches(control, "a", 0, 60)
+    write_batches(control, "b", 0, 5)
+    before_a, before_b = answers(home, "a"), answers(home, "b")
+    assert files(home, "checkpoints", "a") == 61 and files(home, "metrics", "a") == 60
+
+    done = {c.table: c for c in compact_job(home, "a", min_files=50)}
+
+    assert (done["checkpoints"].files_before, done["checkpoints"].files_after) == (61, 1)
+    assert (done["metrics"].files_before, done["metrics"].files_after) == (60, 1)
+    assert files(home, "checkpoints", "a") == 1 and files(home, "checkpoints", "b") == 5, "job b's files untouched"
+    assert answers(home, "a") == before_a and answers(home, "b") == before_b
+    write_batches(control, "a", 60, 1)  # the job writes on, through the handle it held across the compaction
+    assert ControlPlane(home).checkpoints.latest_batch("a", 1) == 60
+
+
+def test_a_table_with_fewer_files_than_the_threshold_is_left_alone(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    write_batches(ControlPlane(home), "a", 0, 5)
+    version = DeltaTable(str(home.root / "control" / "checkpoints")).version()
+    done = {c.table: c for c in compact_job(home, "a", min_files=50)}
+    assert (done["checkpoints"].files_before, done["checkpoints"].files_after) == (5, 5)
+    assert DeltaTable(str(home.root / "control" / "checkpoints")).version() == version, "no commit at all"
+    assert compact_job(home, "nobody") == [], "a job with no rows has nothing to compact"
+
+
+def test_compaction_beside_a_writing_driver_loses_and_reorders_nothing(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    control = ControlPlane(home)
+    control.checkpoints.write("a", 1, CheckpointMap(2, dict.fromkeys(SSPS, "0")), -1)
+    write_batches(control, "a", 0, 20)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(home.root), "20", "80"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+        rounds = 0
+        while writer.poll() is None:
+            compact_job(home, "a", min_files=5)
+            rounds += 1
+            time.sleep(0.05)
+        assert writer.wait() == 0
+    finally:
+        writer.kill()
+    assert rounds >= 3, "the compactions ran while the writer wrote"
+    compact_job(home, "a", min_files=2)
+    fresh = ControlPlane(home)
+    assert fresh.checkpoints.latest_batch("a", 1) == 99
+    assert fresh.checkpoints.latest("a", 1).offsets == {s: str(99 * 10 + i) for i, s in enumerate(SSPS)}
+    batches = fresh.checkpoints.table.read("a", [("batch_id", ">=", 0)]).column("batch_id").to_pylist()
+    assert sorted(batches) == sorted(b for b in range(100) for _ in SSPS), "every batch's rows, once"
+    seqs = fresh.checkpoints.table.read("a", [("batch_id", "=", -1)]).column("seq").to_pylist()
+    assert sorted(set(seqs)) == list(range(1, 18)), "the start rows' numbers: 1 for the first, one per later write"
+    assert sorted(fresh.metrics.read("a")["batch_id"]) == list(range(100))
+    assert files(home, "checkpoints", "a") <= 2
+
+
+def test_a_drivers_heartbeat_compacts_its_jobs_tables_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = Home(tmp_path / "home")
+    control = ControlPlane(home)
+    write_batches(control, "a", 0, 55)
+    Heartbeat(control, "a").compact()
+    assert "[a] compacted control tables: checkpoints 55 -> 1 files, metrics 55 -> 1 files" in capsys.readouterr().out
+    assert files(home, "metrics", "a") == 1
