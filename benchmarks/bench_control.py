@@ -1,0 +1,127 @@
+"""Benchmark of a control table as a job ages: reads and appends after many batches, before and after compaction.
+
+    python -m benchmarks.bench_control [--batches 2000] [--buckets 4] [--samples 10]
+
+What runs: one job's checkpoints table on local disk, written as a driver writes it (one commit of ``--buckets``
+rows per batch, a start row under an application transaction every 100 batches). At a few points of its life
+(10 %, 50 % and 100 % of ``--batches``) it measures what a driver and the scaling steps pay:
+
+* **first read**: a fresh process's view (a new ``ControlPlane``) opening the table and reading the job's
+  latest checkpoints: what a driver's start, a rescale's migration and every Airflow task pay;
+* **read**: the same read again on the same handle after one more commit (the table refreshed incrementally);
+* **append**: one batch's commit.
+
+Then it compacts the job's files (``control.compaction``, as a driver's heartbeat does every 10 minutes) and
+measures the same three at the same age. The baseline is the same table before compaction, in the same run.
+
+Figures (the last line, JSON): the three medians before and after compaction at ``--batches``, in ms, and
+``first_read_before_vs_after``, ``append_before_vs_after`` (ratios: above 1, compaction saves).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.bench_runtime import log, table
+from pipelines.cli.table import count
+from pipelines.control import ControlPlane
+from pipelines.control.compaction import compact_job
+from pipelines.control.home import Home
+from pipelines.core.checkpoints import CheckpointMap
+from pipelines.core.ssp import SystemStreamPartition
+from pipelines.usage import Parser
+
+JOB = "aged"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = Parser(prog="python -m benchmarks.bench_control", description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=count(20), default=2000, help="batches the job has committed at the end")
+    parser.add_argument("--buckets", type=count(1), default=4, help="checkpoint rows per batch")
+    parser.add_argument("--samples", type=count(1), default=10, help="measurements per figure (the median is kept)")
+    args = parser.parse_args(argv)
+
+    home = Home(Path(tempfile.mkdtemp(prefix="bench-control-")) / "home")
+    ssps = [SystemStreamPartition("deltalog", "events", 0, b) for b in range(args.buckets)]
+    factor = args.buckets
+    writer = ControlPlane(home).checkpoints
+    batch = -1
+
+    def commit() -> None:
+        nonlocal batch
+        batch += 1
+        writer.write(JOB, 1, CheckpointMap(factor, {s: str(batch * 10 + i) for i, s in enumerate(ssps)}), batch)
+        if batch % 100 == 0:
+            writer.write(JOB, 1, CheckpointMap(factor, dict.fromkeys(ssps, str(batch))), -1)
+
+    def measure(label: str) -> list[float]:
+        first = median(args.samples, lambda: ControlPlane(home).checkpoints.latest(JOB, 1))
+        reader = ControlPlane(home).checkpoints
+        reader.latest(JOB, 1)
+
+        def read_after_commit() -> float:
+            commit()
+            started = time.perf_counter()
+            reader.latest(JOB, 1)
+            return time.perf_counter() - started
+
+        read = statistics.median(read_after_commit() for _ in range(args.samples)) * 1000
+        append = median(args.samples, commit)
+        log(f"{label}: first read {first:.1f} ms, read {read:.1f} ms, append {append:.1f} ms")
+        return [first, read, append]
+
+    writer.write(JOB, 1, CheckpointMap(factor, dict.fromkeys(ssps, "0")), -1)
+    rows = []
+    began = time.monotonic()
+    for share in (0.1, 0.5, 1.0):
+        target = int(args.batches * share)
+        while batch + 1 < target:
+            commit()
+            if (batch + 1) % max(1, args.batches // 10) == 0:
+                log(f"{batch + 1} of {args.batches} batches written ({time.monotonic() - began:.0f} s)")
+        rows.append([f"{batch + 1} batches", *measure(f"{batch + 1} batches")])
+    answer = ControlPlane(home).checkpoints.latest(JOB, 1)
+    done = compact_job(home, JOB, min_files=2)
+    if ControlPlane(home).checkpoints.latest(JOB, 1) != answer:
+        raise SystemExit("error: the compacted table answers differently: compaction lost or reordered rows")
+    log("compacted: " + ", ".join(f"{c.table} {c.files_before} -> {c.files_after} files" for c in done))
+    rows.append([f"{batch + 1} batches, compacted", *measure("compacted")])
+
+    print(
+        table(
+            [[r[0], *(f"{v:.1f}" for v in r[1:])] for r in rows],
+            ["table's age", "first read ms", "read ms", "append ms"],
+        )
+    )
+    before, after = rows[-2][1:], rows[-1][1:]
+    figures = {
+        "batches": args.batches,
+        "first_read_before_ms": round(before[0], 1),
+        "first_read_after_ms": round(after[0], 1),
+        "read_before_ms": round(before[1], 1),
+        "read_after_ms": round(after[1], 1),
+        "append_before_ms": round(before[2], 1),
+        "append_after_ms": round(after[2], 1),
+        "first_read_before_vs_after": round(before[0] / after[0], 2),
+        "append_before_vs_after": round(before[2] / after[2], 2),
+    }
+    print(json.dumps({"bench": "control", "figures": figures}))
+
+
+def median(samples: int, work: Callable[[], object]) -> float:
+    """The median wall time of ``work`` over ``samples`` runs, in ms."""
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+if __name__ == "__main__":
+    main()
