@@ -32,21 +32,26 @@ from pipelines.control.job_models import JOB_MODELS
 from pipelines.control.locks import SCALING_LOCKS
 from pipelines.control.metrics import METRICS
 from pipelines.control.scaling_events import SCALING_EVENTS
-from pipelines.control.table import COMMIT_RETRIES, ControlTable, TableSpec
-from pipelines.deltaio import CACHED_FILE_BYTES, readable, table_location
+from pipelines.control.table import COMMIT_RETRIES
+from pipelines.deltaio import CACHED_FILE_BYTES, open_if_table, readable
 from pipelines.errors import PipelinesError, StoreUnavailableError, store_unanswered
 
-TABLES: tuple[TableSpec, ...] = (
-    CHECKPOINTS,
-    METRICS,
-    DRIVERS,
-    JOB_MODELS,
-    SCALING_EVENTS,
-    SCALING_LOCKS,
-    DQ_RESULTS,
-    AUTOSIZE_DECISIONS,
+TABLES: tuple[str, ...] = tuple(
+    spec.name
+    for spec in (
+        CHECKPOINTS,
+        METRICS,
+        DRIVERS,
+        JOB_MODELS,
+        SCALING_EVENTS,
+        SCALING_LOCKS,
+        DQ_RESULTS,
+        AUTOSIZE_DECISIONS,
+    )
 )
-"""Every control table: each is partitioned by job, so one job's files are compacted without touching another's."""
+"""The control tables with a spec: each is partitioned by job, so one job's files are compacted without touching
+another's. ``adjunct_checkpoints`` (the stores' rows of each batch) is compacted too; its module is imported only
+then, being heavy for a driver's start."""
 
 MIN_FILES = 50
 """A job's partition of a table with fewer files is left as it is: rewriting it would gain nothing measurable."""
@@ -70,37 +75,37 @@ class Compacted:
 
 def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Compacted]:
     """Compact ``job``'s files in every control table that has at least ``min_files`` of them."""
+    from pipelines.adjunct.checkpoints import TABLE as ADJUNCT_CHECKPOINTS
+
     done = []
-    for spec in TABLES:
-        table = ControlTable(spec, home)
-        with table.lock:
-            dt = table.load()
-            if dt is None:
-                continue
-            root = table_location(dt)
-            with readable(root):
-                before = _files(dt, job)
-            if before == 0:
-                continue
-            if before < min_files:
-                done.append(Compacted(spec.name, before, before, 0))
-                continue
-            try:
-                dt.optimize.compact(
-                    partition_filters=[("job", "=", job)],
-                    target_size=TARGET_BYTES,
-                    commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES),
-                )
-                deleted = dt.vacuum(retention_hours=RETAIN_HOURS, dry_run=False, enforce_retention_duration=False)
-            except (DeltaError, OSError) as error:  # a rewrite that did not commit changed nothing: no damage
-                if store_unanswered(str(error)):
-                    raise StoreUnavailableError(f"the store of {root} did not answer the compaction: {error}") from None
-                raise PipelinesError(
-                    f"the compaction of {root} for job {job!r} failed, the table is unchanged: {error}"
-                ) from None
-            with readable(root):
-                dt.update_incremental()
-                done.append(Compacted(spec.name, before, _files(dt, job), len(deleted)))
+    for name in (*TABLES, ADJUNCT_CHECKPOINTS):
+        path = home.control_table(name)
+        dt = open_if_table(path)
+        if dt is None:
+            continue
+        with readable(path):
+            before = _files(dt, job)
+        if before == 0:
+            continue
+        if before < min_files:
+            done.append(Compacted(name, before, before, 0))
+            continue
+        try:
+            dt.optimize.compact(
+                partition_filters=[("job", "=", job)],
+                target_size=TARGET_BYTES,
+                commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES),
+            )
+            deleted = dt.vacuum(retention_hours=RETAIN_HOURS, dry_run=False, enforce_retention_duration=False)
+        except (DeltaError, OSError) as error:  # a rewrite that did not commit changed nothing: no damage
+            if store_unanswered(str(error)):
+                raise StoreUnavailableError(f"the store of {path} did not answer the compaction: {error}") from None
+            raise PipelinesError(
+                f"the compaction of {path} for job {job!r} failed, the table is unchanged: {error}"
+            ) from None
+        with readable(path):
+            dt.update_incremental()
+            done.append(Compacted(name, before, _files(dt, job), len(deleted)))
     return done
 
 

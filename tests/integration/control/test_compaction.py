@@ -131,3 +131,22 @@ def test_a_drivers_heartbeat_compacts_its_jobs_tables_and_says_so(
     Heartbeat(control, "a").compact()
     assert "[a] compacted control tables: checkpoints 55 -> 1 files, metrics 55 -> 1 files" in capsys.readouterr().out
     assert files(home, "metrics", "a") == 1
+
+
+def test_the_adjunct_stores_checkpoint_rows_are_compacted_too(tmp_path: Path) -> None:
+    """A job with adjunct stores adds a file of store rows with every batch (``adjunct.checkpoints``)."""
+    from datetime import UTC, datetime
+
+    from pipelines.adjunct.checkpoints import TABLE, append_store_checkpoints
+    from pipelines.deltaio import read_delta
+
+    home = Home(tmp_path / "home")
+    at = datetime(2026, 11, 27, tzinfo=UTC)
+    for b in range(52):
+        row = {"job": "a", "store": "customers", "system": "deltalog", "stream": "customers", "partition": 0}
+        row |= {"position": str(b), "seq": b, "generation": 0, "incarnation": "i1", "batch_id": b, "written_at": at}
+        append_store_checkpoints(home, [row])
+    rows = sorted(read_delta(home.control_table(TABLE)).to_pylist(), key=lambda r: r["batch_id"])
+    done = {c.table: c for c in compact_job(home, "a")}
+    assert (done[TABLE].files_before, done[TABLE].files_after) == (52, 1)
+    assert sorted(read_delta(home.control_table(TABLE)).to_pylist(), key=lambda r: r["batch_id"]) == rows
