@@ -101,7 +101,8 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
             if store_unanswered(str(error)):
                 raise StoreUnavailableError(f"the store of {path} did not answer the compaction: {error}") from None
             raise PipelinesError(
-                f"the compaction of {path} for job {job!r} failed, the table is unchanged: {error}"
+                f"the compaction of {path} for job {job!r} failed, the table is unchanged ({error}); "
+                f"run 'pipelines job compact {job}' again, or leave it to the job's driver (every 10 minutes)"
             ) from None
         with readable(path):
             dt.update_incremental()
