@@ -138,7 +138,10 @@ def create(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
-    """Compaction by hand: a job that is not running, or a home written before drivers compacted."""
+    """Compaction by hand: a job that is not running, or a home written before drivers compacted.
+
+    Superseded checkpoint rows are deleted first (``control.checkpoints.prune_superseded``).
+    """
     import dataclasses
 
     from pipelines.control import ControlPlane
@@ -152,7 +155,7 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
     output.emit(
         {"job": job, "tables": [dataclasses.asdict(c) for c in done]},
         lambda: table(
-            ["table", "files before", "files after", "old files deleted"],
-            [(c.table, c.files_before, c.files_after, c.deleted) for c in done],
+            ["table", "files before", "files after", "old files deleted", "superseded rows deleted"],
+            [(c.table, c.files_before, c.files_after, c.deleted, c.pruned) for c in done],
         ),
     )

@@ -16,19 +16,30 @@ under the app transaction ``start:<job>:v<version>``: two writers never get the
 same number, and the highest is the last written. ``written_at`` (the store's
 time) is shown, never compared; it orders only rows no number orders, start
 rows written before the column existed.
+
+Rows a reader never asks for again are deleted (``prune_superseded``): every
+reader wants a bucket's latest row or a version's start rows, so a bucket's
+batch rows older than its latest batch row are dead weight that every read of
+the version would otherwise load and sort (docs/storage.md, "Control tables
+over time").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column
+from pipelines.control.table import COMMIT_RETRIES, TIMESTAMP, ControlTable, TableSpec, check_int, column
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import NO_BUCKET, SystemStreamPartition, validate_name
+from pipelines.deltaio import read_delta, readable, table_location
 from pipelines.errors import ModelError
 from pipelines.storage.clock import StoreClock
 
@@ -167,3 +178,69 @@ def _in_write_order(rows: pa.Table) -> list[dict[str, Any]]:
     return sorted(
         rows.to_pylist(), key=lambda r: (r["batch_id"], r["seq"] if r["seq"] is not None else 0, r["written_at"])
     )
+
+
+_BUCKET = ["model_version", "system", "stream", "partition", "key_bucket"]
+# A delete names stale buckets as ``partition IN (...) AND key_bucket IN (...)`` per set of partitions with the same
+# stale buckets (one clause when every bucket advances with every batch): one clause per bucket took 25 s for 1,024
+# buckets. No arithmetic or cast on a column: delta-rs writes the predicate into its commit and parses it again when
+# a concurrent commit is checked against it, and neither comes back in a form it parses ("int64", "INT64").
+
+PRUNE_ATTEMPTS = 10
+"""A delete conflicts with every append that lands while it runs (delta-rs counts the append as new data the
+delete should have read); the same delete on the newer snapshot is still right, since a later row only supersedes."""
+
+
+def prune_superseded(dt: DeltaTable, job: str) -> int:
+    """Delete ``job``'s checkpoint rows of a batch older than the latest batch of their bucket; rows deleted.
+
+    Kept: every start row (batch -1: ``start`` reads them all, and the start
+    sequence counts them) and each bucket's latest batch row, replays of that
+    batch included, so ``latest``, ``latest_batch`` and ``start`` answer as
+    before. One delete commit; a blind append that lands beside it fails its
+    conflict check and is written again (``ControlTable.append``), and so is
+    the delete.
+    """
+    validate_name("job", job)
+    with readable(table_location(dt)):
+        rows = read_delta(dt, [("job", "=", job), ("batch_id", ">=", 0)], [*_BUCKET, "batch_id"])
+    if rows.num_rows == 0:
+        return 0
+    latest = rows.group_by(_BUCKET).aggregate([("batch_id", "max"), ("batch_id", "min")])
+    stale = latest.filter(pc.less(latest.column("batch_id_min"), latest.column("batch_id_max")))
+    if stale.num_rows == 0:
+        return 0
+    buckets: dict[tuple[int, str, str, int], dict[int, set[int]]] = {}  # (version, stream, latest) -> partitions
+    for r in stale.to_pylist():
+        key = (r["model_version"], r["system"], r["stream"], r["batch_id_max"])
+        buckets.setdefault(key, {}).setdefault(r["partition"], set()).add(r["key_bucket"])
+    clauses = []
+    for (version, system, stream, last), by_partition in sorted(buckets.items()):
+        alike: dict[frozenset[int], list[int]] = {}  # partitions with the same stale buckets: one clause
+        for partition, keys in by_partition.items():
+            alike.setdefault(frozenset(keys), []).append(partition)
+        clauses += [
+            f"(model_version = {version} AND system = {_literal(system)} AND stream = {_literal(stream)} "
+            f'AND batch_id < {last} AND "partition" IN ({_numbers(partitions)}) AND key_bucket IN ({_numbers(keys)}))'
+            for keys, partitions in alike.items()
+        ]
+    predicate = f"job = {_literal(job)} AND batch_id >= 0 AND ({' OR '.join(clauses)})"
+    for attempt in range(PRUNE_ATTEMPTS):
+        try:
+            done = dt.delete(predicate, commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
+            return int(done.get("num_deleted_rows", 0))
+        except CommitFailedError:
+            if attempt + 1 == PRUNE_ATTEMPTS:
+                raise
+            time.sleep(0.01 * 2**attempt)
+            with readable(table_location(dt)):
+                dt.update_incremental()
+    raise AssertionError("unreachable")
+
+
+def _numbers(values: Iterable[int]) -> str:
+    return ", ".join(map(str, sorted(values)))
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -7,7 +7,9 @@ on the checkpoints table, a fresh process's first read of a job's checkpoints to
 against 0.15 s after 200, an append 306 ms against 57 (``benchmarks/bench_control.py``). Compaction
 rewrites one job's files of one table into a few, with the same rows; it changes no answer, since every
 reader orders rows by their numbers (batch, sequence, version), never by file (docs/storage.md, "Control
-tables over time").
+tables over time"). Before the checkpoints table is rewritten, its rows no reader asks for again are deleted
+(``checkpoints.prune_superseded``): files alone do not keep a read of a version's latest checkpoints from
+growing with the version's age, its rows do.
 
 Safe beside the job's own writers: a compaction commit only removes files as a rewrite
 (``dataChange=false``), which Delta's conflict rules let through concurrent appends, and a reader that
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import DeltaError
 
-from pipelines.control.checkpoints import CHECKPOINTS
+from pipelines.control.checkpoints import CHECKPOINTS, prune_superseded
 from pipelines.control.decisions import AUTOSIZE_DECISIONS
 from pipelines.control.dq_results import DQ_RESULTS
 from pipelines.control.drivers import DRIVERS
@@ -71,6 +73,7 @@ class Compacted:
     files_before: int
     files_after: int
     deleted: int  # files of earlier compactions, older than RETAIN_HOURS, removed from the store
+    pruned: int = 0  # rows no reader asks for again, deleted first (checkpoints: ``prune_superseded``)
 
 
 def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Compacted]:
@@ -91,22 +94,23 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
             done.append(Compacted(name, before, before, 0))
             continue
         try:
+            pruned = prune_superseded(dt, job) if name == CHECKPOINTS.name else 0
             dt.optimize.compact(
                 partition_filters=[("job", "=", job)],
                 target_size=TARGET_BYTES,
                 commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES),
             )
             deleted = dt.vacuum(retention_hours=RETAIN_HOURS, dry_run=False, enforce_retention_duration=False)
-        except (DeltaError, OSError) as error:  # a rewrite that did not commit changed nothing: no damage
+        except (DeltaError, OSError) as error:  # a commit that did not land changed nothing: no damage
             if store_unanswered(str(error)):
                 raise StoreUnavailableError(f"the store of {path} did not answer the compaction: {error}") from None
             raise PipelinesError(
-                f"the compaction of {path} for job {job!r} failed, the table is unchanged ({error}); "
+                f"the compaction of {path} for job {job!r} failed, its answers are unchanged ({error}); "
                 f"run 'pipelines job compact {job}' again, or leave it to the job's driver (every 10 minutes)"
             ) from None
         with readable(path):
             dt.update_incremental()
-            done.append(Compacted(name, before, _files(dt, job), len(deleted)))
+            done.append(Compacted(name, before, _files(dt, job), len(deleted), pruned))
     return done
 
 
@@ -116,5 +120,10 @@ def _files(dt: DeltaTable, job: str) -> int:
 
 def summary(done: Iterable[Compacted]) -> str:
     """One line for a driver's log or a CLI: the tables whose files were rewritten."""
-    changed = [f"{c.table} {c.files_before} -> {c.files_after} files" for c in done if c.files_after < c.files_before]
+    changed = [
+        f"{c.table} {c.files_before} -> {c.files_after} files"
+        + (f" ({c.pruned:,} superseded rows deleted)" if c.pruned else "")
+        for c in done
+        if c.files_after < c.files_before or c.pruned
+    ]
     return ", ".join(changed) if changed else "nothing to compact"

@@ -59,6 +59,11 @@ COMMIT_RETRIES = 100
 """How often an append is rebased onto commits that beat it: a blind append never conflicts, it only lost a race.
 delta-rs's default, 15, lost 4 of 24 appends of 24 processes committing at once to one table on S3."""
 
+BLIND_APPEND_ATTEMPTS = 5
+"""How often a blind append is written again after its commit failed a conflict check. delta-rs counts every append
+as a read of the whole table, so a concurrent delete (``checkpoints.prune_superseded``) fails it; the rows depend on
+nothing the append read, so writing them again on the newer snapshot is the same fact, once."""
+
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -224,8 +229,16 @@ class ControlTable:
         """
         data = pa.Table.from_pylist(rows, schema=self.spec.schema)
         props = CommitProperties(app_transactions=[txn] if txn is not None else None, max_commit_retries=COMMIT_RETRIES)
-        with self.lock:
-            append(dt if dt is not None else self.ensure(), data, commit_properties=props)
+        blind = txn is None and dt is None
+        for attempt in range(BLIND_APPEND_ATTEMPTS if blind else 1):
+            try:
+                with self.lock:
+                    append(dt if dt is not None else self.ensure(), data, commit_properties=props)
+                return
+            except CommitFailedError:
+                if attempt + 1 == BLIND_APPEND_ATTEMPTS or not blind:
+                    raise
+                time.sleep(0.01 * 2**attempt)
 
     def append_next(
         self,

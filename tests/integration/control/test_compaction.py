@@ -56,7 +56,6 @@ def answers(home: Home, job: str) -> tuple[object, ...]:
         control.checkpoints.latest(job, 1).offsets,
         control.checkpoints.latest_batch(job, 1),
         control.checkpoints.start(job, 1),
-        control.checkpoints.table.read(job).num_rows,
         metrics.to_dict("records"),
     )
 
@@ -76,6 +75,10 @@ def test_compaction_rewrites_one_jobs_files_into_few_and_every_answer_stays_the_
     assert (done["metrics"].files_before, done["metrics"].files_after) == (60, 1)
     assert files(home, "checkpoints", "a") == 1 and files(home, "checkpoints", "b") == 5, "job b's files untouched"
     assert answers(home, "a") == before_a and answers(home, "b") == before_b
+    assert done["checkpoints"].pruned == 59 * 4, "each bucket's 59 superseded batch rows"
+    assert ControlPlane(home).checkpoints.table.read("a").num_rows == 4 + 4, "the start rows and the latest ones"
+    assert ControlPlane(home).checkpoints.table.read("b").num_rows == 5 * 4, "job b's rows untouched"
+    assert done["metrics"].pruned == 0, "metrics keep their history"
     write_batches(control, "a", 60, 1)  # the job writes on, through the handle it held across the compaction
     assert ControlPlane(home).checkpoints.latest_batch("a", 1) == 60
 
@@ -91,6 +94,8 @@ def test_a_table_with_fewer_files_than_the_threshold_is_left_alone(tmp_path: Pat
 
 
 def test_compaction_beside_a_writing_driver_loses_and_reorders_nothing(tmp_path: Path) -> None:
+    """Each round deletes superseded checkpoint rows, which fails the writer's concurrent appends' conflict check
+    (delta-rs counts an append as a read of the whole table): the writer's appends are retried, none is lost."""
     home = Home(tmp_path / "home")
     control = ControlPlane(home)
     control.checkpoints.write("a", 1, CheckpointMap(2, dict.fromkeys(SSPS, "0")), -1)
@@ -115,7 +120,7 @@ def test_compaction_beside_a_writing_driver_loses_and_reorders_nothing(tmp_path:
     assert fresh.checkpoints.latest_batch("a", 1) == 99
     assert fresh.checkpoints.latest("a", 1).offsets == {s: str(99 * 10 + i) for i, s in enumerate(SSPS)}
     batches = fresh.checkpoints.table.read("a", [("batch_id", ">=", 0)]).column("batch_id").to_pylist()
-    assert sorted(batches) == sorted(b for b in range(100) for _ in SSPS), "every batch's rows, once"
+    assert batches == [99] * len(SSPS), "the superseded rows deleted while the writer wrote, its last batch's kept"
     seqs = fresh.checkpoints.table.read("a", [("batch_id", "=", -1)]).column("seq").to_pylist()
     assert sorted(set(seqs)) == list(range(1, 18)), "the start rows' numbers: 1 for the first, one per later write"
     assert sorted(fresh.metrics.read("a")["batch_id"]) == list(range(100))
@@ -129,7 +134,11 @@ def test_a_drivers_heartbeat_compacts_its_jobs_tables_and_says_so(
     control = ControlPlane(home)
     write_batches(control, "a", 0, 55)
     Heartbeat(control, "a").compact()
-    assert "[a] compacted control tables: checkpoints 55 -> 1 files, metrics 55 -> 1 files" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert (
+        "[a] compacted control tables: checkpoints 55 -> 1 files (216 superseded rows deleted), metrics 55 -> 1 files"
+        in out
+    )
     assert files(home, "metrics", "a") == 1
 
 
@@ -150,3 +159,39 @@ def test_the_adjunct_stores_checkpoint_rows_are_compacted_too(tmp_path: Path) ->
     done = {c.table: c for c in compact_job(home, "a")}
     assert (done[TABLE].files_before, done[TABLE].files_after) == (52, 1)
     assert sorted(read_delta(home.control_table(TABLE)).to_pylist(), key=lambda r: r["batch_id"]) == rows
+
+
+def test_pruning_keeps_each_buckets_latest_row_the_start_rows_and_replays_across_versions(tmp_path: Path) -> None:
+    """Partial maps (a batch writes only the buckets it advanced), an idle bucket, a replayed batch, two versions."""
+    from pipelines.control.checkpoints import prune_superseded
+
+    home = Home(tmp_path / "home")
+    control = ControlPlane(home)
+    busy, idle = SSPS[:3], SSPS[3]
+    for version in (1, 2):
+        control.checkpoints.write("a", version, CheckpointMap(2, dict.fromkeys(SSPS, "0")), -1)
+        control.checkpoints.write("a", version, CheckpointMap(2, {idle: "5"}), 0)  # then idle for good
+        for b in range(1, 8):
+            control.checkpoints.write("a", version, CheckpointMap(2, {s: f"{b}{i}" for i, s in enumerate(busy)}), b)
+        control.checkpoints.write("a", version, CheckpointMap(2, {s: f"7{i}" for i, s in enumerate(busy)}), 7)
+    control.checkpoints.write("a", 2, CheckpointMap(2, dict.fromkeys(SSPS, "1")), -1)  # a carry-forward rewrite
+    before = [answers(home, "a"), (control.checkpoints.latest("a", 2), control.checkpoints.start("a", 2))]
+
+    dt = DeltaTable(str(home.root / "control" / "checkpoints"))
+    assert prune_superseded(dt, "a") == 2 * 6 * 3, "per version: batches 1-6 of the three busy buckets"
+    assert prune_superseded(DeltaTable(str(home.root / "control" / "checkpoints")), "a") == 0, "nothing left to do"
+
+    fresh = ControlPlane(home)
+    assert [answers(home, "a"), (fresh.checkpoints.latest("a", 2), fresh.checkpoints.start("a", 2))] == before
+    rows = fresh.checkpoints.table.read("a", [("model_version", "=", 1)]).to_pylist()
+    kept = sorted((r["batch_id"], r["partition"], r["key_bucket"]) for r in rows)
+    assert kept == sorted(
+        [(-1, s.partition, s.key_bucket) for s in SSPS]
+        + [(0, 1, 1)]
+        + [(7, s.partition, s.key_bucket) for s in busy for _ in range(2)]
+    ), kept
+    assert fresh.checkpoints.latest("a", 1).offsets[idle] == "5", "the idle bucket keeps its only batch row"
+    write_batches(fresh, "a", 8, 1)  # the start sequence goes on from the rows kept
+    fresh.checkpoints.write("a", 2, CheckpointMap(2, dict.fromkeys(SSPS, "2")), -1)
+    seqs = fresh.checkpoints.table.read("a", [("model_version", "=", 2), ("batch_id", "=", -1)]).column("seq")
+    assert sorted(set(seqs.to_pylist())) == [1, 2, 3]
