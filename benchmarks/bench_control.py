@@ -11,26 +11,32 @@ rows per batch, a start row under an application transaction every 100 batches).
 * **read**: the same read again on the same handle after one more commit (the table refreshed incrementally);
 * **append**: one batch's commit.
 
-Then it compacts the job's files (``control.compaction``, as a driver's heartbeat does every 10 minutes) and
-measures the same three at the same age. The baseline is the same table before compaction, in the same run.
+Then it measures the same three at the same age on two copies of the aged table: one with its files compacted
+only (Delta's optimize), one compacted as a driver's heartbeat does every 10 minutes (``control.compaction``:
+superseded rows deleted, then the files compacted). The baseline is the aged table itself, in the same run.
 
-Figures (the last line, JSON): the three medians before and after compaction at ``--batches``, in ms, and
-``first_read_before_vs_after``, ``append_before_vs_after`` (ratios: above 1, compaction saves).
+Figures (the last line, JSON): the medians before, after the files-only compaction and after the driver's compaction
+at ``--batches``, in ms, and ``first_read_before_vs_after``, ``read_files_only_vs_after`` (what pruning the rows adds
+to compacting the files), ``append_before_vs_after`` (ratios: above 1, the compaction saves).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from deltalake import DeltaTable
+
 from benchmarks.bench_runtime import log, table
 from pipelines.cli.table import count
 from pipelines.control import ControlPlane
-from pipelines.control.compaction import compact_job
+from pipelines.control.checkpoints import Checkpoints
+from pipelines.control.compaction import TARGET_BYTES, compact_job, summary
 from pipelines.control.home import Home
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
@@ -46,68 +52,86 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=count(1), default=10, help="measurements per figure (the median is kept)")
     args = parser.parse_args(argv)
 
-    home = Home(Path(tempfile.mkdtemp(prefix="bench-control-")) / "home")
+    root = Path(tempfile.mkdtemp(prefix="bench-control-"))
     ssps = [SystemStreamPartition("deltalog", "events", 0, b) for b in range(args.buckets)]
     factor = args.buckets
-    writer = ControlPlane(home).checkpoints
     batch = -1
 
-    def commit() -> None:
+    def commit(home: Home) -> None:
         nonlocal batch
         batch += 1
+        if home.root not in writers:  # one writer per table, as a driver keeps its handle
+            writers[home.root] = ControlPlane(home).checkpoints
+        writer = writers[home.root]
         writer.write(JOB, 1, CheckpointMap(factor, {s: str(batch * 10 + i) for i, s in enumerate(ssps)}), batch)
         if batch % 100 == 0:
             writer.write(JOB, 1, CheckpointMap(factor, dict.fromkeys(ssps, str(batch))), -1)
 
-    def measure(label: str) -> list[float]:
+    def measure(label: str, home: Home) -> list[float]:
+        nonlocal batch
+        at = batch
         first = median(args.samples, lambda: ControlPlane(home).checkpoints.latest(JOB, 1))
         reader = ControlPlane(home).checkpoints
         reader.latest(JOB, 1)
 
         def read_after_commit() -> float:
-            commit()
+            commit(home)
             started = time.perf_counter()
             reader.latest(JOB, 1)
             return time.perf_counter() - started
 
         read = statistics.median(read_after_commit() for _ in range(args.samples)) * 1000
-        append = median(args.samples, commit)
+        append = median(args.samples, lambda: commit(home))
+        batch = at  # the next state is measured at the same age
         log(f"{label}: first read {first:.1f} ms, read {read:.1f} ms, append {append:.1f} ms")
         return [first, read, append]
 
-    writer.write(JOB, 1, CheckpointMap(factor, dict.fromkeys(ssps, "0")), -1)
-    rows = []
+    writers: dict[Path, Checkpoints] = {}
+    aged = Home(root / "aged")
+    ControlPlane(aged).checkpoints.write(JOB, 1, CheckpointMap(factor, dict.fromkeys(ssps, "0")), -1)
+    rows: list[tuple[str, list[float]]] = []
     began = time.monotonic()
     for share in (0.1, 0.5, 1.0):
         target = int(args.batches * share)
         while batch + 1 < target:
-            commit()
+            commit(aged)
             if (batch + 1) % max(1, args.batches // 10) == 0:
                 log(f"{batch + 1} of {args.batches} batches written ({time.monotonic() - began:.0f} s)")
-        rows.append([f"{batch + 1} batches", *measure(f"{batch + 1} batches")])
-    answer = ControlPlane(home).checkpoints.latest(JOB, 1)
-    done = compact_job(home, JOB, min_files=2)
-    if ControlPlane(home).checkpoints.latest(JOB, 1) != answer:
-        raise SystemExit("error: the compacted table answers differently: compaction lost or reordered rows")
-    log("compacted: " + ", ".join(f"{c.table} {c.files_before} -> {c.files_after} files" for c in done))
-    rows.append([f"{batch + 1} batches, compacted", *measure("compacted")])
+        if share == 1.0:  # two copies of the aged table: one with its files compacted only, one compacted and pruned
+            answer = ControlPlane(aged).checkpoints.latest(JOB, 1)
+            shutil.copytree(aged.root, root / "files-only")
+            shutil.copytree(aged.root, root / "pruned")
+        rows.append((f"{batch + 1} batches", measure(f"{batch + 1} batches", aged)))
+    files_only, pruned = Home(root / "files-only"), Home(root / "pruned")
+    DeltaTable(str(files_only.control_table("checkpoints"))).optimize.compact(target_size=TARGET_BYTES)
+    done = compact_job(pruned, JOB, min_files=2)
+    for home in (files_only, pruned):
+        if ControlPlane(home).checkpoints.latest(JOB, 1) != answer:
+            raise SystemExit(f"error: the table in {home.root.name} answers differently: rows were lost or reordered")
+    log("compacted: " + summary(done))
+    rows.append((f"{batch + 1} batches, files compacted", measure("files compacted", files_only)))
+    rows.append((f"{batch + 1} batches, compacted and pruned", measure("compacted and pruned", pruned)))
+    shutil.rmtree(root, ignore_errors=True)
 
     print(
         table(
-            [[r[0], *(f"{v:.1f}" for v in r[1:])] for r in rows],
+            [[name, *(f"{v:.1f}" for v in values)] for name, values in rows],
             ["table's age", "first read ms", "read ms", "append ms"],
         )
     )
-    before, after = rows[-2][1:], rows[-1][1:]
+    before, files, after = rows[-3][1], rows[-2][1], rows[-1][1]
     figures = {
         "batches": args.batches,
         "first_read_before_ms": round(before[0], 1),
+        "first_read_files_only_ms": round(files[0], 1),
         "first_read_after_ms": round(after[0], 1),
         "read_before_ms": round(before[1], 1),
+        "read_files_only_ms": round(files[1], 1),
         "read_after_ms": round(after[1], 1),
         "append_before_ms": round(before[2], 1),
         "append_after_ms": round(after[2], 1),
         "first_read_before_vs_after": round(before[0] / after[0], 2),
+        "read_files_only_vs_after": round(files[1] / after[1], 2),
         "append_before_vs_after": round(before[2] / after[2], 2),
     }
     print(json.dumps({"bench": "control", "figures": figures}))
