@@ -8,6 +8,7 @@ plane's rows (docs/design.md, "Beyond one machine").
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pipelines.control import ControlPlane, Home
@@ -99,7 +100,8 @@ def measure(home: Home, event: ScalingEvent) -> dict[str, Any]:
     if event.to_version is None:
         return figures
     if event.details.get("mode") == Mode.IN_PLACE:
-        stopped = metric_times(control, event.job, event.from_version, ("query_stopped",))
+        # the old query stopped after the event began, both stamped by the store's clock
+        stopped = metric_times(control, event.job, event.from_version, ("query_stopped",), since=event.started_at)
         resumed = metric_times(control, event.job, event.to_version, ("first_progress",)) or metric_times(
             control, event.job, event.to_version, ("query_started",)
         )
@@ -143,11 +145,17 @@ def records_replayed(home: Home, job: str, old: int | None, new: int) -> int | N
     return total
 
 
-def metric_times(control: ControlPlane, job: str, version: int | None, names: tuple[str, ...]) -> list[float]:
-    """When a model version's driver reported the named metrics (query started, stopped, first progress)."""
+def metric_times(
+    control: ControlPlane, job: str, version: int | None, names: tuple[str, ...], since: datetime | None = None
+) -> list[float]:
+    """When a model version's driver reported the named metrics (query started, stopped, first progress).
+
+    ``since`` (the store's time) skips the files of an old version's earlier life: without it, the stop of a
+    version that ran for days is looked for among all of its metric rows.
+    """
     if version is None:
         return []
-    frame = control.metrics.read(job, model_version=version, metrics=names)
+    frame = control.metrics.read(job, model_version=version, metrics=names, since=since)
     return [float(v) for v in frame["value"]] if len(frame) else []
 
 
