@@ -1,6 +1,6 @@
 """Benchmark of a control table as a job ages: reads and appends after many batches, before and after compaction.
 
-    python -m benchmarks.bench_control [--batches 2000] [--buckets 4] [--samples 10]
+    python -m benchmarks.bench_control [--batches 2000] [--buckets 4] [--samples 10] [--metric-batches 200000]
 
 What runs: one job's checkpoints table on local disk, written as a driver writes it (one commit of ``--buckets``
 rows per batch, a start row under an application transaction every 100 batches). At a few points of its life
@@ -18,6 +18,11 @@ superseded rows deleted, then the files compacted). The baseline is the aged tab
 Figures (the last line, JSON): the medians before, after the files-only compaction and after the driver's compaction
 at ``--batches``, in ms, and ``first_read_before_vs_after``, ``read_files_only_vs_after`` (what pruning the rows adds
 to compacting the files), ``append_before_vs_after`` (ratios: above 1, the compaction saves).
+
+Second part, the metrics table: one model version's metric rows after ``--metric-batches`` batches (12 rows a batch,
+as a factor-4 job's sink writes them; the files as a driver's compaction leaves them), read as the autosizer reads
+its batch rows: the whole version (what it read before) against the rows of its 300 s window (what it reads now).
+Figures ``autosize_read_whole_ms``, ``autosize_read_window_ms`` and ``autosize_read_whole_vs_window``.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from deltalake import DeltaTable
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.bench_runtime import log, table
 from pipelines.cli.table import count
@@ -38,8 +45,12 @@ from pipelines.control import ControlPlane
 from pipelines.control.checkpoints import Checkpoints
 from pipelines.control.compaction import TARGET_BYTES, compact_job, summary
 from pipelines.control.home import Home
+from pipelines.control.metrics import METRICS
+from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
+from pipelines.deltaio import forget_parsed_files
+from pipelines.operations.autosize import BATCH_METRICS, HEARTBEAT, QUERY_BOUNDARIES
 from pipelines.usage import Parser
 
 JOB = "aged"
@@ -50,6 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=count(20), default=2000, help="batches the job has committed at the end")
     parser.add_argument("--buckets", type=count(1), default=4, help="checkpoint rows per batch")
     parser.add_argument("--samples", type=count(1), default=10, help="measurements per figure (the median is kept)")
+    parser.add_argument(
+        "--metric-batches",
+        type=count(1),
+        default=200_000,
+        help="batches of metric rows of the version the autosizer reads",
+    )
     args = parser.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="bench-control-"))
@@ -111,7 +128,6 @@ def main(argv: list[str] | None = None) -> None:
     log("compacted: " + summary(done))
     rows.append((f"{batch + 1} batches, files compacted", measure("files compacted", files_only)))
     rows.append((f"{batch + 1} batches, compacted and pruned", measure("compacted and pruned", pruned)))
-    shutil.rmtree(root, ignore_errors=True)
 
     print(
         table(
@@ -134,7 +150,57 @@ def main(argv: list[str] | None = None) -> None:
         "read_files_only_vs_after": round(files[1] / after[1], 2),
         "append_before_vs_after": round(before[2] / after[2], 2),
     }
+    figures |= metrics_reads(root, args.metric_batches, args.samples)
+    shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({"bench": "control", "figures": figures}))
+
+
+METRIC_NAMES = ("task_count", "sink_commit_s", "input_records", "control_commit_s") + ("process_s", "records_in") * 4
+"""A batch's metric rows as a factor-4 job's sink writes them (four tasks' rows, the batch's own)."""
+
+
+def metrics_reads(root: Path, batches: int, samples: int) -> dict[str, float]:
+    """The autosizer's read of a version's batch rows after ``batches`` batches: the whole version (before) or
+    its window (now); the table is as a driver's compaction leaves it (files of up to 1 MiB, in commit order)."""
+    home = Home(root / "metrics")
+    began = datetime(2026, 11, 27, tzinfo=UTC)
+    path = str(home.control_table("metrics"))
+    for first in range(0, batches, 10_000):
+        ids = range(first, min(batches, first + 10_000))
+        n = len(METRIC_NAMES)
+        rows = {
+            "job": [JOB] * (len(ids) * n),
+            "model_version": [1] * (len(ids) * n),
+            "batch_id": [b for b in ids for _ in METRIC_NAMES],
+            "task": [f"Partition {i % 4}" if i >= 4 else None for _ in ids for i in range(n)],
+            "metric": [m for _ in ids for m in METRIC_NAMES],
+            "value": [float(b) for b in ids for _ in METRIC_NAMES],
+            "at": [began + timedelta(seconds=b) for b in ids for _ in METRIC_NAMES],
+        }
+        data = pa.Table.from_pydict(rows, schema=METRICS.schema)
+        write_deltalake(path, data, mode="append", partition_by=["job"], target_file_size=TARGET_BYTES)
+        log(f"metrics: {ids.stop:,} of {batches:,} batches written")
+    now = began + timedelta(seconds=batches)
+    names = [*BATCH_METRICS, *QUERY_BOUNDARIES, HEARTBEAT]
+    window = now - timedelta(seconds=AutosizeConfig().window_s)
+
+    def read(since: datetime | None) -> None:
+        forget_parsed_files()  # an evaluation is an Airflow task: a fresh process, nothing parsed yet
+        ControlPlane(home).metrics.read(JOB, model_version=1, metrics=names, since=since)
+
+    whole, windowed = median(samples, lambda: read(None)), median(samples, lambda: read(window))
+    print(
+        table(
+            [[f"{batches:,} batches", f"{whole:.1f}", f"{windowed:.1f}"]],
+            ["version's age", "whole version ms (before)", "window ms (now)"],
+        )
+    )
+    return {
+        "metric_batches": batches,
+        "autosize_read_whole_ms": round(whole, 1),
+        "autosize_read_window_ms": round(windowed, 1),
+        "autosize_read_whole_vs_window": round(whole / windowed, 2),
+    }
 
 
 def median(samples: int, work: Callable[[], object]) -> float:
