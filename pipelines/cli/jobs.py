@@ -140,7 +140,7 @@ def create(args: argparse.Namespace, home: Home, output: Output) -> None:
 def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
     """Compaction by hand: a job that is not running, or a home written before drivers compacted.
 
-    Superseded checkpoint rows are deleted first (``control.checkpoints.prune_superseded``).
+    Superseded checkpoint rows, and metric rows past the job's ``metrics_retention_hours``, are deleted too.
     """
     import dataclasses
 
@@ -155,7 +155,7 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
     output.emit(
         {"job": job, "tables": [dataclasses.asdict(c) for c in done]},
         lambda: table(
-            ["table", "files before", "files after", "old files deleted", "superseded rows deleted"],
-            [(c.table, c.files_before, c.files_after, c.deleted, c.pruned) for c in done],
+            ["table", "files before", "files after", "old files deleted", "rows deleted"],
+            [(c.table, c.files_before, c.files_after, c.deleted, c.rows_deleted) for c in done],
         ),
     )

@@ -26,17 +26,15 @@ over time").
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError
+from deltalake import DeltaTable
 
 from pipelines.control.home import Home
-from pipelines.control.table import COMMIT_RETRIES, TIMESTAMP, ControlTable, TableSpec, check_int, column
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column, delete_rows, sql_text
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import NO_BUCKET, SystemStreamPartition, validate_name
 from pipelines.deltaio import read_delta, readable, table_location
@@ -186,10 +184,6 @@ _BUCKET = ["model_version", "system", "stream", "partition", "key_bucket"]
 # buckets. No arithmetic or cast on a column: delta-rs writes the predicate into its commit and parses it again when
 # a concurrent commit is checked against it, and neither comes back in a form it parses ("int64", "INT64").
 
-PRUNE_ATTEMPTS = 10
-"""A delete conflicts with every append that lands while it runs (delta-rs counts the append as new data the
-delete should have read); the same delete on the newer snapshot is still right, since a later row only supersedes."""
-
 
 def prune_superseded(dt: DeltaTable, job: str) -> int:
     """Delete ``job``'s checkpoint rows of a batch older than the latest batch of their bucket; rows deleted.
@@ -197,9 +191,8 @@ def prune_superseded(dt: DeltaTable, job: str) -> int:
     Kept: every start row (batch -1: ``start`` reads them all, and the start
     sequence counts them) and each bucket's latest batch row, replays of that
     batch included, so ``latest``, ``latest_batch`` and ``start`` answer as
-    before. One delete commit; a blind append that lands beside it fails its
-    conflict check and is written again (``ControlTable.append``), and so is
-    the delete.
+    before. One delete commit (``table.delete_rows``: run again if an append
+    lands beside it).
     """
     validate_name("job", job)
     with readable(table_location(dt)):
@@ -220,27 +213,13 @@ def prune_superseded(dt: DeltaTable, job: str) -> int:
         for partition, keys in by_partition.items():
             alike.setdefault(frozenset(keys), []).append(partition)
         clauses += [
-            f"(model_version = {version} AND system = {_literal(system)} AND stream = {_literal(stream)} "
+            f"(model_version = {version} AND system = {sql_text(system)} AND stream = {sql_text(stream)} "
             f'AND batch_id < {last} AND "partition" IN ({_numbers(partitions)}) AND key_bucket IN ({_numbers(keys)}))'
             for keys, partitions in alike.items()
         ]
-    predicate = f"job = {_literal(job)} AND batch_id >= 0 AND ({' OR '.join(clauses)})"
-    for attempt in range(PRUNE_ATTEMPTS):
-        try:
-            done = dt.delete(predicate, commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
-            return int(done.get("num_deleted_rows", 0))
-        except CommitFailedError:
-            if attempt + 1 == PRUNE_ATTEMPTS:
-                raise
-            time.sleep(0.01 * 2**attempt)
-            with readable(table_location(dt)):
-                dt.update_incremental()
-    raise AssertionError("unreachable")
+    predicate = f"job = {sql_text(job)} AND batch_id >= 0 AND ({' OR '.join(clauses)})"
+    return delete_rows(dt, predicate)
 
 
 def _numbers(values: Iterable[int]) -> str:
     return ", ".join(map(str, sorted(values)))
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import DeltaError
 
+from pipelines.control import ControlPlane
 from pipelines.control.checkpoints import CHECKPOINTS, prune_superseded
 from pipelines.control.decisions import AUTOSIZE_DECISIONS
 from pipelines.control.dq_results import DQ_RESULTS
@@ -33,6 +35,7 @@ from pipelines.control.home import Home
 from pipelines.control.job_models import JOB_MODELS
 from pipelines.control.locks import SCALING_LOCKS
 from pipelines.control.metrics import METRICS
+from pipelines.control.metrics import expire as expire_metrics
 from pipelines.control.scaling_events import SCALING_EVENTS
 from pipelines.control.table import COMMIT_RETRIES
 from pipelines.deltaio import CACHED_FILE_BYTES, open_if_table, readable
@@ -73,13 +76,18 @@ class Compacted:
     files_before: int
     files_after: int
     deleted: int  # files of earlier compactions, older than RETAIN_HOURS, removed from the store
-    pruned: int = 0  # rows no reader asks for again, deleted first (checkpoints: ``prune_superseded``)
+    rows_deleted: int = 0  # rows no reader asks for again: superseded checkpoints, metrics past their retention
 
 
 def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Compacted]:
-    """Compact ``job``'s files in every control table that has at least ``min_files`` of them."""
+    """Compact ``job``'s files in every control table that has at least ``min_files`` of them.
+
+    Rows no reader asks for again are deleted first: superseded checkpoints, and metric rows older than the job's
+    ``metrics_retention_hours`` (whatever the table's file count).
+    """
     from pipelines.adjunct.checkpoints import TABLE as ADJUNCT_CHECKPOINTS
 
+    expired_before = ControlPlane(home).clock.now() - timedelta(hours=_metrics_retention_hours(home, job))
     done = []
     for name in (*TABLES, ADJUNCT_CHECKPOINTS):
         path = home.control_table(name)
@@ -90,11 +98,15 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
             before = _files(dt, job)
         if before == 0:
             continue
-        if before < min_files:
-            done.append(Compacted(name, before, before, 0))
-            continue
         try:
-            pruned = prune_superseded(dt, job) if name == CHECKPOINTS.name else 0
+            rows_deleted = expire_metrics(dt, job, expired_before) if name == METRICS.name else 0
+            if before < min_files:
+                if rows_deleted:
+                    dt.update_incremental()
+                done.append(Compacted(name, before, _files(dt, job) if rows_deleted else before, 0, rows_deleted))
+                continue
+            if name == CHECKPOINTS.name:
+                rows_deleted = prune_superseded(dt, job)
             dt.optimize.compact(
                 partition_filters=[("job", "=", job)],
                 target_size=TARGET_BYTES,
@@ -110,8 +122,22 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
             ) from None
         with readable(path):
             dt.update_incremental()
-            done.append(Compacted(name, before, _files(dt, job), len(deleted), pruned))
+            done.append(Compacted(name, before, _files(dt, job), len(deleted), rows_deleted))
     return done
+
+
+def _metrics_retention_hours(home: Home, job: str) -> int:
+    """The job's ``metrics_retention_hours``, from its active model's configuration (the default without one)."""
+    from pipelines.jobs.config import JobConfig, job_config
+
+    control = ControlPlane(home)
+    try:
+        version = control.job_models.active_version(job)
+        if version is not None:
+            return job_config(control.job_models.get(job, version)).metrics_retention_hours
+    except PipelinesError:
+        pass  # no model to read it from (a job being created, a damaged model): the default
+    return JobConfig.metrics_retention_hours
 
 
 def _files(dt: DeltaTable, job: str) -> int:
@@ -122,8 +148,8 @@ def summary(done: Iterable[Compacted]) -> str:
     """One line for a driver's log or a CLI: the tables whose files were rewritten."""
     changed = [
         f"{c.table} {c.files_before} -> {c.files_after} files"
-        + (f" ({c.pruned:,} superseded rows deleted)" if c.pruned else "")
+        + (f" ({c.rows_deleted:,} rows deleted)" if c.rows_deleted else "")
         for c in done
-        if c.files_after < c.files_before or c.pruned
+        if c.files_after < c.files_before or c.rows_deleted
     ]
     return ", ".join(changed) if changed else "nothing to compact"

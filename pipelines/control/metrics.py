@@ -9,6 +9,12 @@ switch (an in-place switch: both ends stamped by one driver, one clock).
 A row's ``at`` is the store's time (``ControlTable.now``): the autosizer's
 window and a batch's wall time are measured on one clock, whichever host
 committed the batch.
+
+Every reader reads a window (the page its last hour, the autosizer its last
+minutes, a rescale's record the time since it began), so rows older than the
+job's ``metrics_retention_hours`` are deleted with the control tables'
+compaction (``expire``): the table's size stays that of the retention, not of
+the job's life.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from pipelines.control.home import Home
-from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
+from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, delete_rows, sql_text
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError
 from pipelines.storage.clock import StoreClock
@@ -124,3 +131,18 @@ class Metrics:
             reverse=True,
         )
         return since if len(ends) <= max_files else max(since, ends[max_files - 1])
+
+
+def expire(dt: DeltaTable, job: str, before: datetime) -> int:
+    """Delete ``job``'s metric rows written before ``before`` (the store's time); the number of rows deleted.
+
+    No commit when no file of the job holds such a row (by the files' ``at`` statistics, from the log).
+    """
+    validate_name("job", job)
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if "min.at" not in actions.column_names:
+        return 0
+    owners, starts = actions.column("partition.job").to_pylist(), actions.column("min.at").to_pylist()
+    if not any(owner == job and (start is None or start < before) for owner, start in zip(owners, starts, strict=True)):
+        return 0
+    return delete_rows(dt, f"job = {sql_text(job)} AND at < {sql_text(before.isoformat())}")

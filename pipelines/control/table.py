@@ -269,6 +269,35 @@ class ControlTable:
         raise AssertionError("unreachable")
 
 
+DELETE_ATTEMPTS = 10
+"""How often a delete is run again after its commit failed a conflict check: delta-rs counts every append that lands
+while it runs as new data it should have read. Only rows no reader asks for are deleted, and a later row never makes
+an older one wanted again, so the same delete on the newer snapshot is still right."""
+
+
+def delete_rows(dt: DeltaTable, predicate: str) -> int:
+    """One delete commit of the rows matching ``predicate`` (delta-rs's SQL); the number of rows deleted.
+
+    Used only for rows no reader asks for again (``checkpoints.prune_superseded``, ``metrics.expire``). A blind
+    append that lands beside it fails its own conflict check and is written again (``ControlTable.append``).
+    """
+    for attempt in range(DELETE_ATTEMPTS):
+        try:
+            done = dt.delete(predicate, commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
+            return int(done.get("num_deleted_rows", 0))
+        except CommitFailedError:
+            if attempt + 1 == DELETE_ATTEMPTS:
+                raise
+            time.sleep(0.01 * 2**attempt)
+            refresh(dt)
+    raise AssertionError("unreachable")
+
+
+def sql_text(text: str) -> str:
+    """A string literal of delta-rs's SQL."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def check_int(what: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{what} must be a whole number >= {minimum}, got {value!r}")

@@ -56,6 +56,8 @@ class JobConfig:
     """The ``autosize:`` section as written (absent fields take ``AutosizeConfig``'s defaults when it is read)."""
     stores: Any = None
     """The ``stores:`` section (adjunct data stores) as written."""
+    metrics_retention_hours: int = 168
+    """How long the job's rows stay in the ``metrics`` table (``control.compaction``); Kafka's default retention."""
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML form; stored with every job model so a model says what it was planned for."""
@@ -75,6 +77,7 @@ class JobConfig:
             "source": dict(self.source),
             "systems": {k: dict(v) for k, v in self.systems.items()},
             "autosize": dict(self.autosize),
+            "metrics_retention_hours": self.metrics_retention_hours,
             **({"stores": self.stores} if self.stores is not None else {}),
         }
 
@@ -113,6 +116,7 @@ class JobConfig:
             systems={name: dict(settings or {}) for name, settings in written.items()},  # as written
             autosize=spec.autosize,
             stores=raw.get("stores"),
+            metrics_retention_hours=spec.metrics_retention_hours,
         )
 
     @classmethod
@@ -132,7 +136,16 @@ class JobConfig:
             "sink_table": raw["sink"]["table"],
             "dead_letter_table": raw["dead_letter"]["table"],
         }
-        for key in ("grouper", "elasticity_factor", "containers", "trigger", "process_options", "source", "autosize"):
+        for key in (
+            "grouper",
+            "elasticity_factor",
+            "containers",
+            "trigger",
+            "process_options",
+            "source",
+            "autosize",
+            "metrics_retention_hours",
+        ):
             if raw.get(key) is not None:
                 known[key] = raw[key]
         batch = raw.get("batch") or {}

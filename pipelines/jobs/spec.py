@@ -235,6 +235,11 @@ class JobSpec(Section):
         default_factory=dict, description="the autosizer's bounds and thresholds (pipelines.core.autosize)"
     )
     stores: dict[StoreName, StoreSpec] | None = Field(None, description="adjunct data stores the job looks keys up in")
+    metrics_retention_hours: PositiveWhole = Field(
+        168,
+        description="hours the job's rows stay in the metrics table; older ones are deleted with the control tables' "
+        "compaction (every 10 minutes while the job runs; 168: Kafka's default retention)",
+    )
 
     @model_validator(mode="after")
     def _inputs_once_and_names_fit(self) -> JobSpec:

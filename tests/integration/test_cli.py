@@ -237,7 +237,7 @@ def test_stop_of_a_job_with_no_driver_says_nothing_ran_and_leaves_no_request(tmp
 def test_job_compact_rewrites_a_jobs_control_files_and_refuses_an_unknown_job(tmp_path: Path) -> None:
     _registered_demo_job(tmp_path)
     human = run(tmp_path, "job", "compact", "enrichment").stdout
-    header = ["table", "files", "before", "files", "after", "old", "files", "deleted", "superseded", "rows", "deleted"]
+    header = ["table", "files", "before", "files", "after", "old", "files", "deleted", "rows", "deleted"]
     assert human.splitlines()[0].split() == header
     assert "job_models" in human
     tables = json.loads(run(tmp_path, "--json", "job", "compact", "enrichment", "--min-files", "1").stdout)["tables"]

@@ -75,10 +75,10 @@ def test_compaction_rewrites_one_jobs_files_into_few_and_every_answer_stays_the_
     assert (done["metrics"].files_before, done["metrics"].files_after) == (60, 1)
     assert files(home, "checkpoints", "a") == 1 and files(home, "checkpoints", "b") == 5, "job b's files untouched"
     assert answers(home, "a") == before_a and answers(home, "b") == before_b
-    assert done["checkpoints"].pruned == 59 * 4, "each bucket's 59 superseded batch rows"
+    assert done["checkpoints"].rows_deleted == 59 * 4, "each bucket's 59 superseded batch rows"
     assert ControlPlane(home).checkpoints.table.read("a").num_rows == 4 + 4, "the start rows and the latest ones"
     assert ControlPlane(home).checkpoints.table.read("b").num_rows == 5 * 4, "job b's rows untouched"
-    assert done["metrics"].pruned == 0, "metrics keep their history"
+    assert done["metrics"].rows_deleted == 0, "metrics keep their history"
     write_batches(control, "a", 60, 1)  # the job writes on, through the handle it held across the compaction
     assert ControlPlane(home).checkpoints.latest_batch("a", 1) == 60
 
@@ -135,10 +135,7 @@ def test_a_drivers_heartbeat_compacts_its_jobs_tables_and_says_so(
     write_batches(control, "a", 0, 55)
     Heartbeat(control, "a").compact()
     out = capsys.readouterr().out
-    assert (
-        "[a] compacted control tables: checkpoints 55 -> 1 files (216 superseded rows deleted), metrics 55 -> 1 files"
-        in out
-    )
+    assert "[a] compacted control tables: checkpoints 55 -> 1 files (216 rows deleted), metrics 55 -> 1 files" in out
     assert files(home, "metrics", "a") == 1
 
 
@@ -195,3 +192,37 @@ def test_pruning_keeps_each_buckets_latest_row_the_start_rows_and_replays_across
     fresh.checkpoints.write("a", 2, CheckpointMap(2, dict.fromkeys(SSPS, "2")), -1)
     seqs = fresh.checkpoints.table.read("a", [("model_version", "=", 2), ("batch_id", "=", -1)]).column("seq")
     assert sorted(set(seqs.to_pylist())) == [1, 2, 3]
+
+
+def test_metric_rows_past_the_jobs_retention_are_deleted_the_rest_and_other_jobs_kept(tmp_path: Path) -> None:
+    """The retention is the job's (``metrics_retention_hours``, 168 by default), on the store's clock; a table with
+    fewer files than compaction's threshold is expired all the same."""
+    from datetime import timedelta
+
+    import yaml
+
+    from pipelines.jobs.config import JobConfig
+    from pipelines.operations.jobs import create_job
+    from pipelines.systems.deltalog import DeltaLog
+
+    home = Home(tmp_path / "home")
+    DeltaLog(home.streams).create("events", 2)
+    raw = yaml.safe_load((REPO / "include/jobs/enrichment.yaml").read_text())
+    create_job(home, JobConfig.from_dict({**raw, "name": "short", "metrics_retention_hours": 2}))
+    control = ControlPlane(home)
+    now = control.clock.now()
+    for job in ("short", "other"):  # "other" has no model: the default retention, a week
+        control.metrics.append(
+            {"job": job, "model_version": 1, "batch_id": b, "metric": "records", "value": b, "at": now - age}
+            for b, age in enumerate((timedelta(hours=200), timedelta(hours=3), timedelta(minutes=5)))
+        )
+
+    done = {c.table: c for c in compact_job(home, "short")}
+    assert done["metrics"].rows_deleted == 2, "200 h and 3 h old, past 2 hours"
+    version = DeltaTable(str(home.root / "control" / "metrics")).version()
+    assert {c.table: c for c in compact_job(home, "short")}["metrics"].rows_deleted == 0, "nothing left to expire"
+    assert DeltaTable(str(home.root / "control" / "metrics")).version() == version, "and no commit"
+    assert {c.table: c for c in compact_job(home, "other")}["metrics"].rows_deleted == 1, "only the 200 h old row"
+    fresh = ControlPlane(home).metrics
+    assert list(fresh.read("short")["batch_id"]) == [2]
+    assert list(fresh.read("other")["batch_id"]) == [1, 2]

@@ -214,7 +214,7 @@ def test_a_jobs_control_tables_are_compacted_on_s3_with_the_same_answers(s3_home
     before = ControlPlane(s3_home).checkpoints.table.read("a").to_pylist()
     done = {c.table: c for c in compact_job(s3_home, "a", min_files=10)}
     assert (done["checkpoints"].files_before, done["checkpoints"].files_after) == (12, 1)
-    assert done["checkpoints"].pruned == 11 * 4, "the superseded rows deleted through the store"
+    assert done["checkpoints"].rows_deleted == 11 * 4, "the superseded rows deleted through the store"
     fresh = ControlPlane(s3_home).checkpoints
     assert sorted(fresh.table.read("a").to_pylist(), key=str) == sorted(
         (r for r in before if r["batch_id"] == 11), key=str
