@@ -237,8 +237,8 @@ class JobSpec(Section):
     stores: dict[StoreName, StoreSpec] | None = Field(None, description="adjunct data stores the job looks keys up in")
     metrics_retention_hours: PositiveWhole = Field(
         168,
-        description="hours the job's rows stay in the metrics table; older ones are deleted with the control tables' "
-        "compaction (every 10 minutes while the job runs; 168: Kafka's default retention)",
+        description="hours the job's rows stay in the metrics table; older ones are deleted every 10 minutes "
+        "while the job runs, and by 'pipelines job compact'",
     )
 
     @model_validator(mode="after")
