@@ -61,8 +61,8 @@ delta-rs's default, 15, lost 4 of 24 appends of 24 processes committing at once 
 
 BLIND_APPEND_ATTEMPTS = 5
 """How often a blind append is written again after its commit failed a conflict check. delta-rs counts every append
-as a read of the whole table, so a concurrent delete (``checkpoints.prune_superseded``) fails it; the rows depend on
-nothing the append read, so writing them again on the newer snapshot is the same fact, once."""
+as a read of the whole table, so a delete beside it (``delete_rows``: compaction's pruning and retention) fails it;
+the rows depend on nothing the append read, so writing them again on the newer snapshot is the same fact, once."""
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,9 @@ def test_pruning_keeps_each_buckets_latest_row_the_start_rows_and_replays_across
     assert sorted(set(seqs.to_pylist())) == [1, 2, 3]
 
 
-def test_metric_rows_past_the_jobs_retention_are_deleted_the_rest_and_other_jobs_kept(tmp_path: Path) -> None:
+def test_metric_rows_past_the_jobs_retention_are_deleted_the_rest_and_other_jobs_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The retention is the job's (``metrics_retention_hours``, 168 by default), on the store's clock; a table with
     fewer files than compaction's threshold is expired all the same."""
     from datetime import timedelta
@@ -217,8 +219,10 @@ def test_metric_rows_past_the_jobs_retention_are_deleted_the_rest_and_other_jobs
             for b, age in enumerate((timedelta(hours=200), timedelta(hours=3), timedelta(minutes=5)))
         )
 
-    done = {c.table: c for c in compact_job(home, "short")}
-    assert done["metrics"].rows_deleted == 2, "200 h and 3 h old, past 2 hours"
+    Heartbeat(control, "short").compact()  # the driver's round
+    assert "[short] compacted control tables: metrics 1 -> 1 files (2 rows deleted)" in capsys.readouterr().out, (
+        "200 h and 3 h old, past 2 hours"
+    )
     version = DeltaTable(str(home.root / "control" / "metrics")).version()
     assert {c.table: c for c in compact_job(home, "short")}["metrics"].rows_deleted == 0, "nothing left to expire"
     assert DeltaTable(str(home.root / "control" / "metrics")).version() == version, "and no commit"
