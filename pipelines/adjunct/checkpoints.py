@@ -152,17 +152,19 @@ TABLE = "adjunct_checkpoints"
 
 
 def append_store_checkpoints(home: Home, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append the rows of one committed batch; appends never conflict, so concurrent jobs need no lock."""
+    """Append the rows of one committed batch; concurrent jobs need no lock, and a conflict is only with a delete."""
     if not rows:
         return
     from deltalake import CommitProperties
 
-    from pipelines.control.table import COMMIT_RETRIES
+    from pipelines.control.table import COMMIT_RETRIES, blind_append
     from pipelines.deltaio import append
 
     path = home.control_table(TABLE)
     data = pa.Table.from_pylist(list(rows), schema=STORE_CHECKPOINT_SCHEMA)
-    append(path, data, partition_by=["job"], commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
+    props = CommitProperties(max_commit_retries=COMMIT_RETRIES)
+    # again if the compaction's delete (``prune_store_checkpoints``) lands beside it
+    blind_append(lambda: append(path, data, partition_by=["job"], commit_properties=props))
 
 
 def read_store_checkpoints(home: Home, job: str) -> dict[str, StoreCheckpoint]:
@@ -177,3 +179,39 @@ def read_store_checkpoints(home: Home, job: str) -> dict[str, StoreCheckpoint]:
     stores = sorted({r["store"] for r in rows})
     numbers = {store: DurableStore(home, job, store).incarnation_numbers() for store in stores}
     return latest_store_checkpoints(rows, numbers)
+
+
+def prune_store_checkpoints(dt: Any, job: str) -> int:
+    """Delete ``job``'s store rows no ``latest_store_checkpoints`` can pick again; the number of rows deleted.
+
+    Per store and incarnation, the answer comes from one of two batches, whatever the incarnations' numbers are
+    then: the one that saw the highest version (``seq``, ``generation``, then the latest written), or the latest
+    written (an unnumbered incarnation is ordered by ``written_at`` alone). Rows written before both are dead;
+    the predicate names only those, so a row appended while the delete runs (written later) is never matched.
+    One delete commit (``control.table.delete_rows``); compaction calls it every 10 minutes of a driver's life.
+    """
+    from pipelines.control.table import delete_rows, sql_text
+    from pipelines.deltaio import read_delta
+
+    columns = ["store", "incarnation", "seq", "generation", "batch_id", "written_at"]
+    rows = read_delta(dt, [("job", "=", job)], columns, schema=STORE_CHECKPOINT_SCHEMA).to_pylist()
+    by_version: dict[tuple[str, str], tuple[int, int, datetime, int]] = {}
+    by_time: dict[tuple[str, str], tuple[datetime, int]] = {}
+    oldest: dict[tuple[str, str], datetime] = {}
+    for r in rows:
+        key = (r["store"], r["incarnation"])
+        version = (int(r["seq"]), int(r["generation"]), r["written_at"], int(r["batch_id"]))
+        by_version[key] = max(by_version.get(key, version), version)
+        by_time[key] = max(by_time.get(key, version[2:]), version[2:])
+        oldest[key] = min(oldest.get(key, r["written_at"]), r["written_at"])
+    clauses = []
+    for (store, incarnation), first in sorted(oldest.items()):
+        kept = min(by_version[(store, incarnation)][2], by_time[(store, incarnation)][0])
+        if first < kept:
+            clauses.append(
+                f"(store = {sql_text(store)} AND incarnation = {sql_text(incarnation)} "
+                f"AND written_at < {sql_text(kept.isoformat())})"
+            )
+    if not clauses:
+        return 0
+    return delete_rows(dt, f"job = {sql_text(job)} AND ({' OR '.join(clauses)})")

@@ -82,10 +82,11 @@ class Compacted:
 def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Compacted]:
     """Compact ``job``'s files in every control table that has at least ``min_files`` of them.
 
-    Rows no reader asks for again are deleted first: superseded checkpoints, and metric rows older than the job's
-    ``metrics_retention_hours`` (whatever the table's file count).
+    Rows no reader asks for again are deleted first: superseded checkpoints and store checkpoints, and metric rows
+    older than the job's ``metrics_retention_hours`` (whatever the table's file count).
     """
     from pipelines.adjunct.checkpoints import TABLE as ADJUNCT_CHECKPOINTS
+    from pipelines.adjunct.checkpoints import prune_store_checkpoints
 
     expired_before = ControlPlane(home).clock.now() - timedelta(hours=_metrics_retention_hours(home, job))
     done = []
@@ -107,6 +108,8 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
                 continue
             if name == CHECKPOINTS.name:
                 rows_deleted = prune_superseded(dt, job)
+            elif name == ADJUNCT_CHECKPOINTS:
+                rows_deleted = prune_store_checkpoints(dt, job)
             dt.optimize.compact(
                 partition_filters=[("job", "=", job)],
                 target_size=TARGET_BYTES,

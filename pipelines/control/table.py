@@ -229,16 +229,15 @@ class ControlTable:
         """
         data = pa.Table.from_pylist(rows, schema=self.spec.schema)
         props = CommitProperties(app_transactions=[txn] if txn is not None else None, max_commit_retries=COMMIT_RETRIES)
-        blind = txn is None and dt is None
-        for attempt in range(BLIND_APPEND_ATTEMPTS if blind else 1):
-            try:
-                with self.lock:
-                    append(dt if dt is not None else self.ensure(), data, commit_properties=props)
-                return
-            except CommitFailedError:
-                if attempt + 1 == BLIND_APPEND_ATTEMPTS or not blind:
-                    raise
-                time.sleep(0.01 * 2**attempt)
+
+        def write() -> None:
+            with self.lock:
+                append(dt if dt is not None else self.ensure(), data, commit_properties=props)
+
+        if txn is None and dt is None:
+            blind_append(write)
+        else:
+            write()
 
     def append_next(
         self,
@@ -267,6 +266,19 @@ class ControlTable:
                     raise
                 time.sleep(min(0.2, 0.005 * 2**attempt))
         raise AssertionError("unreachable")
+
+
+def blind_append(write: Callable[[], None]) -> None:
+    """Run ``write``, an append whose rows depend on nothing it read, again when its commit fails a conflict check
+    (``BLIND_APPEND_ATTEMPTS`` in all): a failed commit wrote nothing, so the retry lands the same fact once."""
+    for attempt in range(BLIND_APPEND_ATTEMPTS):
+        try:
+            write()
+            return
+        except CommitFailedError:
+            if attempt + 1 == BLIND_APPEND_ATTEMPTS:
+                raise
+            time.sleep(0.01 * 2**attempt)
 
 
 DELETE_ATTEMPTS = 10

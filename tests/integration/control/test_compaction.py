@@ -230,3 +230,46 @@ def test_metric_rows_past_the_jobs_retention_are_deleted_the_rest_and_other_jobs
     fresh = ControlPlane(home).metrics
     assert list(fresh.read("short")["batch_id"]) == [2]
     assert list(fresh.read("other")["batch_id"]) == [1, 2]
+
+
+def test_store_checkpoint_rows_no_restart_can_pick_are_deleted_and_every_reading_stays(tmp_path: Path) -> None:
+    """Two incarnations of a store, a batch that saw a lower version after a higher one, and the answer compared
+    under every numbering of the incarnations (``latest_store_checkpoints``): before and after the deletion."""
+    from datetime import UTC, datetime, timedelta
+
+    from pipelines.adjunct.checkpoints import TABLE, append_store_checkpoints, latest_store_checkpoints
+    from pipelines.deltaio import read_delta
+
+    home = Home(tmp_path / "home")
+    t0 = datetime(2026, 11, 27, tzinfo=UTC)
+
+    def batch(b: int, incarnation: str, seq: int, job: str = "a") -> None:
+        at = t0 + timedelta(seconds=b, microseconds=7)
+        append_store_checkpoints(
+            home,
+            [
+                {"job": job, "store": "customers", "system": "deltalog", "stream": "customers", "partition": p}
+                | {"position": f"{b}.{p}", "seq": seq, "generation": 0, "incarnation": incarnation}
+                | {"batch_id": b, "written_at": at}
+                for p in range(2)
+            ],
+        )
+
+    for b in range(30):
+        batch(b, "i1", seq=b // 3)
+    batch(30, "i1", seq=5)  # a batch that saw a lower version than batch 29 (seq 9), written after it
+    for b in range(31, 60):
+        batch(b, "i2", seq=b // 4)
+    batch(0, "i1", seq=0, job="b")
+    numberings = [{}, {"customers": {"i1": 1, "i2": 2}}, {"customers": {"i2": 1}}, {"customers": {"i1": 2, "i2": 1}}]
+
+    def readings(job: str) -> list[object]:
+        rows = read_delta(home.control_table(TABLE), [("job", "=", job)])
+        return [latest_store_checkpoints(rows, numbers) for numbers in numberings]
+
+    before, before_b = readings("a"), readings("b")
+    done = {c.table: c for c in compact_job(home, "a")}
+    kept = read_delta(home.control_table(TABLE), [("job", "=", "a")]).to_pylist()
+    assert readings("a") == before and readings("b") == before_b
+    assert sorted({(r["incarnation"], r["batch_id"]) for r in kept}) == [("i1", 29), ("i1", 30), ("i2", 59)]
+    assert done[TABLE].rows_deleted == 2 * 60 - len(kept), "every other row of job a (60 batches of 2), none of b"
