@@ -1,6 +1,7 @@
 """Benchmark of a control table as a job ages: reads and appends after many batches, before and after compaction.
 
     python -m benchmarks.bench_control [--batches 2000] [--buckets 4] [--samples 10] [--metric-batches 200000]
+                                       [--store-batches 100000]
 
 What runs: one job's checkpoints table on local disk, written as a driver writes it (one commit of ``--buckets``
 rows per batch, a start row under an application transaction every 100 batches). At a few points of its life
@@ -23,6 +24,11 @@ Second part, the metrics table: one model version's metric rows after ``--metric
 as a factor-4 job's sink writes them; the files as a driver's compaction leaves them), read as the autosizer reads
 its batch rows: the whole version (what it read before) against the rows of its 300 s window (what it reads now).
 Figures ``autosize_read_whole_ms``, ``autosize_read_window_ms`` and ``autosize_read_whole_vs_window``.
+
+Third part, the store checkpoints: a store with two partitions after ``--store-batches`` batches (a row per partition
+per batch), read as a driver's start reads them (``read_store_checkpoints``), before and after the compaction's
+deletion of the rows no start can pick (``prune_store_checkpoints``). Figures ``store_read_before_ms``,
+``store_read_after_ms`` and ``store_read_before_vs_after``.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.bench_runtime import log, table
+from pipelines.adjunct.checkpoints import STORE_CHECKPOINT_SCHEMA, prune_store_checkpoints, read_store_checkpoints
+from pipelines.adjunct.checkpoints import TABLE as STORE_TABLE
 from pipelines.cli.table import count
 from pipelines.control import ControlPlane
 from pipelines.control.checkpoints import Checkpoints
@@ -61,6 +69,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=count(20), default=2000, help="batches the job has committed at the end")
     parser.add_argument("--buckets", type=count(1), default=4, help="checkpoint rows per batch")
     parser.add_argument("--samples", type=count(1), default=10, help="measurements per figure (the median is kept)")
+    parser.add_argument(
+        "--store-batches",
+        type=count(1),
+        default=100_000,
+        help="batches of store checkpoint rows a driver's start reads",
+    )
     parser.add_argument(
         "--metric-batches",
         type=count(1),
@@ -151,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         "append_before_vs_after": round(before[2] / after[2], 2),
     }
     figures |= metrics_reads(root, args.metric_batches, args.samples)
+    figures |= store_checkpoint_reads(root, args.store_batches, args.samples)
     shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({"bench": "control", "figures": figures}))
 
@@ -211,6 +226,49 @@ def median(samples: int, work: Callable[[], object]) -> float:
         work()
         times.append(time.perf_counter() - started)
     return statistics.median(times) * 1000
+
+
+def store_checkpoint_reads(root: Path, batches: int, samples: int) -> dict[str, float]:
+    """A driver's start reading its stores' checkpoints (``read_store_checkpoints``) after ``batches`` batches of a
+    store with two partitions, before and after the compaction's deletion of the rows no start can pick."""
+    home = Home(root / "stores")
+    path = str(home.control_table(STORE_TABLE))
+    began = datetime(2026, 11, 27, tzinfo=UTC)
+    for first in range(0, batches, 20_000):
+        ids = range(first, min(batches, first + 20_000))
+        rows = [
+            {"job": JOB, "store": "customers", "system": "deltalog", "stream": "customers", "partition": p}
+            | {"position": str(b), "seq": b // 10, "generation": 0, "incarnation": "i1", "batch_id": b}
+            | {"written_at": began + timedelta(seconds=b)}
+            for b in ids
+            for p in range(2)
+        ]
+        data = pa.Table.from_pylist(rows, schema=STORE_CHECKPOINT_SCHEMA)
+        write_deltalake(path, data, mode="append", partition_by=["job"], target_file_size=TARGET_BYTES)
+        log(f"store checkpoints: {ids.stop:,} of {batches:,} batches written")
+
+    def read() -> None:
+        forget_parsed_files()  # a driver's start: a fresh process
+        read_store_checkpoints(home, JOB)
+
+    answer = read_store_checkpoints(home, JOB)
+    before = median(samples, read)
+    deleted = prune_store_checkpoints(DeltaTable(path), JOB)
+    if read_store_checkpoints(home, JOB) != answer:
+        raise SystemExit("error: the store checkpoints answer differently after the deletion")
+    after = median(samples, read)
+    print(
+        table(
+            [[f"{batches:,} batches", f"{before:.1f}", f"{after:.1f}", f"{deleted:,}"]],
+            ["store's age", "start's read ms (before)", "after deletion ms", "rows deleted"],
+        )
+    )
+    return {
+        "store_batches": batches,
+        "store_read_before_ms": round(before, 1),
+        "store_read_after_ms": round(after, 1),
+        "store_read_before_vs_after": round(before / after, 2),
+    }
 
 
 if __name__ == "__main__":
