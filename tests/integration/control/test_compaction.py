@@ -115,7 +115,8 @@ def test_compaction_beside_a_writing_driver_loses_and_reorders_nothing(tmp_path:
     finally:
         writer.kill()
     assert rounds >= 3, "the compactions ran while the writer wrote"
-    compact_job(home, "a", min_files=2)
+    # min_files=1: the last round may have compacted the writer's last batches into one file before it stopped
+    compact_job(home, "a", min_files=1)
     fresh = ControlPlane(home)
     assert fresh.checkpoints.latest_batch("a", 1) == 99
     assert fresh.checkpoints.latest("a", 1).offsets == {s: str(99 * 10 + i) for i, s in enumerate(SSPS)}
