@@ -34,7 +34,6 @@ application transaction where two writers could race (``next_seq``).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -45,6 +44,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
+from pipelines.backoff import Backoff
 from pipelines.control.home import Home
 from pipelines.deltaio import append, create_table, is_table, open_if_table, read_delta, refresh
 from pipelines.errors import ConfigError, ModelError, StoreUnavailableError
@@ -58,6 +58,9 @@ Where = Sequence[tuple[str, str, Any]]
 COMMIT_RETRIES = 100
 """How often an append is rebased onto commits that beat it: a blind append never conflicts, it only lost a race.
 delta-rs's default, 15, lost 4 of 24 appends of 24 processes committing at once to one table on S3."""
+
+RETRY_BACKOFF = Backoff(base_s=0.005, cap_s=0.2)
+"""The wait between commits retried after losing to another writer (contention: full jitter, ``pipelines.backoff``)."""
 
 BLIND_APPEND_ATTEMPTS = 5
 """How often a blind append is written again after its commit failed a conflict check. delta-rs counts every append
@@ -264,7 +267,7 @@ class ControlTable:
             except CommitFailedError:
                 if attempt + 1 == attempts:
                     raise
-                time.sleep(min(0.2, 0.005 * 2**attempt))
+                RETRY_BACKOFF.wait(attempt)
         raise AssertionError("unreachable")
 
 
@@ -278,7 +281,7 @@ def blind_append(write: Callable[[], None]) -> None:
         except CommitFailedError:
             if attempt + 1 == BLIND_APPEND_ATTEMPTS:
                 raise
-            time.sleep(0.01 * 2**attempt)
+            RETRY_BACKOFF.wait(attempt)
 
 
 DELETE_ATTEMPTS = 10
@@ -300,7 +303,7 @@ def delete_rows(dt: DeltaTable, predicate: str) -> int:
         except CommitFailedError:
             if attempt + 1 == DELETE_ATTEMPTS:
                 raise
-            time.sleep(0.01 * 2**attempt)
+            RETRY_BACKOFF.wait(attempt)
             refresh(dt)
     raise AssertionError("unreachable")
 
