@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -38,6 +38,9 @@ from pipelines.adjunct.config import StoreConfig
 from pipelines.adjunct.views import BatchStores
 from pipelines.control.home import Home
 from pipelines.systems.base import Position
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 STORE_CHECKPOINT_SCHEMA = pa.schema(
     [
@@ -181,7 +184,7 @@ def read_store_checkpoints(home: Home, job: str) -> dict[str, StoreCheckpoint]:
     return latest_store_checkpoints(rows, numbers)
 
 
-def prune_store_checkpoints(dt: Any, job: str) -> int:
+def prune_store_checkpoints(dt: DeltaTable, job: str) -> int:
     """Delete ``job``'s store rows no ``latest_store_checkpoints`` can pick again; the number of rows deleted.
 
     Per store and incarnation, the answer comes from one of two batches, whatever the incarnations' numbers are

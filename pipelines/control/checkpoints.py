@@ -37,7 +37,7 @@ from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column, delete_rows, sql_text
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import NO_BUCKET, SystemStreamPartition, validate_name
-from pipelines.deltaio import read_delta, readable, table_location
+from pipelines.deltaio import read_delta
 from pipelines.errors import ModelError
 from pipelines.storage.clock import StoreClock
 
@@ -195,8 +195,7 @@ def prune_superseded(dt: DeltaTable, job: str) -> int:
     lands beside it).
     """
     validate_name("job", job)
-    with readable(table_location(dt)):
-        rows = read_delta(dt, [("job", "=", job), ("batch_id", ">=", 0)], [*_BUCKET, "batch_id"])
+    rows = read_delta(dt, [("job", "=", job), ("batch_id", ">=", 0)], [*_BUCKET, "batch_id"])
     if rows.num_rows == 0:
         return 0
     latest = rows.group_by(_BUCKET).aggregate([("batch_id", "max"), ("batch_id", "min")])

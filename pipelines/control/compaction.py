@@ -78,6 +78,11 @@ class Compacted:
     deleted: int  # files of earlier compactions, older than RETAIN_HOURS, removed from the store
     rows_deleted: int = 0  # rows no reader asks for again: superseded checkpoints, metrics past their retention
 
+    @property
+    def changed(self) -> bool:
+        """Whether the round did anything to this table worth a line in a log."""
+        return self.files_after < self.files_before or self.rows_deleted > 0
+
 
 def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Compacted]:
     """Compact ``job``'s files in every control table that has at least ``min_files`` of them.
@@ -88,7 +93,8 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
     from pipelines.adjunct.checkpoints import TABLE as ADJUNCT_CHECKPOINTS
     from pipelines.adjunct.checkpoints import prune_store_checkpoints
 
-    expired_before = ControlPlane(home).clock.now() - timedelta(hours=_metrics_retention_hours(home, job))
+    control = ControlPlane(home)
+    expired_before = control.clock.now() - timedelta(hours=_metrics_retention_hours(control, job))
     done = []
     for name in (*TABLES, ADJUNCT_CHECKPOINTS):
         path = home.control_table(name)
@@ -129,18 +135,14 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
     return done
 
 
-def _metrics_retention_hours(home: Home, job: str) -> int:
+def _metrics_retention_hours(control: ControlPlane, job: str) -> int:
     """The job's ``metrics_retention_hours``, from its active model's configuration (the default without one)."""
     from pipelines.jobs.config import JobConfig, job_config
 
-    control = ControlPlane(home)
     try:
-        version = control.job_models.active_version(job)
-        if version is not None:
-            return job_config(control.job_models.get(job, version)).metrics_retention_hours
-    except PipelinesError:
-        pass  # no model to read it from (a job being created, a damaged model): the default
-    return JobConfig.metrics_retention_hours
+        return job_config(control.job_models.active(job)).metrics_retention_hours
+    except PipelinesError:  # no model to read it from (a job being created, a damaged model): the default
+        return JobConfig.metrics_retention_hours
 
 
 def _files(dt: DeltaTable, job: str) -> int:
@@ -148,11 +150,11 @@ def _files(dt: DeltaTable, job: str) -> int:
 
 
 def summary(done: Iterable[Compacted]) -> str:
-    """One line for a driver's log or a CLI: the tables whose files were rewritten."""
+    """One line for a driver's log or a CLI: the tables whose files were rewritten or whose rows were deleted."""
     changed = [
         f"{c.table} {c.files_before} -> {c.files_after} files"
         + (f" ({c.rows_deleted:,} rows deleted)" if c.rows_deleted else "")
         for c in done
-        if c.files_after < c.files_before or c.rows_deleted
+        if c.changed
     ]
     return ", ".join(changed) if changed else "nothing to compact"

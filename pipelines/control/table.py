@@ -293,8 +293,9 @@ an older one wanted again, so the same delete on the newer snapshot is still rig
 def delete_rows(dt: DeltaTable, predicate: str) -> int:
     """One delete commit of the rows matching ``predicate`` (delta-rs's SQL); the number of rows deleted.
 
-    Used only for rows no reader asks for again (``checkpoints.prune_superseded``, ``metrics.expire``). A blind
-    append that lands beside it fails its own conflict check and is written again (``ControlTable.append``).
+    Used only for rows no reader asks for again (``checkpoints.prune_superseded``, ``metrics.expire``,
+    ``adjunct.checkpoints.prune_store_checkpoints``). A blind append that lands beside it fails its own conflict
+    check and is written again (``blind_append``).
     """
     for attempt in range(DELETE_ATTEMPTS):
         try:

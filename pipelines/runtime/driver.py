@@ -269,7 +269,7 @@ class Heartbeat(threading.Thread):
                 f"[{self.job}] control-table compaction failed, tried again in {COMPACT_S:.0f} s: {reason}", flush=True
             )
             return
-        if any(c.files_after < c.files_before or c.rows_deleted for c in done):
+        if any(c.changed for c in done):
             print(f"[{self.job}] compacted control tables: {summary(done)}", flush=True)
 
     def beat(self) -> None:
