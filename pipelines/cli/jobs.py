@@ -140,7 +140,8 @@ def create(args: argparse.Namespace, home: Home, output: Output) -> None:
 def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
     """Compaction by hand: a job that is not running, or a home written before drivers compacted.
 
-    Superseded checkpoint rows, and metric rows past the job's ``metrics_retention_hours``, are deleted too.
+    Superseded checkpoint and store-checkpoint rows, and metric rows past the job's ``metrics_retention_hours``,
+    are deleted too.
     """
     import dataclasses
 

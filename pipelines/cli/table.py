@@ -232,8 +232,8 @@ JOB_GROUP = GroupCommand(
         ),
         ActionCommand(
             "compact",
-            "rewrite a job's control-table files into a few and delete its superseded checkpoint rows "
-            "(its running driver does this every 10 minutes)",
+            "rewrite a job's control-table files into a few and delete the rows no reader needs: superseded "
+            "checkpoints, metrics past metrics_retention_hours (its running driver does this every 10 minutes)",
             "pipelines.cli.jobs.compact",
             (
                 JOB,
