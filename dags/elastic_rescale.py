@@ -29,6 +29,7 @@ from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor, validate_factor
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.operations import scaling
+from pipelines.runtime.lifetime import master_problem
 
 
 @dag(
@@ -108,6 +109,9 @@ def elastic_rescale() -> None:
             params["job"], validate_factor(factor), reason, grouper=params.get("grouper") or None
         )
         scaling.validate(PipelinesHook().home(), request)  # the factor, the job; the plan task checks the rest
+        master = params.get("spark_master")
+        if master and master_problem(master) is not None:  # refused before the lock, not by the catch-up's JVM
+            raise ConfigError(f"spark_master: {master_problem(master)}")
         return request
 
     @task

@@ -36,8 +36,9 @@ def verify(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def sql(args: argparse.Namespace, home: Home, output: Output) -> None:
-    from pipelines.observe.sql import register, run_query, sql_session
+    from pipelines.observe.sql import refuse_before_spark, register, run_query, sql_session
 
+    refuse_before_spark(args.query)
     with sql_session(args.master) as spark:
         register(spark, home)
         columns, rows = run_query(spark, args.query)

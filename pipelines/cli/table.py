@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.core.groupers import GROUPERS
+from pipelines.runtime.lifetime import master_problem
 
 EMBEDDED_SYSTEM = "deltalog"
 VERBOSE_HELP = "show Spark's and Airflow's own log lines here (default: in <home>/logs/pipelines.log)"
@@ -93,6 +94,17 @@ def count(minimum: int) -> Callable[[str], int]:
 
     parse.__name__ = f"whole number >= {minimum}"
     return parse
+
+
+def spark_master(text: str) -> str:
+    """A master URL Spark starts with (``lifetime.master_problem``); whether its hosts answer is checked later."""
+    problem = master_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+spark_master.__name__ = "Spark master"
 
 
 # ---------------------------------------------------------------------- conditional writes
@@ -305,7 +317,7 @@ RUN = ActionCommand(
         JOB,
         arg("--available-now", action="store_true", exclusive="mode", help="process what is there, then exit"),
         arg("--continuous", action="store_true", exclusive="mode", help="run until stopped (the default)"),
-        arg("--master", default="local[*]", help="Spark master (default local[*])"),
+        arg("--master", type=spark_master, default="local[*]", help="Spark master (default local[*])"),
         arg("--detach", action="store_true", help="run in the background; logs in <home>/run/JOB.log"),
     ),
     writes=True,
@@ -320,7 +332,7 @@ DEMO = ActionCommand(
         arg("--seconds", type=seconds, default=12.0, help="how long the job runs on each model"),
         arg("--keys", type=count(1), default=200),
         arg("--latency-ms", type=amount("milliseconds"), default=2.0, help="simulated remote call per record"),
-        arg("--master", default="local[8]"),
+        arg("--master", type=spark_master, default="local[8]"),
         arg(
             "--input",
             choices=("deltalog", "kafka", "kinesis"),
@@ -355,7 +367,11 @@ RESCALE = ActionCommand(
         arg("--grouper", help=f"switch grouper too: one of {GROUPER_NAMES}"),
         arg("--dry-run", action="store_true", help="plan and print the new model, change nothing"),
         arg("--lock-wait", type=seconds, default=0.0, help="seconds to wait for another scaling step"),
-        arg("--master", help="Spark master of a catch-up run (default $PIPELINES_SPARK_MASTER or local[*])"),
+        arg(
+            "--master",
+            type=spark_master,
+            help="Spark master of a catch-up run (default $PIPELINES_SPARK_MASTER or local[*])",
+        ),
         arg("--sequence", help="per-key sequence column for the order check (default: seq if emitted)"),
     ),
     writes=_rescale_writes,
@@ -367,7 +383,7 @@ WATCH = ActionCommand(
     "pipelines.cli.ops.watch",
     (
         arg("--apply", action="store_true", help="absorb each expansion, keeping keys with their tasks (SEP-5)"),
-        arg("--master", help="Spark master of catch-up runs"),
+        arg("--master", type=spark_master, help="Spark master of catch-up runs"),
     ),
     writes=_watch_applies,
 )
@@ -394,7 +410,12 @@ SQL = ActionCommand(
     "pipelines.cli.observe.sql",
     (
         arg("query", help="e.g. \"SELECT * FROM checkpoints WHERE job = 'enrichment'\""),
-        arg("--master", default="local[2]", help="Spark master of the query's session (default local[2])"),
+        arg(
+            "--master",
+            type=spark_master,
+            default="local[2]",
+            help="Spark master of the query's session (default local[2])",
+        ),
     ),
 )
 

@@ -33,6 +33,18 @@ from pipelines.storage.location import Location
 
 COMMANDS = ("show", "describe", "desc", "explain")
 """Statements that only read but are not queries to Spark's parser."""
+WRITES = frozenset(
+    {
+        *("add", "alter", "analyze", "cache", "clear", "clone", "convert", "create", "delete", "drop", "fsck"),
+        *("generate", "insert", "load", "merge", "msck", "optimize", "refresh", "reorg", "repair", "replace"),
+        *("reset", "restore", "set", "truncate", "uncache", "update", "use", "vacuum"),
+    }
+)
+"""First words of statements that are never a read: refused before a Spark session is started for them."""
+ONLY_QUERIES = (
+    "only queries run here (SELECT, WITH, VALUES, TABLE, SHOW, DESCRIBE, EXPLAIN): the platform's own writers own "
+    "these tables"
+)
 
 
 class SqlError(PipelinesError):
@@ -118,20 +130,32 @@ def _value(value: Any) -> Any:
     return value
 
 
+def _first_word(query: str) -> str:
+    """The statement's first word, lower case, after leading blanks and comments; "" when there is none."""
+    words = re.sub(r"^(\s|--[^\n]*(\n|$)|/\*.*?\*/)*", "", query, flags=re.S).split(None, 1)
+    return words[0].lower() if words else ""
+
+
+def refuse_before_spark(query: str) -> None:
+    """Refuse what needs no parser to refuse (no statement, a statement that writes), in a second, with one line:
+    a Spark session's start is ten seconds of a core and its own line on standard error."""
+    word = _first_word(query)
+    if not word:
+        raise SqlError("no query given: pass one, e.g. 'SELECT * FROM job_models LIMIT 5'")
+    if re.sub(r"\W.*", "", word, flags=re.S) in WRITES:
+        raise SqlError(ONLY_QUERIES)
+
+
 def _refuse_writes(spark: Any, query: str) -> None:
     """Let through what Spark parses as a query, and the reading commands; anything else is refused unrun."""
-    words = re.sub(r"^(\s|--[^\n]*\n|/\*.*?\*/)*", "", query, flags=re.S).split(None, 1)
-    if words and words[0].lower() in COMMANDS:
+    if _first_word(query) in COMMANDS:
         return
     parser = spark._jsparkSession.sessionState().sqlParser()
     try:
         parser.parseQuery(query)
     except Exception:  # not a query: a syntax error (reported as it is) or a statement
         parser.parsePlan(query)  # raises the syntax error, if that is what it is
-        raise SqlError(
-            "only queries run here (SELECT, WITH, VALUES, TABLE, SHOW, DESCRIBE, EXPLAIN): the platform's own "
-            "writers own these tables"
-        ) from None
+        raise SqlError(ONLY_QUERIES) from None
 
 
 def _first_line(error: Exception) -> str:

@@ -32,7 +32,7 @@ from pipelines.control.drivers import DriverRow
 from pipelines.control.home import Home
 from pipelines.errors import PipelinesError, by_name
 from pipelines.runtime import logs, requests
-from pipelines.runtime.lifetime import check_master, pid_alive, tied_command
+from pipelines.runtime.lifetime import check_master, master_problem, pid_alive, tied_command
 from pipelines.runtime.session import spark_confs, spark_env
 from pipelines.storage.hostlocal import host_dir
 
@@ -41,8 +41,13 @@ INTERRUPT_GRACE_S = 60.0  # a Ctrl-C'd driver gets this long to stop at a batch 
 
 
 def default_master() -> str:
-    """``PIPELINES_SPARK_MASTER``, else ``local[*]``: where drivers launched by operations run."""
-    return os.environ.get("PIPELINES_SPARK_MASTER") or "local[*]"
+    """``PIPELINES_SPARK_MASTER``, else ``local[*]``: where drivers launched by operations run. A value Spark would
+    refuse is refused here, naming the variable: an operator who never typed ``--master`` would not look there."""
+    master = os.environ.get("PIPELINES_SPARK_MASTER") or "local[*]"
+    problem = master_problem(master)
+    if problem is not None:
+        raise PipelinesError(f"$PIPELINES_SPARK_MASTER: {problem}")
+    return master
 
 
 def spark_submit() -> str:

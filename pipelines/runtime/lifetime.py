@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import socket
 import sys
@@ -38,6 +39,10 @@ from pipelines.errors import PipelinesError
 
 PR_SET_PDEATHSIG = 1
 MASTER_CONNECT_TIMEOUT_S = 5.0
+LOCAL_MASTER = re.compile(r"local(\[(?P<threads>[0-9]+|\*)(\s*,\s*[0-9]+)?\])?")
+LOCAL_CLUSTER_MASTER = re.compile(r"local-cluster\[\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*]")
+MASTER_FORMS = "local, local[N], local[*], local[N,F], spark://HOST:PORT, k8s://HOST:PORT, yarn or local-cluster[N,C,M]"
+"""The masters Spark starts with (``SparkSubmit`` and ``SparkContext``'s master patterns, Spark 4)."""
 
 _TIE = (
     "import ctypes, os, sys\n"
@@ -81,13 +86,34 @@ def die_with_parent() -> None:
         os._exit(137)
 
 
+def master_problem(master: str) -> str | None:
+    """Why Spark would refuse this master URL, or None: said before a JVM starts, not by the JVM's stack trace
+    after ten seconds (``bogus://x`` reached the user as "the driver exited with code 1", and a rescale had by
+    then planned and activated its new model)."""
+    if master == "yarn" or LOCAL_CLUSTER_MASTER.fullmatch(master):
+        return None
+    local = LOCAL_MASTER.fullmatch(master)
+    if local:
+        if local["threads"] is not None and local["threads"] != "*" and int(local["threads"]) < 1:
+            return f"Spark master {master!r} asks for no thread: use local[N] with N >= 1, or local[*]"
+        return None
+    for scheme in ("spark://", "k8s://"):
+        if master.startswith(scheme):
+            return None if master.removeprefix(scheme).strip() else f"Spark master {master!r} names no host"
+    return f"Spark master {master!r} is not one Spark starts with: use {MASTER_FORMS}"
+
+
 def check_master(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
-    """Refuse a ``spark://`` master none of whose hosts answers, before a JVM is started for it.
+    """Refuse a master Spark would refuse, or a ``spark://`` master none of whose hosts answers, before a JVM is
+    started for it.
 
     Without this, spark-submit retries a dead master for a minute and prints
-    every retry's stack trace (176 lines). Masters of other kinds (``local``,
-    ``yarn``, ``k8s://``) are left to Spark.
+    every retry's stack trace (176 lines). Whether a ``yarn`` or ``k8s://``
+    cluster answers is left to Spark.
     """
+    problem = master_problem(master)
+    if problem is not None:
+        raise PipelinesError(f"{problem}; nothing was started")
     if not master.startswith("spark://"):
         return
     failures = []

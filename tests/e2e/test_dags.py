@@ -117,6 +117,7 @@ def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_not
         ({"job": "enrichment", "factor": 0}, "elasticity factor must be >= 1, got 0"),
         ({"job": "enrichment", "factor": "lots"}, "got 'lots'"),
         ({"job": "nope", "factor": 2}, "nope"),
+        ({"job": "enrichment", "factor": 2, "spark_master": "bogus://x"}, "spark_master: Spark master 'bogus://x'"),
     ]
     for conf, reason in cases:
         run = dag.test(run_conf=conf)

@@ -25,9 +25,12 @@ REPO = Path(__file__).resolve().parents[2]
 EVENTS = SystemStream("deltalog", "events")
 
 
-def run(tmp_path: Path, *args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
+def run(
+    tmp_path: Path, *args: str, rc: int = 0, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
     env["PYTHONPATH"] = str(REPO)
+    env.update(env_extra or {})
     argv = [sys.executable, "-m", "pipelines", "--home", str(tmp_path / "home"), *args]
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == rc, f"{args}: rc {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
@@ -35,9 +38,9 @@ def run(tmp_path: Path, *args: str, rc: int = 0) -> subprocess.CompletedProcess[
     return done
 
 
-def fails(tmp_path: Path, *args: str) -> str:
+def fails(tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None) -> str:
     """The one-line error a user sees for bad input: exit code 2, no traceback."""
-    stderr = run(tmp_path, *args, rc=2).stderr
+    stderr = run(tmp_path, *args, rc=2, env_extra=env_extra).stderr
     assert stderr.startswith("error: ") and len(stderr.splitlines()) == 1, stderr
     return stderr
 
@@ -218,6 +221,14 @@ def test_rescale_dry_run_prints_the_plan_and_bad_requests_change_nothing(tmp_pat
     assert (plan["plan"]["to_factor"], plan["plan"]["virtual_tasks"], plan["plan"]["to_version"]) == (4, 8, 2)
     assert "elasticity factor must be >= 1" in fails(tmp_path, "rescale", "enrichment", "--factor", "0")
     assert "known jobs: enrichment" in fails(tmp_path, "rescale", "nope", "--factor", "2")
+    # a master Spark would refuse: refused before the lock, no model planned (it used to be planned and activated,
+    # then the catch-up's spark-submit failed ten seconds later with "driver exited with code 1")
+    assert "argument --master: Spark master 'bogus://x' is not one" in fails(
+        tmp_path, "rescale", "enrichment", "--factor", "2", "--master", "bogus://x"
+    )
+    assert "$PIPELINES_SPARK_MASTER: Spark master 'spark//h:7077' is not one" in fails(
+        tmp_path, "rescale", "enrichment", "--factor", "2", env_extra={"PIPELINES_SPARK_MASTER": "spark//h:7077"}
+    )
     same = run(tmp_path, "rescale", "enrichment", "--factor", "1").stdout
     assert "already runs this model: nothing to do" in same
     control = ControlPlane(Home(tmp_path / "home"))

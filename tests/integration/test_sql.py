@@ -91,6 +91,15 @@ def test_the_command_prints_a_table_or_json(spark: Any, filled: Home, monkeypatc
     assert cli.main(["--home", str(filled.root), "sql", "--json", "SELECT 1 AS one, NULL AS none"], out=out) == 0
     assert json.loads(out.getvalue()) == [{"one": 1, "none": None}]
 
+    def no_session(master: str) -> Iterator[Any]:
+        raise AssertionError("a Spark session was started for a statement its first word refuses")
+
+    monkeypatch.setattr(sql, "sql_session", no_session)
+    for statement, error in (("DROP TABLE checkpoints", sql.ONLY_QUERIES), ("  ", "no query given: pass one")):
+        err = io.StringIO()
+        assert cli.main(["--home", str(filled.root), "sql", statement], out=io.StringIO(), err=err) == 2
+        assert len(err.getvalue().splitlines()) == 1 and err.getvalue().startswith(f"error: {error}")
+
 
 @pytest.mark.slow  # its own Spark driver, in a process of its own
 def test_bad_sql_is_one_error_line_and_exit_2_from_a_session_of_its_own(filled: Home, tmp_path: Path) -> None:

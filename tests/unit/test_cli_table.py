@@ -122,6 +122,15 @@ def test_usage_and_help_list_every_command_in_table_order() -> None:
         (["status", "j", "--minutes", "-1"], "argument --minutes: must be a finite number of minutes >= 0, got '-1'"),
         (["stream"], "the following arguments are required: command"),
         (["rescale", "j"], "the following arguments are required: --factor"),
+        (
+            ["run", "j", "--master", "bogus://x"],
+            "argument --master: Spark master 'bogus://x' is not one Spark starts with: use local, local[N], local[*], "
+            "local[N,F], spark://HOST:PORT, k8s://HOST:PORT, yarn or local-cluster[N,C,M]",
+        ),
+        (
+            ["sql", "j", "--master", "local[0]"],
+            "argument --master: Spark master 'local[0]' asks for no thread: use local[N] with N >= 1, or local[*]",
+        ),
     ],
 )
 def test_usage_errors_are_one_error_line_naming_the_command_and_its_help(
