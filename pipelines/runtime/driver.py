@@ -41,6 +41,8 @@ STUCK_S = 300.0  # the driver's loop not round for this long: no more beats (the
 COMPACT_S = 600.0
 """How often the heartbeat thread compacts the job's control-table files (``control.compaction``): a running job adds
 a few every batch and beat, and every read and append of a table pays for each file it has."""
+LAST_ROUND_WAIT_S = 60.0
+"""How long a run that ends waits for a round its heartbeat thread has under way before it runs its own."""
 
 T = TypeVar("T")
 
@@ -147,6 +149,7 @@ def run_job(
                 requests.clear_stop(home, job)
                 heartbeat.halt.set()
                 registration.end(model_version=heartbeat.version, batch_id=heartbeat.batch)
+                heartbeat.last_round()
                 return queries
     except BaseException as e:
         heartbeat.halt.set()
@@ -258,16 +261,23 @@ class Heartbeat(threading.Thread):
                 if time.monotonic() - self.compacted >= COMPACT_S:
                     self.compact()
 
-    def compact(self) -> None:
+    def last_round(self) -> None:
+        """One compaction round when the run ends on its own terms (its input's end, a stop), after any round the
+        thread has under way: an available-now run (the microbatch DAG's, minutes apart) ends long before
+        ``COMPACT_S``, and without this round its job's control tables were never compacted nor pruned."""
+        self.halt.set()
+        if self.is_alive():
+            self.join(timeout=LAST_ROUND_WAIT_S)
+        self.compact(again="the job's next run tries again")
+
+    def compact(self, again: str = f"tried again in {COMPACT_S:.0f} s") -> None:
         """Compact the job's control-table files; from this thread, so no batch waits for it."""
         self.compacted = time.monotonic()
         try:
             done = compact_job(self.control.home, self.job)
         except Exception as e:  # a store outage or a race lost: the next round tries again
             reason = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-            print(
-                f"[{self.job}] control-table compaction failed, tried again in {COMPACT_S:.0f} s: {reason}", flush=True
-            )
+            print(f"[{self.job}] control-table compaction failed, {again}: {reason}", flush=True)
             return
         if any(c.changed for c in done):
             print(f"[{self.job}] compacted control tables: {summary(done)}", flush=True)

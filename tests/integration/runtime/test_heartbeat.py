@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import time
+from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.runtime import driver
+
+from .jobs import job, produce
 
 pytestmark = pytest.mark.integration
 
@@ -62,3 +67,29 @@ def test_a_beat_after_the_driver_ended_does_not_make_it_live(home: Home) -> None
     registration.beat(1, 5)  # the heartbeat thread, one last time
     beat = last_heartbeat(control, "beating")
     assert beat is not None and beat["age_s"] < 5 and not beat["live"] and beat["state"] == "stopped"
+
+
+def test_a_run_that_ends_on_its_own_compacts_its_jobs_control_tables(
+    spark: Any, home: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The microbatch DAG's available-now runs, minutes apart, each end long before the heartbeat's 10-minute round:
+    without a round at each run's end, their job's control tables grew a file per batch and beat for ever."""
+    produce(home, "events", 40, 4)
+    job(home, "short", 1)
+    control = ControlPlane(home)
+    for b in range(60):  # the files earlier short runs left: one per append
+        control.metrics.append([{"job": "short", "model_version": 1, "batch_id": b, "metric": "records", "value": 1}])
+    metrics = DeltaTable(str(home.control_table("metrics")))
+
+    def files() -> int:
+        metrics.update_incremental()
+        return len(metrics.file_uris(file_pruning_predicate=[("job", "=", "short")]))
+
+    before = files()
+    assert before >= 60
+    driver.run_job(spark, home, "short", available_now=True, progress=lambda m: None)
+    said = re.search(r"\[short\] compacted control tables: .*metrics (\d+) -> (\d+) files", capsys.readouterr().out)
+    assert said is not None, "the run's last round says what it compacted"
+    assert int(said[1]) >= before and int(said[2]) == 1
+    assert files() == 1, "the job's metric files are one after the run"
+    assert len(control.metrics.read("short", metrics=["records"])) >= 60, "the rows are all there"
