@@ -7,7 +7,8 @@ adjunct store's version switch on the embedded log, every table in the home
 ``spark.read.format("delta")`` and ``DeltaTable.forPath``: rows, schema and
 commit history must equal what ``pipelines.deltaio`` and ``deltalake`` read.
 A downstream ``spark.readStream.format("delta")`` on a sink gets every record
-exactly once across a live rescale. One shared Spark session, small data.
+exactly once across a live rescale and an ``OPTIMIZE`` of the sink beside the
+driver's commits. One shared Spark session, small data.
 """
 
 from __future__ import annotations
@@ -220,6 +221,9 @@ def test_a_spark_stream_on_a_sink_gets_every_record_once_across_a_live_rescale(s
         rescale(home, config.name, 4, reason="live rescale under a downstream reader")
         _until(lambda: any("switching" in m for m in messages), messages)
         events.produce(200)  # for the new model
+        # a user compacting the sink with Spark's OPTIMIZE while the driver commits (docs/storage.md): the rewrite
+        # (dataChange=false) must neither fail a batch's commit nor reach the downstream stream as new rows
+        compacted = spark.sql(f"OPTIMIZE delta.`{sink_path}`").collect()[0]["metrics"]
         _until(lambda: seen() >= events.total, messages)
     finally:
         requests.ask_stop(home, config.name)
@@ -233,6 +237,7 @@ def test_a_spark_stream_on_a_sink_gets_every_record_once_across_a_live_rescale(s
     assert set(rows["model_version"]) == {1, 2}
     assert sum(rows_seen.values()) == verdict.rows == len(rows) == events.total
     assert max(rows_seen.values()) == 1, "a sink row reached the downstream reader twice"
+    assert compacted["numFilesRemoved"] > compacted["numFilesAdded"] >= 1, compacted
     read = [v for v in versions if v]
     assert read[0] == {1} and 2 in read[-1], f"downstream read v1's rows before the rescale, v2's after: {read}"
 
