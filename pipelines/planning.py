@@ -29,6 +29,7 @@ from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.errors import ConfigError
 from pipelines.faults import crash_point
 from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
 from pipelines.systems.base import SupportsRelayout
@@ -71,7 +72,8 @@ class VersionPlan:
 
 
 def plan_first(home: Home, config: JobConfig) -> VersionPlan:
-    """Version 1 of a new job over its inputs' partitions now, every partition from its earliest position."""
+    """Version 1 of a new job over its inputs' partitions now, every partition from its earliest position, or with
+    ``start: latest`` from its end now (the records already there are not the job's)."""
     with JobSystems(home, config.systems) as systems:
         model = plan_job_model(
             config.name,
@@ -82,7 +84,7 @@ def plan_first(home: Home, config: JobConfig) -> VersionPlan:
             containers=config.containers,
             config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
         )
-        return VersionPlan(None, model, start_positions(systems, None, model))
+        return VersionPlan(None, model, start_positions(systems, None, model, from_end=config.start == "latest"))
 
 
 def plan_next(
@@ -158,19 +160,29 @@ def replay_estimate(home: Home, plan: VersionPlan) -> int | None:
     return round(total)
 
 
-def start_positions(systems: JobSystems, old: CheckpointMap | None, model: JobModel) -> CheckpointMap:
+def start_positions(
+    systems: JobSystems, old: CheckpointMap | None, model: JobModel, *, from_end: bool = False
+) -> CheckpointMap:
     """``model``'s start checkpoints from ``old`` (the previous version's latest), stream by stream.
 
     Each stream is migrated with its own system's position order; a partition
-    ``old`` does not cover starts at its earliest position.
+    ``old`` does not cover starts at its earliest position, or with ``from_end``
+    (a new job's ``start: latest``) at its end now.
     """
     result: dict[SystemStreamPartition, str] = {}
     wholes = model.whole_ssps()
     for stream in sorted({s.system_stream for s in wholes}):
         system = systems.of(stream.system)
+        if from_end and isinstance(system, SupportsRelayout):
+            raise ConfigError(
+                f"start: latest is not available for {stream.system} input {stream.stream!r}: its partitions are "
+                "slots over shards, whose ends are points in time, not positions a reader can start from; use "
+                "start: earliest"
+            )
         meta = system.describe(stream.stream)
         earliest = {
-            SystemStreamPartition(stream.system, stream.stream, p): part.earliest for p, part in meta.partitions.items()
+            SystemStreamPartition(stream.system, stream.stream, p): part.end if from_end else part.earliest
+            for p, part in meta.partitions.items()
         }
         mine = [s for s in wholes if s.system_stream == stream]
         previous = CheckpointMap(

@@ -58,6 +58,9 @@ class JobConfig:
     """The ``stores:`` section (adjunct data stores) as written."""
     metrics_retention_hours: int = 168
     """How long the job's rows stay in the ``metrics`` table (``control.compaction``); Kafka's default retention."""
+    start: str = "earliest"
+    """Where version 1 reads each partition from (``planning.plan_first``): ``earliest`` or ``latest`` (the end at
+    ``job create``), as Kafka's ``auto.offset.reset`` and Spark's ``startingOffsets`` name them."""
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML form; stored with every job model so a model says what it was planned for."""
@@ -78,6 +81,7 @@ class JobConfig:
             "systems": {k: dict(v) for k, v in self.systems.items()},
             "autosize": dict(self.autosize),
             "metrics_retention_hours": self.metrics_retention_hours,
+            "start": self.start,
             **({"stores": self.stores} if self.stores is not None else {}),
         }
 
@@ -117,6 +121,7 @@ class JobConfig:
             autosize=spec.autosize,
             stores=raw.get("stores"),
             metrics_retention_hours=spec.metrics_retention_hours,
+            start=spec.start,
         )
 
     @classmethod
@@ -145,6 +150,7 @@ class JobConfig:
             "source",
             "autosize",
             "metrics_retention_hours",
+            "start",
         ):
             if raw.get(key) is not None:
                 known[key] = raw[key]

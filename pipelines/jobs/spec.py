@@ -41,6 +41,7 @@ from pipelines.systems.kinesis.settings import KinesisSettings
 
 SYSTEMS = ("deltalog", "kafka", "kinesis")
 TRIGGERS = ("available-now", "continuous")
+STARTS = ("earliest", "latest")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN}
 
@@ -238,7 +239,13 @@ class JobSpec(Section):
     metrics_retention_hours: PositiveWhole = Field(
         168,
         description="hours the job's rows stay in the metrics table; older ones are deleted every 10 minutes "
-        "while the job runs, and by 'pipelines job compact'",
+        "while the job runs, when a run ends, and by 'pipelines job compact'",
+    )
+    start: Annotated[str, OneOf(*STARTS)] = Field(
+        "earliest",
+        description="where the job's first model reads each input partition from: earliest (every record there), "
+        "or latest (only records written after 'job create'; not for kinesis); partitions added later start at "
+        "their earliest",
     )
 
     @model_validator(mode="after")

@@ -22,8 +22,9 @@ from pipelines.systems.registry import JobSystems
 class Window:
     """What one validation covers: the input records it must account for and the sink rows it judges.
 
-    A *run* window is the whole job: every input record from each partition's earliest offset up to the
-    active model's committed checkpoints, and every sink and dead-letter row. An *event* window is the
+    A *run* window is the whole job: every input record from each partition's earliest offset (a job created
+    with ``start: latest``: from version 1's start checkpoints) up to the active model's committed checkpoints,
+    and every sink and dead-letter row. An *event* window is the
     batches around one scaling event: the records from the old model's start checkpoints up to the new
     model's committed checkpoints, and the rows both model versions wrote.
 
@@ -52,6 +53,8 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         versions = None
         last = model.version
         start_rows: dict[SystemStreamPartition, str] = {}
+        if config.start == "latest":  # the records before version 1's start were never the job's
+            start_rows = control.checkpoints.start(job, min(factors, default=model.version))
         window_id = f"run:v{model.version}"
     else:
         e = control.events.find(job, event)

@@ -61,7 +61,14 @@ class SeqProducer:
 
 
 def job(
-    home: Home, name: str, factor: int, *, stream: str = "events", latency_ms: float = 0, max_records: int = 500
+    home: Home,
+    name: str,
+    factor: int,
+    *,
+    stream: str = "events",
+    latency_ms: float = 0,
+    max_records: int = 500,
+    start: str = "earliest",
 ) -> JobConfig:
     base = JobConfig.load(DEMO).to_dict()
     base.update(
@@ -72,6 +79,7 @@ def job(
         sink={"table": f"{name}_out"},
         dead_letter={"table": f"{name}_dead"},
         batch={"max_records": max_records, "trigger_interval": "0 seconds"},
+        start=start,
     )
     config = JobConfig.from_dict(base)
     create_job(home, config)

@@ -105,6 +105,35 @@ def _restart_and_check(home: Home, config, records: int) -> None:
 
 
 @pytest.mark.slow
+def test_a_job_created_with_start_latest_reads_what_comes_after_and_new_partitions_from_their_start(
+    spark, home: Home
+) -> None:
+    """``start: latest`` on the embedded log: the history before ``job create`` is not the job's, the records after
+    it are read once and verify, and a partition added later starts at its earliest (as Flink's Kafka source)."""
+    from pipelines.planning import plan_next
+    from pipelines.quality.verify import verify_job
+
+    produce(home, "events", 100, 10)  # history
+    log = DeltaLog(home.streams)
+    ends = log.end_offsets("events")
+    config = job(home, "fromnow", 2, start="latest")
+    assert {(s.partition, o) for s, o in ControlPlane(home).checkpoints.start("fromnow", 1).items()} == {
+        (p, str(e)) for p, e in ends.items()
+    }
+    produce(home, "events", 40, 10)  # a fresh per-key seq: the order check sees only these
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    rows = sink(home, config)
+    assert len(rows) == 40 and all(int(o) >= ends[p] for p, o in zip(rows["partition"], rows["offset"], strict=True))
+    verdict = verify_job(home, config.name, sequence="seq")
+    assert verdict.ok and verdict.records_expected == 40, verdict.summary()
+    log.expand("events", 4)
+    start = plan_next(home, "fromnow").start.offsets
+    assert {o for s, o in start.items() if s.partition in (2, 3)} == {"0"}, "new partitions from their earliest"
+    assert {o for s, o in start.items() if s.partition in (0, 1)} == {
+        str(log.end_offsets("events")[p]) for p in (0, 1)
+    }, "the old ones where the job stands"
+
+
 def test_crash_between_sink_commit_and_checkpoint_append_loses_and_doubles_nothing(home: Home) -> None:
     produce(home, "events", 300, 10)
     config = job(home, "crashy", 2, max_records=100)

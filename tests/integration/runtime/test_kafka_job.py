@@ -45,7 +45,9 @@ class KafkaEvents(SeqProducer):
         super().__init__(self.kafka, self.topic, partitions, keys, create=False)
 
 
-def kafka_job(home: Home, name: str, factor: int, events: KafkaEvents, *, max_records: int = 100) -> JobConfig:
+def kafka_job(
+    home: Home, name: str, factor: int, events: KafkaEvents, *, max_records: int = 100, start: str = "earliest"
+) -> JobConfig:
     base = JobConfig.load(DEMO).to_dict()
     base.update(
         name=name,
@@ -56,6 +58,7 @@ def kafka_job(home: Home, name: str, factor: int, events: KafkaEvents, *, max_re
         sink={"table": f"{name}_out"},
         dead_letter={"table": f"{name}_dead"},
         batch={"max_records": max_records, "trigger_interval": "0 seconds"},
+        start=start,
     )
     config = JobConfig.from_dict(base)
     create_job(home, config)
@@ -90,6 +93,26 @@ class Driver(threading.Thread):
         self.join(timeout=120)
         assert not self.is_alive(), "the driver stopped when asked"
         assert self.error is None, self.error
+
+
+def test_a_job_created_with_start_latest_reads_only_the_records_after_its_creation(
+    spark, home: Home, kafka_broker: KafkaBroker
+) -> None:
+    """Kafka's ``auto.offset.reset=latest``, Spark's ``startingOffsets: latest``: a new job on a topic with history."""
+    events = KafkaEvents(kafka_broker, partitions=2, keys=16)
+    events.produce(120)  # history the job is not to read
+    ends = events.kafka.end_positions(events.topic)
+    config = kafka_job(home, "fromnow", 2, events, start="latest")
+    starts = ControlPlane(home).checkpoints.start(config.name, 1)
+    assert {(s.partition, o) for s, o in starts.items()} == set(ends.items()), "every bucket starts at its end"
+    events.produce(60)
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    rows = sink(home, config)
+    after = zip(rows["partition"], rows["offset"], strict=True)
+    assert len(rows) == 60 and all(int(o) >= int(ends[p]) for p, o in after)
+    assert order_violations(rows) == [] and misrouted(rows, 2).empty
+    verdict = verify_job(home, config.name, sequence="seq")
+    assert verdict.ok and verdict.records_expected == 60, verdict.summary()
 
 
 def test_a_kafka_job_over_sasl_at_factors_1_and_4_gives_the_same_rows_once_and_kafkas_tool_sees_its_lag(

@@ -17,6 +17,7 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
+from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig
 from pipelines.observe.collect import observe
 from pipelines.operations import repartition, scaling
@@ -69,6 +70,9 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_a_merge_switchi
         dead_letter={"table": "kin_dead"},
         batch={"max_records": 150, "trigger_interval": "0 seconds"},
     )
+    with pytest.raises(ConfigError, match="start: latest is not available for kinesis input 'clicks'"):
+        create_job(home, JobConfig.from_dict({**raw, "start": "latest"}))  # slots' ends are times, not positions
+    assert ControlPlane(home).job_models.latest_version("kin") is None, "nothing was created for the refused job"
     config = JobConfig.from_dict(raw)
     create_job(home, config)
 

@@ -109,6 +109,21 @@ def test_available_now_trigger_and_batch_options() -> None:
     assert (job.trigger, job.max_records_per_batch, job.trigger_interval) == ("available-now", 5, "2 seconds")
 
 
+def test_a_job_starts_at_the_earliest_position_unless_it_asks_for_the_latest() -> None:
+    assert JobConfig.from_dict(config()).start == "earliest"
+    job = JobConfig.from_dict(config(start="latest"))
+    assert job.start == "latest"
+    assert JobConfig.from_dict(job.to_dict()) == job == JobConfig.from_saved(job.to_dict())
+    saved_before_the_field = {k: v for k, v in job.to_dict().items() if k != "start"}
+    assert JobConfig.from_saved(saved_before_the_field).start == "earliest"
+
+
+@pytest.mark.parametrize("start", ["newest", "LATEST ", 0, None, ["latest"]])
+def test_a_start_other_than_earliest_or_latest_is_refused_naming_both(start: Any) -> None:
+    message = error_of(config(start=start))
+    assert "'start' must be one of earliest, latest" in message, message
+
+
 # --- errors: each message names the field --------------------------------------------------------------------------
 
 
