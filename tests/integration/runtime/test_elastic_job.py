@@ -104,7 +104,6 @@ def _restart_and_check(home: Home, config, records: int) -> None:
     assert order_violations(rows) == []
 
 
-@pytest.mark.slow
 def test_a_job_created_with_start_latest_reads_what_comes_after_and_new_partitions_from_their_start(
     spark, home: Home
 ) -> None:
@@ -134,6 +133,7 @@ def test_a_job_created_with_start_latest_reads_what_comes_after_and_new_partitio
     }, "the old ones where the job stands"
 
 
+@pytest.mark.slow
 def test_crash_between_sink_commit_and_checkpoint_append_loses_and_doubles_nothing(home: Home) -> None:
     produce(home, "events", 300, 10)
     config = job(home, "crashy", 2, max_records=100)
