@@ -110,8 +110,9 @@ def elastic_rescale() -> None:
         )
         scaling.validate(PipelinesHook().home(), request)  # the factor, the job; the plan task checks the rest
         master = params.get("spark_master")
-        if master and master_problem(master) is not None:  # refused before the lock, not by the catch-up's JVM
-            raise ConfigError(f"spark_master: {master_problem(master)}")
+        problem = master_problem(master) if master else None  # refused before the lock, not by the catch-up's JVM
+        if problem is not None:
+            raise ConfigError(f"spark_master: {problem}")
         return request
 
     @task
