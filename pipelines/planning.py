@@ -17,6 +17,7 @@ start at their earliest position.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from math import gcd, lcm
 from typing import Any
@@ -29,10 +30,11 @@ from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.core.start import EARLIEST, LATEST, start_time_ms
 from pipelines.errors import ConfigError
 from pipelines.faults import crash_point
 from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
-from pipelines.systems.base import SupportsRelayout
+from pipelines.systems.base import SupportsRelayout, SupportsStartAtTime
 from pipelines.systems.registry import JobSystems
 
 
@@ -73,7 +75,7 @@ class VersionPlan:
 
 def plan_first(home: Home, config: JobConfig) -> VersionPlan:
     """Version 1 of a new job over its inputs' partitions now, every partition from its earliest position, or with
-    ``start: latest`` from its end now (the records already there are not the job's)."""
+    ``start: latest`` from its end now, or with a time from its first record at or after it (``core.start``)."""
     with JobSystems(home, config.systems) as systems:
         model = plan_job_model(
             config.name,
@@ -84,7 +86,7 @@ def plan_first(home: Home, config: JobConfig) -> VersionPlan:
             containers=config.containers,
             config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
         )
-        return VersionPlan(None, model, start_positions(systems, None, model, from_end=config.start == "latest"))
+        return VersionPlan(None, model, start_positions(systems, None, model, start=config.start))
 
 
 def plan_next(
@@ -161,29 +163,38 @@ def replay_estimate(home: Home, plan: VersionPlan) -> int | None:
 
 
 def start_positions(
-    systems: JobSystems, old: CheckpointMap | None, model: JobModel, *, from_end: bool = False
+    systems: JobSystems, old: CheckpointMap | None, model: JobModel, *, start: str = EARLIEST
 ) -> CheckpointMap:
     """``model``'s start checkpoints from ``old`` (the previous version's latest), stream by stream.
 
     Each stream is migrated with its own system's position order; a partition
-    ``old`` does not cover starts at its earliest position, or with ``from_end``
-    (a new job's ``start: latest``) at its end now.
+    ``old`` does not cover starts at its earliest position, or as a new job's
+    ``start`` says (``latest``: its end now; a time: its first record at or
+    after it).
     """
     result: dict[SystemStreamPartition, str] = {}
     wholes = model.whole_ssps()
+    at_ms = start_time_ms(start)
+    if at_ms is not None and at_ms > time.time() * 1000:
+        raise ConfigError(f"start: {start} is in the future; a job starts from a time its inputs have reached")
     for stream in sorted({s.system_stream for s in wholes}):
         system = systems.of(stream.system)
-        if from_end and isinstance(system, SupportsRelayout):
+        if start != EARLIEST and isinstance(system, SupportsRelayout):
             raise ConfigError(
-                f"start: latest is not available for {stream.system} input {stream.stream!r}: its partitions are "
-                "slots over shards, whose ends are points in time, not positions a reader can start from; use "
+                f"start: {start} is not available for {stream.system} input {stream.stream!r}: its partitions are "
+                "slots over shards, whose ends and times are not positions a reader can start from; use "
                 "start: earliest"
             )
+        if at_ms is not None and not isinstance(system, SupportsStartAtTime):
+            raise ConfigError(
+                f"start: {start} is not available for {stream.system} input {stream.stream!r}: its records carry no "
+                "time a reader can start from; use start: earliest or start: latest"
+            )
         meta = system.describe(stream.stream)
-        earliest = {
-            SystemStreamPartition(stream.system, stream.stream, p): part.end if from_end else part.earliest
-            for p, part in meta.partitions.items()
-        }
+        first = {p: part.end if start == LATEST else part.earliest for p, part in meta.partitions.items()}
+        if at_ms is not None and isinstance(system, SupportsStartAtTime):  # refused above otherwise
+            first.update({p: o for p, o in system.positions_at(stream.stream, at_ms).items() if p in first})
+        earliest = {SystemStreamPartition(stream.system, stream.stream, p): o for p, o in first.items()}
         mine = [s for s in wholes if s.system_stream == stream]
         previous = CheckpointMap(
             old.factor if old else 1,

@@ -59,8 +59,9 @@ class JobConfig:
     metrics_retention_hours: int = 168
     """How long the job's rows stay in the ``metrics`` table (``control.compaction``); Kafka's default retention."""
     start: str = "earliest"
-    """Where version 1 reads each partition from (``planning.plan_first``): ``earliest`` or ``latest`` (the end at
-    ``job create``), as Kafka's ``auto.offset.reset`` and Spark's ``startingOffsets`` name them."""
+    """Where version 1 reads each partition from (``planning.plan_first``): ``earliest``, ``latest`` (the end at
+    ``job create``), as Kafka's ``auto.offset.reset`` and Spark's ``startingOffsets`` name them, or a time in UTC
+    (``core.start``: the first record at or after it, Kafka's ``offsetsForTimes``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML form; stored with every job model so a model says what it was planned for."""

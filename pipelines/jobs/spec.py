@@ -23,6 +23,7 @@ from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR, MAX_FACTOR_ENV, validate_factor
 from pipelines.core.ssp import NAME_PATTERN, SystemStream, validate_name
+from pipelines.core.start import WORDS, parse_start
 from pipelines.errors import ConfigError
 from pipelines.settings import (
     AnyMapping,
@@ -41,9 +42,9 @@ from pipelines.systems.kinesis.settings import KinesisSettings
 
 SYSTEMS = ("deltalog", "kafka", "kinesis")
 TRIGGERS = ("available-now", "continuous")
-STARTS = ("earliest", "latest")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN}
+_START = {"anyOf": [{"enum": list(WORDS)}, {"type": "string", "format": "date-time"}]}
 
 
 def _any_case(word: str) -> str:
@@ -241,11 +242,12 @@ class JobSpec(Section):
         description="hours the job's rows stay in the metrics table; older ones are deleted every 10 minutes "
         "while the job runs, when a run ends, and by 'pipelines job compact'",
     )
-    start: Annotated[str, OneOf(*STARTS)] = Field(
+    start: Annotated[str, Said(parse_start, _START)] = Field(
         "earliest",
         description="where the job's first model reads each input partition from: earliest (every record there), "
-        "or latest (only records written after 'job create'; not for kinesis); partitions added later start at "
-        "their earliest",
+        "latest (only records written after 'job create') or a time with its zone such as 2026-11-27T08:00:00Z "
+        "(from each partition's first record at or after it); latest and a time are not for kinesis; partitions "
+        "added later start at their earliest",
     )
 
     @model_validator(mode="after")

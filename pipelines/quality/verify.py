@@ -10,6 +10,7 @@ import pandas as pd
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.core.start import EARLIEST
 from pipelines.deltaio import read_delta
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import job_config
@@ -23,7 +24,7 @@ class Window:
     """What one validation covers: the input records it must account for and the sink rows it judges.
 
     A *run* window is the whole job: every input record from each partition's earliest offset (a job created
-    with ``start: latest``: from version 1's start checkpoints) up to the active model's committed checkpoints,
+    with another ``start``: from version 1's start checkpoints) up to the active model's committed checkpoints,
     and every sink and dead-letter row. An *event* window is the
     batches around one scaling event: the records from the old model's start checkpoints up to the new
     model's committed checkpoints, and the rows both model versions wrote.
@@ -53,7 +54,7 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         versions = None
         last = model.version
         start_rows: dict[SystemStreamPartition, str] = {}
-        if config.start == "latest":  # the records before version 1's start were never the job's
+        if config.start != EARLIEST:  # the records before version 1's start were never the job's
             start_rows = control.checkpoints.start(job, min(factors, default=model.version))
         window_id = f"run:v{model.version}"
     else:

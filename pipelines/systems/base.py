@@ -92,6 +92,7 @@ __all__ = [
     "SupportsLineage",
     "SupportsRecordsRead",
     "SupportsRelayout",
+    "SupportsStartAtTime",
 ]
 
 Settings = Mapping[str, Any]
@@ -315,7 +316,27 @@ class SupportsCommitted(Protocol):
         ...
 
 
-ABILITIES: tuple[type, ...] = (SupportsRelayout, SupportsRecordsRead, SupportsLineage, SupportsCommitted)
+@runtime_checkable
+class SupportsStartAtTime(Protocol):
+    """Partitions whose records carry a time a reader can start from (Kafka's ``offsetsForTimes``).
+
+    A new job's ``start: <time>`` asks it once, at ``job create``
+    (``core.start``); a system without it refuses such a start.
+    """
+
+    def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
+        """Per partition, the position of its first record whose timestamp is at or after ``at_ms`` (milliseconds
+        since the epoch), or its end when no record is: what a new reader starting at that time reads first."""
+        ...
+
+
+ABILITIES: tuple[type, ...] = (
+    SupportsRelayout,
+    SupportsRecordsRead,
+    SupportsLineage,
+    SupportsCommitted,
+    SupportsStartAtTime,
+)
 """Every optional ability; the contract suite checks each system declares exactly the ones it keeps."""
 
 

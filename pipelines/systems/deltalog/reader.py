@@ -97,6 +97,51 @@ class DeltaLogReader:
             schema=LOG_SCHEMA,
         )
 
+    def positions_at(self, stream: str, at_ms: int) -> dict[int, int]:
+        """Each partition's first offset whose timestamp is at or after ``at_ms``, or its end when none is.
+
+        Found from the files' timestamp statistics in offset order: the first
+        file whose newest record is at or after the time holds the answer
+        (every earlier file is wholly before it), and only a file the time falls
+        inside is opened. Kafka's ``offsetsForTimes`` answers the same question
+        the same way, from its time index (docs/systems/deltalog.md, "Starting at
+        a time").
+        """
+        at_us = at_ms * 1000
+        table, snap = self.tables.latest(stream)
+        with self.tables.lock:  # the DeltaTable is shared by this process's threads (StreamTables)
+            actions = pa.table(table.get_add_actions(flatten=True))
+        found = {p: snap.end(p) for p in range(snap.partitions)}
+        if not actions.num_rows:
+            return found
+
+        def micros(name: str) -> list[int | None]:
+            if name not in actions.column_names:
+                raise StreamError(f"stream {stream!r}: the Delta log has no timestamp statistics ({name})")
+            column = actions[name].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+            return column.to_pylist()  # type: ignore[no-any-return]
+
+        rows = sorted(
+            zip(
+                (int(p) for p in actions["partition.partition"].to_pylist()),
+                actions["min.offset"].to_pylist(),
+                actions["max.offset"].to_pylist(),
+                micros("min.timestamp"),
+                micros("max.timestamp"),
+                strict=True,
+            )
+        )
+        for p, lo, hi, oldest, newest in rows:
+            if p not in found or found[p] < snap.end(p) or newest is None or newest < at_us:
+                continue  # another partition, already answered, or a file wholly before the time
+            if oldest is not None and oldest >= at_us:
+                found[p] = lo
+                continue
+            data = self.read_range(stream, p, lo, hi + 1, columns=["timestamp"])
+            after = pc.greater_equal(data["timestamp"], pa.scalar(at_us, pa.timestamp("us", tz="UTC")))
+            found[p] = data["offset"][pc.index(after, True).as_py()].as_py()
+        return found
+
     def _plan_end(self, stream: str, partition: int) -> int:
         snap = self.tables.latest(stream)[1]
         if partition >= snap.partitions:

@@ -114,6 +114,9 @@ class DeltaLog(OffsetOrder):
     def end_positions(self, stream: str) -> dict[int, Position]:
         return {p: str(end) for p, end in self.end_offsets(stream).items()}
 
+    def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
+        return {p: str(o) for p, o in self._reader.positions_at(stream, at_ms).items()}
+
     def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
         """The embedded log has no tools of its own to show progress in: the checkpoints table is all there is."""
 

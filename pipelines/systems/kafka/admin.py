@@ -104,6 +104,19 @@ class KafkaAdmin:
         count = self.partition_count(stream)
         return {p: str(o) for p, o in self.list_offsets(stream, count, _LATEST).items()}
 
+    def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
+        """``offsetsForTimes``, read-committed: each partition's first offset at or after ``at_ms``, or its end.
+
+        The ends are asked first: a partition the broker then finds no record
+        for had none at or after the time up to that end, so starting there
+        skips nothing written since (the other order could skip records
+        written between the two answers).
+        """
+        count = self.partition_count(stream)
+        ends = self.list_offsets(stream, count, _LATEST)
+        found = self.list_offsets(stream, count, OffsetSpec.for_timestamp(at_ms))
+        return {p: str(ends[p] if o < 0 else o) for p, o in found.items()}
+
     def list_offsets(self, stream: str, count: int, spec: OffsetSpec) -> dict[int, int]:
         """Offsets of partitions 0..count-1; a partition whose answer is a retriable error is asked again.
 

@@ -63,6 +63,9 @@ class KafkaSystem(OffsetOrder):
     def end_positions(self, stream: str) -> dict[int, Position]:
         return self.admin.end_positions(stream)
 
+    def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
+        return self.admin.positions_at(stream, at_ms)
+
     def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
         return self.admin.records_between(stream, partition, start, end)
 

@@ -18,7 +18,7 @@ from pipelines.runtime.driver import batch_budget, run_job
 from pipelines.runtime.session import spark_env
 from pipelines.systems.deltalog import DeltaLog
 
-from .jobs import dead_letters, job, misrouted, order_violations, produce, sink
+from .jobs import SeqProducer, dead_letters, job, misrouted, order_violations, produce, sink
 
 RECORDS, KEYS = 640, 64
 
@@ -131,6 +131,41 @@ def test_a_job_created_with_start_latest_reads_what_comes_after_and_new_partitio
     assert {o for s, o in start.items() if s.partition in (0, 1)} == {
         str(log.end_offsets("events")[p]) for p in (0, 1)
     }, "the old ones where the job stands"
+
+
+def test_a_job_created_with_a_start_time_reads_from_each_partitions_first_record_at_or_after_it(
+    spark, home: Home
+) -> None:
+    """``start: <time>`` on the embedded log: records written before the time are not the job's, those after it
+    (before and after ``job create``) are read once, in order, and verify; a time still to come is refused at
+    ``job create`` with nothing created."""
+    from datetime import UTC, datetime, timedelta
+
+    from pipelines.errors import ConfigError
+    from pipelines.quality.verify import verify_job
+
+    log = DeltaLog(home.streams)
+    events = SeqProducer(log, "events", 2, 10)  # one per-key seq across the calls: the order check spans them
+    events.produce(100)  # before the time
+    time.sleep(0.02)
+    mark = datetime.now(UTC)
+    time.sleep(0.02)
+    firsts = log.end_offsets("events")
+    events.produce(30)  # after the time, before the job exists
+    with pytest.raises(ConfigError, match="in the future"):
+        job(home, "later", 2, start=(mark + timedelta(hours=1)).isoformat())
+    assert "later" not in ControlPlane(home).job_models.jobs(), "a refused create leaves nothing"
+    config = job(home, "fromthen", 2, start=mark.isoformat())
+    assert {(s.partition, o) for s, o in ControlPlane(home).checkpoints.start("fromthen", 1).items()} == {
+        (p, str(e)) for p, e in firsts.items()
+    }
+    events.produce(40)
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    rows = sink(home, config)
+    assert len(rows) == 70 and all(int(o) >= firsts[p] for p, o in zip(rows["partition"], rows["offset"], strict=True))
+    assert order_violations(rows) == []
+    verdict = verify_job(home, config.name, sequence="seq")
+    assert verdict.ok and verdict.records_expected == 70, verdict.summary()
 
 
 @pytest.mark.slow

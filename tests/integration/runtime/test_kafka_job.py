@@ -15,6 +15,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pipelines import cli
@@ -113,6 +114,17 @@ def test_a_job_created_with_start_latest_reads_only_the_records_after_its_creati
     assert order_violations(rows) == [] and misrouted(rows, 2).empty
     verdict = verify_job(home, config.name, sequence="seq")
     assert verdict.ok and verdict.records_expected == 60, verdict.summary()
+
+    # Spark's startingTimestamp, Kafka's offsetsForTimes: a job from a time starts at each partition's first
+    # record at or after it, found by the broker from the records' own timestamps (CreateTime).
+    time.sleep(0.02)
+    mark = datetime.now(UTC)
+    time.sleep(0.02)
+    firsts = events.kafka.end_positions(events.topic)
+    events.produce(20)
+    then = kafka_job(home, "fromthen", 2, events, start=mark.isoformat())
+    starts = ControlPlane(home).checkpoints.start(then.name, 1)
+    assert {(s.partition, o) for s, o in starts.items()} == set(firsts.items()), "every bucket starts at the time"
 
 
 def test_a_kafka_job_over_sasl_at_factors_1_and_4_gives_the_same_rows_once_and_kafkas_tool_sees_its_lag(

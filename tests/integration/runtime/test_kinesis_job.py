@@ -70,9 +70,10 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_a_merge_switchi
         dead_letter={"table": "kin_dead"},
         batch={"max_records": 150, "trigger_interval": "0 seconds"},
     )
-    with pytest.raises(ConfigError, match="start: latest is not available for kinesis input 'clicks'"):
-        create_job(home, JobConfig.from_dict({**raw, "start": "latest"}))  # slots' ends are times, not positions
-    assert ControlPlane(home).job_models.latest_version("kin") is None, "nothing was created for the refused job"
+    for start in ("latest", "2026-01-01T00:00:00.000Z"):  # a slot's end and its times are not positions
+        with pytest.raises(ConfigError, match=f"start: {start} is not available for kinesis input 'clicks'"):
+            create_job(home, JobConfig.from_dict({**raw, "start": start}))
+        assert ControlPlane(home).job_models.latest_version("kin") is None, "nothing was created for the refused job"
     config = JobConfig.from_dict(raw)
     create_job(home, config)
 

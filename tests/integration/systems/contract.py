@@ -18,6 +18,7 @@ as if its partitions were Kafka's.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -31,6 +32,7 @@ from pipelines.systems.base import (
     SupportsLineage,
     SupportsRecordsRead,
     SupportsRelayout,
+    SupportsStartAtTime,
 )
 
 CONTRACT_JOB = "contract-job"
@@ -116,6 +118,26 @@ def check_input_system_contract(
         check_lineage(system, stream, finals)
     if isinstance(system, SupportsCommitted):
         assert system.committed(CONTRACT_JOB, stream) == finals, "committed is what acknowledge wrote"
+    if isinstance(system, SupportsStartAtTime):  # last: it produces a second batch
+        check_start_at_time(system, stream, start, ends, keys)
+
+
+def check_start_at_time(
+    system: InputSystem, stream: str, start: Mapping[int, Position], ends: Mapping[int, Position], keys: int
+) -> None:
+    """A time before every record starts at the earliest, one after them all at the end, and one between two
+    batches at each partition's first record of the second (its end where the second put none)."""
+    assert isinstance(system, SupportsStartAtTime)
+    assert system.positions_at(stream, 0) == dict(start), "every record is at or after 1970"
+    time.sleep(0.02)
+    mark = int(time.time() * 1000) + 1  # milliseconds: the records' timestamps are
+    time.sleep(0.02)
+    assert system.positions_at(stream, mark) == dict(ends), "no record at or after the time: each partition's end"
+    second = [(f"key-{i % keys}".encode(), f"later-{i}".encode(), None) for i in range(keys - 1)]
+    firsts: dict[int, Position] = {}
+    for partition, position in system.produce(stream, second):
+        firsts.setdefault(partition, position)
+    assert system.positions_at(stream, mark) == {p: firsts.get(p, e) for p, e in ends.items()}
 
 
 def check_relayout(

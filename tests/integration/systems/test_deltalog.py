@@ -339,11 +339,12 @@ def test_a_pickled_log_drops_its_table_handles_and_still_works(tmp_path: Path) -
 
 
 def test_the_embedded_log_keeps_the_input_system_contract(tmp_path: Path) -> None:
+    from pipelines.systems.base import SupportsStartAtTime
     from tests.integration.systems.contract import check_input_system_contract
 
     log = DeltaLog(tmp_path)
     log.create("events", 3)
-    check_input_system_contract(log, "events", abilities=frozenset())
+    check_input_system_contract(log, "events", abilities=frozenset({SupportsStartAtTime}))
 
 
 def test_an_expansion_holds_new_partitions_until_their_source_is_past_the_point(tmp_path: Path) -> None:
@@ -400,3 +401,22 @@ def test_a_missing_data_file_in_a_table_whose_log_is_there_is_damage_not_an_outa
     with pytest.raises(DamagedTableError, match="is missing"):
         log.read("events", 0, "0", "5")
     assert time.monotonic() - t0 < 5, "damage is reported at once, not waited on"
+
+
+def test_a_start_time_inside_a_compacted_file_is_found_in_its_rows(tmp_path: Path) -> None:
+    """Compaction (``OPTIMIZE``, allowed on an append-only table) merges commits of different times into one file,
+    so the time falls inside it: its rows, not its statistics, say where the first record at or after it is."""
+    log = DeltaLog(tmp_path)
+    log.create("events", 1)
+    marks = []
+    for batch in range(3):
+        log.produce("events", [(b"k", f"{batch}-{i}".encode(), None) for i in range(4)])
+        time.sleep(0.02)
+        marks.append(int(time.time() * 1000))
+        time.sleep(0.02)
+    DeltaTable(log.path("events")).optimize.z_order(["offset"])  # compact() would not keep the offset order
+    log = DeltaLog(tmp_path)  # a fresh view of the compacted table
+    assert len(DeltaTable(log.path("events")).file_uris()) == 1, "one file holds all three commits"
+    assert log.positions_at("events", 0) == {0: "0"}
+    assert [log.positions_at("events", m) for m in marks] == [{0: "4"}, {0: "8"}, {0: "12"}]
+    assert log.read("events", 0, "4", "8").records.column("value").to_pylist() == [f"1-{i}".encode() for i in range(4)]

@@ -118,10 +118,17 @@ def test_a_job_starts_at_the_earliest_position_unless_it_asks_for_the_latest() -
     assert JobConfig.from_saved(saved_before_the_field).start == "earliest"
 
 
-@pytest.mark.parametrize("start", ["newest", "LATEST ", 0, None, ["latest"]])
-def test_a_start_other_than_earliest_or_latest_is_refused_naming_both(start: Any) -> None:
+def test_a_job_may_start_at_a_time_kept_in_utc_to_the_millisecond() -> None:
+    job = JobConfig.from_dict(config(start="2026-11-27T09:00:00+01:00"))
+    assert job.start == "2026-11-27T08:00:00.000Z"
+    assert JobConfig.from_saved(job.to_dict()).start == job.start
+
+
+@pytest.mark.parametrize("start", ["newest", "LATEST ", 0, None, ["latest"], "2026-11-27T08:00:00"])
+def test_a_start_other_than_earliest_latest_or_a_zoned_time_is_refused_naming_them(start: Any) -> None:
     message = error_of(config(start=start))
-    assert "'start' must be one of earliest, latest" in message, message
+    assert message.startswith("test.yaml: start: "), message
+    assert "earliest, latest, or a time with its zone" in message or "has no time zone" in message, message
 
 
 # --- errors: each message names the field --------------------------------------------------------------------------

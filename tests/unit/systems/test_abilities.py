@@ -16,6 +16,7 @@ from pipelines.systems.base import (
     SupportsLineage,
     SupportsRecordsRead,
     SupportsRelayout,
+    SupportsStartAtTime,
 )
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.kafka import KafkaSystem
@@ -23,8 +24,8 @@ from pipelines.systems.kinesis import KinesisSystem
 
 DECLARED: dict[type, set[type]] = {
     KinesisSystem: {SupportsRelayout, SupportsRecordsRead, SupportsLineage},
-    KafkaSystem: {SupportsCommitted},
-    DeltaLog: set(),
+    KafkaSystem: {SupportsCommitted, SupportsStartAtTime},
+    DeltaLog: {SupportsStartAtTime},
 }
 
 
