@@ -18,6 +18,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
 from pipelines import cli
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
@@ -125,6 +129,23 @@ def test_a_job_created_with_start_latest_reads_only_the_records_after_its_creati
     then = kafka_job(home, "fromthen", 2, events, start=mark.isoformat())
     starts = ControlPlane(home).checkpoints.start(then.name, 1)
     assert {(s.partition, o) for s, o in starts.items()} == set(firsts.items()), "every bucket starts at the time"
+
+
+def test_records_deleted_before_the_job_read_them_fail_its_run_naming_them_and_commit_nothing(
+    spark, home: Home, kafka_broker: KafkaBroker
+) -> None:
+    """Retention or ``kafka-delete-records`` moved a partition's start past the job's checkpoint: the records between
+    are gone, so the run fails saying so (Spark's ``failOnDataLoss``, Kafka's ``auto.offset.reset=none``) and no
+    batch is committed, rather than going on from wherever the broker now starts and calling that complete."""
+    events = KafkaEvents(kafka_broker, partitions=2, keys=16)
+    events.produce(120)
+    config = kafka_job(home, "lossy", 2, events)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    for future in admin.delete_records([TopicPartition(events.topic, 0, 30)]).values():
+        assert future.result().low_watermark == 30
+    with pytest.raises(StreamError, match=r"partition 0 on .* no longer holds offset 0 \(retention or compaction"):
+        run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    assert ControlPlane(home).checkpoints.latest_batch(config.name, 1) == -1, "no batch was committed"
 
 
 def test_a_kafka_job_over_sasl_at_factors_1_and_4_gives_the_same_rows_once_and_kafkas_tool_sees_its_lag(
