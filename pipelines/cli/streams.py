@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from pipelines.cli.output import Output, table, text
 from pipelines.control.home import Home
 from pipelines.core.ssp import validate_name
+from pipelines.core.start import start_time_ms
 from pipelines.errors import ConfigError
 
 
@@ -70,21 +72,33 @@ def expand(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def describe(args: argparse.Namespace, home: Home, output: Output) -> None:
-    _show_stream(open_system(args, home).describe(validate_name("stream", args.name)), output)
+    from pipelines.systems.base import SupportsRelayout, SupportsStartAtTime
+
+    system = open_system(args, home)
+    name = validate_name("stream", args.name)
+    if args.at is not None and (isinstance(system, SupportsRelayout) or not isinstance(system, SupportsStartAtTime)):
+        raise ConfigError(f"--at is not available for {args.system} streams: their positions are not found by time")
+    meta = system.describe(name)
+    if args.at is None or not isinstance(system, SupportsStartAtTime):
+        _show_stream(meta, output)
+        return
+    at_ms = start_time_ms(args.at)
+    assert at_ms is not None  # the argument's type takes times only
+    found = system.positions_at(name, at_ms)
+    _show_stream(meta, output, (args.at, {p: found.get(p, part.end) for p, part in meta.partitions.items()}))
 
 
-def _show_stream(meta: Any, output: Output) -> None:
+def _show_stream(meta: Any, output: Output, at: tuple[str, dict[int, str]] | None = None) -> None:
     def human() -> str:
         lines = [f"stream {meta.system}.{meta.stream}: {len(meta.partitions)} partitions"]
-        lines.append(
-            table(
-                ["PARTITION", "EARLIEST", "END"],
-                [[p.partition, p.earliest, p.end] for _, p in sorted(meta.partitions.items())],
-            )
-        )
+        headers = ["PARTITION", "EARLIEST", "END", *([f"AT {at[0]}"] if at else [])]
+        rows = [
+            [p.partition, p.earliest, p.end, *([at[1][n]] if at else [])] for n, p in sorted(meta.partitions.items())
+        ]
+        lines.append(table(headers, rows))
         for e in meta.expansions:
             ends = ", ".join(f"{p}:{o}" for p, o in sorted(e.end_offsets.items()))
             lines.append(f"expanded {e.from_partitions} -> {e.to_partitions} at {text(e.at)} (old ends {ends})")
         return "\n".join(lines)
 
-    output.emit(meta, human)
+    output.emit({**asdict(meta), "at": {"time": at[0], "positions": at[1]}} if at else meta, human)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.core.groupers import GROUPERS
+from pipelines.core.start import parse_start, start_time_ms
+from pipelines.errors import ConfigError
 from pipelines.runtime.lifetime import master_problem
 
 EMBEDDED_SYSTEM = "deltalog"
@@ -107,6 +109,22 @@ def spark_master(text: str) -> str:
 spark_master.__name__ = "Spark master"
 
 
+def record_time(text: str) -> str:
+    """A time with its zone, in the canonical form a job's ``start`` keeps (``core.start``)."""
+    wanted = f"{text!r} is not a time with its zone, such as 2026-11-27T08:00:00Z"
+    try:
+        canonical = parse_start(text)
+    except ConfigError as error:
+        reason = str(error).removeprefix("start: ")
+        raise argparse.ArgumentTypeError(reason if "time zone" in reason or "1970" in reason else wanted) from None
+    if start_time_ms(canonical) is None:
+        raise argparse.ArgumentTypeError(wanted)
+    return canonical
+
+
+record_time.__name__ = "time"
+
+
 # ---------------------------------------------------------------------- conditional writes
 
 
@@ -172,7 +190,18 @@ STREAM = GroupCommand(
             "describe",
             "partitions, positions and expansions of a stream",
             "pipelines.cli.streams.describe",
-            (*SYSTEM, arg("name")),
+            (
+                *SYSTEM,
+                arg("name"),
+                arg(
+                    "--at",
+                    type=record_time,
+                    default=None,
+                    metavar="TIME",
+                    help="also each partition's first record at or after TIME (a time with its zone): where a job "
+                    "created with 'start: TIME' begins, as kafka-get-offsets --time answers",
+                ),
+            ),
         ),
     ),
 )

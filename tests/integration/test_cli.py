@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -133,7 +135,26 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
     (
         home.producers / "deltalog" / "events.json"
     ).local_path().unlink()  # the cache is lost: sequences must continue from the stream
+    ends = {
+        p: m["end"]
+        for p, m in json.loads(run(tmp_path, "--json", "stream", "describe", "events").stdout)["partitions"].items()
+    }
+    time.sleep(0.02)
+    mark = datetime.now(UTC)
+    time.sleep(0.02)
     run(tmp_path, "stream", "produce", "events", "--records", "30", "--keys", "7")
+    # where a job created with 'start: <mark>' would begin: each partition's first record of the second produce
+    at = json.loads(run(tmp_path, "--json", "stream", "describe", "events", "--at", mark.isoformat()).stdout)["at"]
+    assert at == {
+        "time": mark.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "positions": ends,
+    }
+    for bad in ("latest", "2026-11-27T08:00:00", "soon"):
+        assert "argument --at: " in fails(tmp_path, "stream", "describe", "events", "--at", bad)
+    kinesis = ("--system", "kinesis", "--settings", '{"region": "us-east-1"}')
+    assert "--at is not available for kinesis" in fails(
+        tmp_path, "stream", "describe", "x", *kinesis, "--at", "2026-01-01T00:00:00Z"
+    )
     assert "shrinking to 1 is not possible" in fails(tmp_path, "stream", "expand", "events", "--partitions", "1")
     assert "must be a multiple" in fails(tmp_path, "stream", "expand", "events", "--partitions", "3")
     run(tmp_path, "stream", "expand", "events", "--partitions", "4")
