@@ -128,6 +128,15 @@ def test_usage_and_help_list_every_command_in_table_order() -> None:
             "local[N,F], spark://HOST:PORT, k8s://HOST:PORT, yarn or local-cluster[N,C,M]",
         ),
         (
+            ["stream", "describe", "s", "--at", "latest"],
+            "argument --at: 'latest' is not a time with its zone, such as 2026-11-27T08:00:00Z",
+        ),
+        (
+            ["stream", "describe", "s", "--at", "2026-11-27T08:00"],
+            "argument --at: 2026-11-27T08:00:00 has no time zone, so each host would read it in its own: add one (Z "
+            "for UTC)",
+        ),
+        (
             ["sql", "j", "--master", "local[0]"],
             "argument --master: Spark master 'local[0]' asks for no thread: use local[N] with N >= 1, or local[*]",
         ),
