@@ -6,7 +6,7 @@ written after ``job create``) and a point in time, an ISO-8601 timestamp with
 its zone (the first record at or after it in each partition: Kafka's
 ``offsetsForTimes``, Spark's ``startingTimestamp``, Flink's
 ``OffsetsInitializer.timestamp``). Each is resolved once, at ``job create``,
-into version 1's start checkpoints (docs/design.md, "Where a new job starts").
+into version 1's start checkpoints (docs/design.md, "Checkpoints and their migration").
 Pure: no system is asked here.
 """
 
