@@ -262,10 +262,20 @@ def carry_forward(home: Home, previous: JobModel, model: JobModel) -> bool:
     control = ControlPlane(home)
     if (control.checkpoints.latest_batch(model.job_name, model.version) or INITIAL_BATCH) > INITIAL_BATCH:
         return False
+    written = control.checkpoints.latest(model.job_name, model.version)
     with JobSystems(home, job_config(model).systems) as systems:
         old = control.checkpoints.latest(previous.job_name, previous.version)
         fresh = start_positions(systems, old, model)
-    if fresh == control.checkpoints.latest(model.job_name, model.version):
+        # Never behind what was written: a start moved up on purpose (``operations.lost``: past records the input
+        # deleted) stays where it is. Slots are laid out again by their system and have no such order.
+        ahead: dict[SystemStreamPartition, str] = {}
+        for ssp, position in fresh.offsets.items():
+            system, before = systems.of(ssp.system), written.offsets.get(ssp)
+            if before is not None and not isinstance(system, SupportsRelayout):
+                position = max(position, before, key=system.position_key)
+            ahead[ssp] = position
+        fresh = CheckpointMap(fresh.factor, ahead)
+    if fresh == written:
         return False
     control.checkpoints.write(model.job_name, model.version, fresh, batch_id=INITIAL_BATCH)
     return True

@@ -160,3 +160,33 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
             [(c.table, c.files_before, c.files_after, c.deleted, c.rows_deleted) for c in done],
         ),
     )
+
+
+def skip_lost(args: argparse.Namespace, home: Home, output: Output) -> None:
+    """Records deleted before the job read them (Kafka's retention): list them, or move the job past them."""
+    import dataclasses
+
+    from pipelines.control import ControlPlane
+    from pipelines.operations.lost import skip_lost as skip
+
+    job = validate_name("job", args.job)
+    models = ControlPlane(home).job_models
+    if models.active_version(job) is None:
+        raise models.unknown_job(job)
+    gaps, version = skip(home, job, dry_run=args.dry_run)
+
+    def human() -> str:
+        if not gaps:
+            return f"job {job}: nothing to skip: every partition still holds the records the job has not read"
+        rows = [
+            (g.stream, g.partition, g.checkpoint, g.earliest, "?" if g.records is None else g.records) for g in gaps
+        ]
+        head = table(["stream", "partition", "job at", "earliest now", "records gone"], rows)
+        if version is None:
+            return f"{head}\ndry run: nothing changed; without --dry-run the job goes on from each partition's earliest"
+        return f"{head}\nv{version} active: the job goes on from each partition's earliest ('pipelines job show {job}')"
+
+    output.emit(
+        {"job": job, "gaps": [dataclasses.asdict(g) for g in gaps], "version": version, "dry_run": args.dry_run},
+        human,
+    )

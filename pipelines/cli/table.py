@@ -128,6 +128,10 @@ record_time.__name__ = "time"
 # ---------------------------------------------------------------------- conditional writes
 
 
+def _skip_writes(args: argparse.Namespace) -> bool:
+    return not args.dry_run
+
+
 def _plan_saves(args: argparse.Namespace) -> bool:
     return bool(args.save)
 
@@ -286,6 +290,14 @@ JOB_GROUP = GroupCommand(
                 ),
             ),
             writes=True,
+        ),
+        ActionCommand(
+            "skip-lost",
+            "move a job past records its input deleted before the job read them (Kafka's retention): a new model "
+            "version starting at each such partition's earliest, the skipped ranges in its history",
+            "pipelines.cli.jobs.skip_lost",
+            (JOB, arg("--dry-run", action="store_true", help="list the ranges that would be skipped, change nothing")),
+            writes=_skip_writes,
         ),
         ActionCommand(
             "create",

@@ -281,6 +281,16 @@ def test_job_compact_rewrites_a_jobs_control_files_and_refuses_an_unknown_job(tm
     )
 
 
+def test_skip_lost_finds_nothing_on_the_embedded_log_and_refuses_an_unknown_job(tmp_path: Path) -> None:
+    """The embedded log deletes nothing, so there is never a gap to skip; the Kafka case is in test_kafka_job."""
+    _registered_demo_job(tmp_path)
+    assert "nothing to skip" in run(tmp_path, "job", "skip-lost", "enrichment").stdout
+    answer = json.loads(run(tmp_path, "--json", "job", "skip-lost", "enrichment", "--dry-run").stdout)
+    assert answer == {"job": "enrichment", "gaps": [], "version": None, "dry_run": True}
+    assert ControlPlane(Home(tmp_path / "home")).job_models.active_version("enrichment") == 1
+    assert "known jobs: enrichment" in fails(tmp_path, "job", "skip-lost", "enrichmnet")
+
+
 def test_watch_reports_an_absorbable_expansion_and_autosize_holds_without_metrics(tmp_path: Path) -> None:
     _registered_demo_job(tmp_path)
     assert "every job's inputs match" in run(tmp_path, "watch").stdout

@@ -35,6 +35,7 @@ COMMAND_LINES: dict[str, list[tuple[list[str], bool]]] = {
     "job checkpoints": [(["job", "checkpoints", "j"], False)],
     "job create": [(["job", "create", "j", "--config", "j.yaml"], True)],
     "job compact": [(["job", "compact", "j"], True)],
+    "job skip-lost": [(["job", "skip-lost", "j"], True), (["job", "skip-lost", "j", "--dry-run"], False)],
     "status": [(["status", "j"], False)],
     "store list": [(["store", "list", "j"], False)],
     "store verify": [(["store", "verify", "j", "s"], False)],
@@ -155,7 +156,7 @@ def test_usage_errors_are_one_error_line_naming_the_command_and_its_help(
 
 def _listed(parser: argparse.ArgumentParser) -> list[str]:
     """The command names ``--help`` lists under the positional arguments, in order."""
-    return re.findall(r"^    ([a-z]+)\b", parser.format_help(), flags=re.MULTILINE)
+    return re.findall(r"^    ([a-z][a-z-]*)\b", parser.format_help(), flags=re.MULTILINE)
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

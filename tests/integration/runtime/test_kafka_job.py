@@ -11,7 +11,11 @@ workers are other processes: they reach the broker at its 127.0.0.1 address.
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +33,7 @@ from pipelines.errors import StreamError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
+from pipelines.operations.lost import skip_lost
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import batch_budget, run_job
@@ -131,12 +136,14 @@ def test_a_job_created_with_start_latest_reads_only_the_records_after_its_creati
     assert {(s.partition, o) for s, o in starts.items()} == set(firsts.items()), "every bucket starts at the time"
 
 
-def test_records_deleted_before_the_job_read_them_fail_its_run_naming_them_and_commit_nothing(
+def test_records_deleted_before_the_job_read_them_stop_it_until_the_operator_skips_them(
     spark, home: Home, kafka_broker: KafkaBroker
 ) -> None:
     """Retention or ``kafka-delete-records`` moved a partition's start past the job's checkpoint: the records between
     are gone, so the run fails saying so (Spark's ``failOnDataLoss``, Kafka's ``auto.offset.reset=none``) and no
-    batch is committed, rather than going on from wherever the broker now starts and calling that complete."""
+    batch is committed, rather than going on from wherever the broker now starts and calling that complete. The way
+    on is the operator's: ``job skip-lost`` lists the range, then moves the job past it in a new model version whose
+    history says what was skipped; the job reads the rest once and verifies."""
     events = KafkaEvents(kafka_broker, partitions=2, keys=16)
     events.produce(120)
     config = kafka_job(home, "lossy", 2, events)
@@ -145,7 +152,32 @@ def test_records_deleted_before_the_job_read_them_fail_its_run_naming_them_and_c
         assert future.result().low_watermark == 30
     with pytest.raises(StreamError, match=r"partition 0 on .* no longer holds offset 0 \(retention or compaction"):
         run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
-    assert ControlPlane(home).checkpoints.latest_batch(config.name, 1) == -1, "no batch was committed"
+    control = ControlPlane(home)
+    assert control.checkpoints.latest_batch(config.name, 1) == -1, "no batch was committed"
+
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
+    argv = [sys.executable, "-m", "pipelines", "--home", str(home.root), "--json", "job", "skip-lost", config.name]
+    dry = subprocess.run([*argv, "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    shown = json.loads(dry.stdout)
+    gaps = [(g["partition"], g["checkpoint"], g["earliest"], g["records"]) for g in shown["gaps"]]
+    assert shown["version"] is None and gaps == [(0, "0", "30", 30)], shown
+    assert control.job_models.active_version(config.name) == 1, "a dry run changes nothing"
+
+    _, version = skip_lost(home, config.name)
+    assert version == 2 and control.job_models.active_version(config.name) == 2
+    starts = control.checkpoints.start(config.name, 2)
+    assert {o for s, o in starts.items() if s.partition == 0} == {"30"}
+    assert {o for s, o in starts.items() if s.partition == 1} == {"0"}, "the other partition keeps its place"
+    why = control.job_models.history(config.name)[-1]["reason"]
+    assert "at most 30 records deleted before the job read them (events" in why and "/0 [0, 30))" in why, why
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    rows = sink(home, config)
+    assert len(rows) == 90 and not rows.duplicated(["partition", "offset"]).any()
+    assert order_violations(rows) == []
+    verdict = verify_job(home, config.name, sequence="seq")
+    assert verdict.ok and verdict.records_expected == 90, verdict.summary()
+    assert skip_lost(home, config.name) == ([], None), "nothing left to skip"
 
 
 def test_a_kafka_job_over_sasl_at_factors_1_and_4_gives_the_same_rows_once_and_kafkas_tool_sees_its_lag(
