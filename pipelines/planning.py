@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import gcd, lcm
 from typing import Any
@@ -34,7 +35,7 @@ from pipelines.core.start import EARLIEST, LATEST, start_time_ms
 from pipelines.errors import ConfigError
 from pipelines.faults import crash_point
 from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
-from pipelines.systems.base import SupportsRelayout, SupportsStartAtTime
+from pipelines.systems.base import Position, SupportsRelayout, SupportsStartAtTime
 from pipelines.systems.registry import JobSystems
 
 
@@ -249,6 +250,23 @@ def save(home: Home, plan: VersionPlan, reason: str, *, owner: str | None = None
             lock.release(job, owner)
 
 
+def at_least(
+    systems: JobSystems, start: CheckpointMap, floors: Mapping[SystemStreamPartition, Position]
+) -> CheckpointMap:
+    """``start`` with each key bucket's position raised to its floor where the floor is later in its system's order.
+
+    Slotted streams (Kinesis) are left as they are: their positions are laid out again by their system and have
+    no such order.
+    """
+    raised: dict[SystemStreamPartition, Position] = {}
+    for ssp, position in start.offsets.items():
+        system, floor = systems.of(ssp.system), floors.get(ssp)
+        if floor is not None and not isinstance(system, SupportsRelayout):
+            position = max(position, floor, key=system.position_key)
+        raised[ssp] = position
+    return CheckpointMap(start.factor, raised)
+
+
 def carry_forward(home: Home, previous: JobModel, model: JobModel) -> bool:
     """Re-migrate ``model``'s start checkpoints once ``previous`` has stopped for good.
 
@@ -267,14 +285,8 @@ def carry_forward(home: Home, previous: JobModel, model: JobModel) -> bool:
         old = control.checkpoints.latest(previous.job_name, previous.version)
         fresh = start_positions(systems, old, model)
         # Never behind what was written: a start moved up on purpose (``operations.lost``: past records the input
-        # deleted) stays where it is. Slots are laid out again by their system and have no such order.
-        ahead: dict[SystemStreamPartition, str] = {}
-        for ssp, position in fresh.offsets.items():
-            system, before = systems.of(ssp.system), written.offsets.get(ssp)
-            if before is not None and not isinstance(system, SupportsRelayout):
-                position = max(position, before, key=system.position_key)
-            ahead[ssp] = position
-        fresh = CheckpointMap(fresh.factor, ahead)
+        # deleted) stays where it is.
+        fresh = at_least(systems, fresh, written.offsets)
     if fresh == written:
         return False
     control.checkpoints.write(model.job_name, model.version, fresh, batch_id=INITIAL_BATCH)

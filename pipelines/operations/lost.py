@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
-from pipelines.core.checkpoints import CheckpointMap
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import job_config
 from pipelines.systems.base import Position, SupportsRelayout
@@ -84,17 +83,16 @@ def skip_lost(home: Home, job: str, *, dry_run: bool = False) -> tuple[list[Gap]
         )
     plan = planning.plan_next(home, job)
     earliest = {(g.stream, g.partition): g.earliest for g in gaps}
-    config = job_config(plan.model)
-    with JobSystems(home, config.systems) as systems:
-        moved = {}
-        for ssp, position in plan.start.offsets.items():
-            floor = earliest.get((ssp.stream, ssp.partition))
-            key = systems.of(ssp.system).position_key
-            moved[ssp] = floor if floor is not None and key(position) < key(floor) else position
-    plan = replace(plan, start=CheckpointMap(plan.start.factor, moved))
+    floors = {
+        ssp: earliest[ssp.stream, ssp.partition]
+        for ssp in plan.start.offsets
+        if (ssp.stream, ssp.partition) in earliest
+    }
+    with JobSystems(home, job_config(plan.model).systems) as systems:
+        plan = replace(plan, start=planning.at_least(systems, plan.start, floors))
     counted = [g.records for g in gaps]
     total = "an unknown number of" if None in counted else f"at most {sum(c or 0 for c in counted)}"
     ranges = ", ".join(f"{g.stream}/{g.partition} [{g.checkpoint}, {g.earliest})" for g in gaps)
-    planning.save(home, plan, f"skip lost records: {total} records deleted before the job read them ({ranges})",
-                  activate=True)  # fmt: skip
+    reason = f"skip lost records: {total} records deleted before the job read them ({ranges})"
+    planning.save(home, plan, reason, activate=True)
     return gaps, plan.model.version

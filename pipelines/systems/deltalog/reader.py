@@ -131,9 +131,11 @@ class DeltaLogReader:
                 strict=True,
             )
         )
+        answered: set[int] = set()
         for p, lo, hi, oldest, newest in rows:
-            if p not in found or found[p] < snap.end(p) or newest is None or newest < at_us:
-                continue  # another partition, already answered, or a file wholly before the time
+            if p not in found or p in answered or newest is None or newest < at_us:
+                continue  # a partition added since the snapshot, already answered, or a file wholly before the time
+            answered.add(p)
             if oldest is not None and oldest >= at_us:
                 found[p] = lo
                 continue
