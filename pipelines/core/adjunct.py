@@ -201,7 +201,10 @@ def parse_duration(value: object, what: str = "duration") -> timedelta:
         seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
     if seconds <= 0 or not math.isfinite(seconds):
         raise ConfigError(f"{what} must be positive, got {value!r}")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ConfigError(f"{what} must be shorter than 999999999 days, got {value!r}") from None
 
 
 def _human(delta: timedelta) -> str:
