@@ -10,7 +10,7 @@ from typing import Any
 from pipelines.cli.output import Output, table, text
 from pipelines.control.home import Home
 from pipelines.core.ssp import validate_name
-from pipelines.core.start import start_time_ms
+from pipelines.core.start import start_time_ms, time_of_ms
 from pipelines.errors import ConfigError
 
 
@@ -86,6 +86,78 @@ def describe(args: argparse.Namespace, home: Home, output: Output) -> None:
     assert at_ms is not None  # the argument's type takes times only
     found = system.positions_at(name, at_ms)
     _show_stream(meta, output, (args.at, {p: found.get(p, part.end) for p, part in meta.partitions.items()}))
+
+
+def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
+    """The embedded log's retention: what was (or would be) deleted per partition, and what held it back."""
+    import time
+    from dataclasses import asdict
+
+    from pipelines.cli.table import EMBEDDED_SYSTEM
+
+    name = validate_name("stream", args.name)
+    system = validate_name("system", args.system)
+    if system != EMBEDDED_SYSTEM:
+        raise ConfigError(
+            f"trim is for the embedded log's streams; {system} streams are trimmed by {_OWN[system]}"
+            if system in _OWN
+            else f"trim is for the embedded log's streams, not {system}"
+        )
+    now_ms = int(time.time() * 1000)
+    if args.before is not None:
+        before_ms = start_time_ms(args.before)
+        assert before_ms is not None  # the argument's type takes times only
+        if before_ms > now_ms:
+            raise ConfigError(f"--before {args.before} is in the future: every record is older than it")
+    elif args.older_than is not None:
+        before_ms = max(0, now_ms - int(args.older_than * 1000))  # older than 1970: no record is
+    else:
+        raise ConfigError("say which records to delete: --before TIME or --older-than AGE (e.g. 7d)")
+    from pipelines.operations.retention import trim_stream
+
+    done, readers = trim_stream(home, name, before_ms, lose_unread=args.lose_unread, dry_run=args.dry_run)
+    held = {p.partition: p for p in done.partitions}
+
+    def holder(p: int) -> str:
+        first = held[p].unread_from
+        if held[p].stop != "unread" or first is None:
+            return held[p].stop
+        names = [r.name for r in readers if r.unread_from.get(p) == first]
+        return f"unread by {', '.join(names)} (from {first})"
+
+    def human() -> str:
+        head = f"stream {name}: files older than {time_of_ms(before_ms)}: {done.records} records in {done.files} files"
+        if args.dry_run:
+            head += " would be deleted (dry run: nothing changed)"
+        elif done.version is None:
+            head += " deleted (nothing to delete)"
+        else:
+            head += f" deleted (table version {done.version})"
+        rows = [
+            [p.partition, p.earliest_before, p.earliest, p.records, p.files, holder(p.partition)]
+            for p in done.partitions
+        ]
+        return head + "\n" + table(["PARTITION", "EARLIEST WAS", "EARLIEST", "RECORDS", "FILES", "KEPT FROM"], rows)
+
+    output.emit(
+        {
+            "stream": name,
+            "before": time_of_ms(before_ms),
+            "dry_run": args.dry_run,
+            "version": done.version,
+            "records": done.records,
+            "files": done.files,
+            "partitions": [{**asdict(p), "kept_from": holder(p.partition)} for p in done.partitions],
+            "readers": [asdict(r) for r in readers],
+        },
+        human,
+    )
+
+
+_OWN = {
+    "kafka": "the topic's retention.ms (or kafka-delete-records.sh); a job stopped by it goes on after 'job skip-lost'",
+    "kinesis": "the stream's retention period (aws kinesis decrease-stream-retention-period)",
+}
 
 
 def _show_stream(meta: Any, output: Output, at: tuple[str, dict[int, str]] | None = None) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.core.adjunct import parse_duration
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.start import parse_start, start_time_ms
 from pipelines.errors import ConfigError
@@ -125,6 +126,17 @@ def record_time(text: str) -> str:
 record_time.__name__ = "time"
 
 
+def duration(text: str) -> float:
+    """A positive age such as ``30m``, ``12h`` or ``7d``, in seconds (``core.adjunct.parse_duration``)."""
+    try:
+        return parse_duration(text, "AGE").total_seconds()
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("AGE ")) from None
+
+
+duration.__name__ = "age"
+
+
 # ---------------------------------------------------------------------- conditional writes
 
 
@@ -206,6 +218,39 @@ STREAM = GroupCommand(
                     "created with 'start: TIME' begins, as kafka-get-offsets --time answers",
                 ),
             ),
+        ),
+        ActionCommand(
+            "trim",
+            "retention for the embedded log: delete each partition's oldest files, as Kafka deletes old segments, "
+            "keeping what a job of the home has not read",
+            "pipelines.cli.streams.trim",
+            (
+                *SYSTEM,
+                arg("name"),
+                arg(
+                    "--before",
+                    type=record_time,
+                    default=None,
+                    metavar="TIME",
+                    exclusive="when",
+                    help="delete files whose every record is older than TIME (a time with its zone)",
+                ),
+                arg(
+                    "--older-than",
+                    type=duration,
+                    default=None,
+                    metavar="AGE",
+                    exclusive="when",
+                    help="the same with TIME = now - AGE (30m, 12h, 7d): Kafka's retention.ms, for a schedule",
+                ),
+                arg(
+                    "--lose-unread",
+                    action="store_true",
+                    help="also delete records jobs of this home have not read (they stop until 'job skip-lost')",
+                ),
+                arg("--dry-run", action="store_true", help="show what would be deleted, change nothing"),
+            ),
+            writes=_skip_writes,
         ),
     ),
 )
@@ -293,7 +338,8 @@ JOB_GROUP = GroupCommand(
         ),
         ActionCommand(
             "skip-lost",
-            "move a job past records its input deleted before the job read them (Kafka's retention): a new model "
+            "move a job past records its input deleted before the job read them (Kafka's retention, 'stream trim "
+            "--lose-unread'): a new model "
             "version starting at each such partition's earliest, the skipped ranges in its history",
             "pipelines.cli.jobs.skip_lost",
             (JOB, arg("--dry-run", action="store_true", help="list the ranges that would be skipped, change nothing")),

@@ -53,7 +53,7 @@ def parse_start(value: object) -> str:
         )
     if when < EPOCH:
         raise ConfigError(f"start: {when.isoformat()} is before 1970, where no record's timestamp can be")
-    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return canonical(when)
 
 
 def start_time_ms(start: str) -> int | None:
@@ -61,3 +61,13 @@ def start_time_ms(start: str) -> int | None:
     if start in WORDS:
         return None
     return (datetime.fromisoformat(parse_start(start)) - EPOCH) // timedelta(milliseconds=1)  # exact, no float
+
+
+def canonical(when: datetime) -> str:
+    """An instant as a job's ``start`` keeps it: UTC, to the millisecond (``2026-11-27T08:00:00.000Z``)."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def time_of_ms(ms: int) -> str:
+    """The canonical form of a time in milliseconds since the epoch (integers all the way: no float rounding)."""
+    return canonical(EPOCH + timedelta(milliseconds=ms))

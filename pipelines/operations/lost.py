@@ -1,7 +1,8 @@
 """Moving a job past records its input no longer holds: the operator's explicit step after a read failed on them.
 
-Kafka's retention (or ``kafka-delete-records``) may remove records a stopped
-job had not read yet. The job's next read then fails, naming the partition
+Kafka's retention (or ``kafka-delete-records``), or the embedded log's
+``stream trim --lose-unread``, may remove records a stopped job had not read
+yet. The job's next read then fails, naming the partition
 and offset, and commits nothing, as Spark's ``failOnDataLoss`` does by
 default; every later run fails the same way. ``skip_lost`` is the way on: it
 plans a new model version at the same factor whose start checkpoints are

@@ -38,6 +38,8 @@ class Verdict:
     keyless: int = 0  # rows without a key: no per-key order to keep, so not judged for order (said, not hidden)
     unread: int = 0
     """Records in input partitions the active model does not read at all (an expansion not yet absorbed)."""
+    gone: int = 0
+    """Sink rows of records the input no longer holds (retention removed them after they were read): no fault."""
     samples: dict[str, list[dict[str, object]]] = field(default_factory=dict)
     """The same first offenders as ``examples``, as fields (key, stream, partition, offset, ...) a UI can show."""
 
@@ -67,6 +69,11 @@ class Verdict:
         )
         if self.unread:
             text += f", unread {self.unread}"
+        if self.gone:
+            text += (
+                f"\n  {self.gone} of the rows are of records the input no longer holds (retention removed them after "
+                "the job read them): not counted among the records"
+            )
         if self.keyless:
             text += (
                 f"\n  {self.keyless} records have no key: no per-key order to keep (SEP-32 spreads them by "

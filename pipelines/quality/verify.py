@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -43,6 +44,9 @@ class Window:
     factors: dict[int, int]
     unread: dict[str, int] = field(default_factory=dict)
     version: int | None = None
+    gone: dict[str, int] = field(default_factory=dict)
+    """Sink rows of records the input no longer holds (retention removed them after they were read), as
+    ``stream/partition`` -> count: outside what the window can account for, and no sign of a fault."""
 
 
 def load_window(home: Home, job: str, event: str | None = None) -> Window:
@@ -81,6 +85,7 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         parts = []
         read_by_model = {ssp.whole() for task in model.tasks() for ssp in task.ssps}
         unread: dict[str, int] = {}
+        earliest: dict[tuple[str, int], str] = {}
         for stream in config.inputs:
             system = systems.of(stream.system)
             if isinstance(system, SupportsRecordsRead):
@@ -88,6 +93,7 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
                 continue
             for p, part in system.describe(stream.stream).partitions.items():
                 ssp = SystemStreamPartition(stream.system, stream.stream, p)
+                earliest[stream.stream, p] = part.earliest
                 if event is None and ssp not in read_by_model:
                     waiting = system.records_between(stream.stream, p, part.earliest, part.end)
                     if waiting is not None and waiting > 0:  # None: a system that cannot count (none reaches here)
@@ -103,14 +109,46 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
                 parts.append((stream.stream, p, read.records.column("offset").to_pylist()))
         order = {s.stream: systems.of(s.system).position_key for s in config.inputs}
         rows = with_input_order(rows, order.__getitem__)
-    return Window(job, window_id, expected_records(parts), rows, dead, factors, unread, model.version)
+    expected = expected_records(parts)
+    gone = _no_longer_held(expected, rows, earliest, order)
+    return Window(job, window_id, expected, rows, dead, factors, unread, model.version, gone)
 
 
 def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str | None = None) -> Verdict:
     """Every input record of the window (the whole run, or one scaling event's) must be in the sink or dead
     letters, once, in per-key order, and routed to its bucket's virtual task."""
     w = load_window(home, job, event)
-    return verify_rows(w.expected, w.rows, w.dead, w.factors.__getitem__, sequence).with_unread(w.unread, w.version)
+    verdict = verify_rows(w.expected, w.rows, w.dead, w.factors.__getitem__, sequence)
+    verdict.gone = sum(w.gone.values())
+    return verdict.with_unread(w.unread, w.version)
+
+
+def _no_longer_held(
+    expected: pd.DataFrame,
+    rows: pd.DataFrame,
+    earliest: Mapping[tuple[str, int], str],
+    order: Mapping[str, Callable[[str], Any]],
+) -> dict[str, int]:
+    """Rows outside the window whose records lie before their partition's earliest position, per partition.
+
+    Only the rows the window does not cover are looked at one by one (a
+    running job's rows past its checkpoints are outside it too, but after).
+    """
+    keys = ["stream", "partition", "offset"]
+    if rows.empty:
+        return {}
+    merged = rows[keys].merge(expected[keys].drop_duplicates(), on=keys, how="left", indicator=True)
+    outside = merged[merged["_merge"] == "left_only"]
+    gone: dict[str, int] = {}
+    for (stream, partition), group in outside.groupby(["stream", "partition"], sort=True):
+        first = earliest.get((str(stream), int(partition)))
+        if first is None:
+            continue
+        key = order[str(stream)]
+        count = sum(1 for o in group["offset"].astype(str) if key(o) < key(first))
+        if count:
+            gone[f"{stream}/{partition}"] = count
+    return gone
 
 
 def _records_read(

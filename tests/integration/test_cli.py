@@ -179,6 +179,32 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
         assert sorted(values) == list(range(len(values))), key  # no repeat and no gap across all four runs
 
 
+def test_stream_trim_deletes_old_files_says_what_held_the_rest_and_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    run(tmp_path, "stream", "create", "events", "--partitions", "2")
+    run(tmp_path, "stream", "produce", "events", "--records", "60", "--keys", "6", "--chunk", "20")  # 3 files each
+    time.sleep(0.02)
+    before = datetime.now(UTC).isoformat()
+    dry = json.loads(run(tmp_path, "--json", "stream", "trim", "events", "--before", before, "--dry-run").stdout)
+    assert dry["dry_run"] and dry["version"] is None and dry["files"] == 4 and dry["readers"] == []
+    assert [p["kept_from"] for p in dry["partitions"]] == ["last file", "last file"]
+    human = run(tmp_path, "stream", "trim", "events", "--older-than", "1ms").stdout
+    assert f"{dry['records']} records in 4 files deleted (table version" in human, human
+    assert "KEPT FROM" in human and "last file" in human
+    described = json.loads(run(tmp_path, "--json", "stream", "describe", "events").stdout)["partitions"]
+    assert {int(p): int(m["earliest"]) for p, m in described.items()} == {
+        p["partition"]: p["earliest"] for p in dry["partitions"]
+    }
+
+    assert "say which records to delete: --before TIME or --older-than AGE" in fails(
+        tmp_path, "stream", "trim", "events"
+    )
+    assert "is in the future" in fails(tmp_path, "stream", "trim", "events", "--before", "2999-01-01T00:00:00Z")
+    assert "stream 'nope' does not exist" in fails(tmp_path, "stream", "trim", "nope", "--older-than", "1d")
+    kafka = ("--system", "kafka", "--settings", '{"bootstrap_servers": "127.0.0.1:9"}')
+    assert "retention.ms" in fails(tmp_path, "stream", "trim", "events", *kafka, "--older-than", "1d")
+    assert "argument --older-than: must be positive" in fails(tmp_path, "stream", "trim", "events", "--older-than", "0")
+
+
 def test_job_list_show_and_checkpoints(tmp_path: Path) -> None:
     assert "no jobs in" in run(tmp_path, "job", "list").stdout
     cp = ControlPlane(Home(tmp_path / "home"))

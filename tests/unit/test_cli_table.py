@@ -26,6 +26,10 @@ COMMAND_LINES: dict[str, list[tuple[list[str], bool]]] = {
     "stream produce": [(["stream", "produce", "s", "--records", "1", "--keys", "1"], True)],
     "stream expand": [(["stream", "expand", "s", "--partitions", "4"], True)],
     "stream describe": [(["stream", "describe", "s"], False)],
+    "stream trim": [
+        (["stream", "trim", "s", "--older-than", "7d"], True),
+        (["stream", "trim", "s", "--before", "2026-11-27T08:00:00Z", "--dry-run"], False),
+    ],
     "model plan": [(["model", "plan"], False), (["model", "plan", "--save"], True)],
     "model migrate": [(["model", "migrate", "--from", "-", "--to-factor", "2"], False)],
     "model import": [(["model", "import", "--samza", "-"], False)],
@@ -136,6 +140,22 @@ def test_usage_and_help_list_every_command_in_table_order() -> None:
             ["stream", "describe", "s", "--at", "2026-11-27T08:00"],
             "argument --at: 2026-11-27T08:00:00 has no time zone, so each host would read it in its own: add one (Z "
             "for UTC)",
+        ),
+        (
+            ["stream", "trim", "s", "--older-than", "0s"],
+            "argument --older-than: must be positive, got '0s'",
+        ),
+        (
+            ["stream", "trim", "s", "--older-than", "a week"],
+            "argument --older-than: must be a duration such as '30s', '15m', '12h' or '7d', got 'a week'",
+        ),
+        (
+            ["stream", "trim", "s", "--older-than", "9999999999999d"],
+            "argument --older-than: must be shorter than 999999999 days, got '9999999999999d'",
+        ),
+        (
+            ["stream", "trim", "s", "--older-than", "7d", "--before", "2026-11-27T08:00:00Z"],
+            "argument --before: not allowed with argument --older-than",
         ),
         (
             ["sql", "j", "--master", "local[0]"],

@@ -16,9 +16,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.deltaio import readable
-from pipelines.errors import StreamError
+from pipelines.errors import DamagedTableError, StreamError
 from pipelines.systems.base import RECORD_SCHEMA, Bounded, End, Position, ReadResult
 from pipelines.systems.deltalog.layout import FILE_SCHEMA, LOG_SCHEMA, SYSTEM, data_file, offset
+from pipelines.systems.deltalog.snapshot import timed_files
 from pipelines.systems.deltalog.tables import StreamTables
 
 
@@ -65,17 +66,24 @@ class DeltaLogReader:
         filters = [("offset", ">=", start), ("offset", "<", end)]
         wanted = None if columns is None else [c for c in FILE_SCHEMA.names if c in columns or c == "offset"]
         filesystem = store.filesystem()
-        with readable(root):
-            parts = [
-                pq.read_table(
-                    store.arrow_path(data_file(root, rel)),
-                    schema=FILE_SCHEMA,
-                    filters=filters,
-                    columns=wanted,
-                    filesystem=filesystem,
-                )
-                for rel in files
-            ]
+        try:
+            with readable(root):
+                parts = [
+                    pq.read_table(
+                        store.arrow_path(data_file(root, rel)),
+                        schema=FILE_SCHEMA,
+                        filters=filters,
+                        columns=wanted,
+                        filesystem=filesystem,
+                    )
+                    for rel in files
+                ]
+        except DamagedTableError:
+            # A snapshot this process cached may name files a trim has since removed and deleted: the latest says.
+            earliest = self.tables.latest(stream)[1].partition_files(partition).earliest
+            if start < earliest:
+                raise trimmed(stream, partition, start, earliest) from None
+            raise
         data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         offsets = data["offset"].combine_chunks()
         if (
@@ -110,29 +118,10 @@ class DeltaLogReader:
         at_us = at_ms * 1000
         table, snap = self.tables.latest(stream)
         with self.tables.lock:  # the DeltaTable is shared by this process's threads (StreamTables)
-            actions = pa.table(table.get_add_actions(flatten=True))
+            files = timed_files(stream, table)
         found = {p: snap.end(p) for p in range(snap.partitions)}
-        if not actions.num_rows:
-            return found
-
-        def micros(name: str) -> list[int | None]:
-            if name not in actions.column_names:
-                raise StreamError(f"stream {stream!r}: the Delta log has no timestamp statistics ({name})")
-            column = actions[name].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-            return column.to_pylist()  # type: ignore[no-any-return]
-
-        rows = sorted(
-            zip(
-                (int(p) for p in actions["partition.partition"].to_pylist()),
-                actions["min.offset"].to_pylist(),
-                actions["max.offset"].to_pylist(),
-                micros("min.timestamp"),
-                micros("max.timestamp"),
-                strict=True,
-            )
-        )
         answered: set[int] = set()
-        for p, lo, hi, oldest, newest in rows:
+        for p, lo, hi, oldest, newest, _ in files:
             if p not in found or p in answered or newest is None or newest < at_us:
                 continue  # a partition added since the snapshot, already answered, or a file wholly before the time
             answered.add(p)
@@ -167,7 +156,14 @@ class DeltaLogReader:
                 f"stream {stream!r} partition {partition} ends at offset {files.end}; cannot read up to {end}"
             )
         if start < files.earliest:
-            raise StreamError(
-                f"stream {stream!r} partition {partition} starts at offset {files.earliest}; cannot read from {start}"
-            )
+            raise trimmed(stream, partition, start, files.earliest)
         return files.overlapping(start, end)
+
+
+def trimmed(stream: str, partition: int, start: int, earliest: int) -> StreamError:
+    """A read from before a partition's earliest: retention removed those records (docs/systems/deltalog.md)."""
+    return StreamError(
+        f"stream {stream!r} partition {partition} no longer holds offset {start}: it starts at {earliest} "
+        f"(retention, 'pipelines stream trim', removed the records before it); the records between are lost to this "
+        "reader, and a job stopped by them goes on only after 'pipelines job skip-lost JOB'"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -116,3 +117,43 @@ def snapshot(stream: str, table: DeltaTable) -> Snapshot:
             pf.maxs.append(hi)
             pf.paths.append(path)
     return Snapshot(version, str(table.metadata().id), partitions, expansions, files, frozenset(paths))
+
+
+class TimedFile(NamedTuple):
+    """One live file with its offsets and its records' times (µs since the epoch; ``None`` without statistics)."""
+
+    partition: int
+    first: int
+    last: int
+    oldest_us: int | None
+    newest_us: int | None
+    path: str
+
+
+def timed_files(stream: str, table: DeltaTable) -> list[TimedFile]:
+    """The live files in (partition, first offset) order, with their ``timestamp`` statistics, from the log alone.
+
+    The caller holds the stream's lock: the DeltaTable is shared by its process's threads (``tables``).
+    """
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return []
+
+    def micros(name: str) -> list[int | None]:
+        if name not in actions.column_names:
+            raise StreamError(f"stream {stream!r}: the Delta log has no timestamp statistics ({name})")
+        column = actions[name].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        return column.to_pylist()  # type: ignore[no-any-return]
+
+    return sorted(
+        TimedFile(*row)
+        for row in zip(
+            (int(p) for p in actions["partition.partition"].to_pylist()),
+            actions["min.offset"].to_pylist(),
+            actions["max.offset"].to_pylist(),
+            micros("min.timestamp"),
+            micros("max.timestamp"),
+            actions["path"].to_pylist(),
+            strict=True,
+        )
+    )

@@ -25,6 +25,7 @@ from pipelines.systems.deltalog.admin import DeltaLogAdmin
 from pipelines.systems.deltalog.layout import APP_ID, SYSTEM
 from pipelines.systems.deltalog.producer import DeltaLogProducer
 from pipelines.systems.deltalog.reader import DeltaLogReader
+from pipelines.systems.deltalog.retention import DeltaLogRetention, Trim
 from pipelines.systems.deltalog.tables import StreamTables
 from pipelines.systems.offsets import OffsetOrder
 
@@ -63,6 +64,7 @@ class DeltaLog(OffsetOrder):
         self.admin = DeltaLogAdmin(self.tables, max_attempts)
         self._producer = DeltaLogProducer(self.tables, max_attempts)
         self._reader = DeltaLogReader(self.tables)
+        self._retention = DeltaLogRetention(self.tables, max_attempts)
 
     def __getstate__(self) -> dict[str, Any]:
         # DeltaTable handles belong to one process's Rust runtime; ship only the configuration.
@@ -116,6 +118,11 @@ class DeltaLog(OffsetOrder):
 
     def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
         return {p: str(o) for p, o in self._reader.positions_at(stream, at_ms).items()}
+
+    def trim(self, stream: str, before_ms: int, unread_from: Mapping[int, int], *, dry_run: bool = False) -> Trim:
+        """Remove each partition's leading files older than ``before_ms``, keeping its last file and what a reader
+        has not read (``unread_from``): the embedded log's retention (``retention``)."""
+        return self._retention.trim(stream, before_ms, unread_from, dry_run=dry_run)
 
     def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
         """The embedded log has no tools of its own to show progress in: the checkpoints table is all there is."""

@@ -168,6 +168,51 @@ def test_a_job_created_with_a_start_time_reads_from_each_partitions_first_record
     assert verdict.ok and verdict.records_expected == 70, verdict.summary()
 
 
+def test_a_trim_keeps_what_the_job_has_not_read_and_a_forced_one_stops_it_until_the_operator_skips(
+    spark, home: Home
+) -> None:
+    """``stream trim``, the embedded log's retention: by default only what the job has read goes; records taken
+    from it anyway (``--lose-unread``) stop its next run, naming the partition and offset, with no batch committed,
+    until ``job skip-lost`` moves it past them; the job then reads the rest once and verifies."""
+    from pipelines.errors import StreamError
+    from pipelines.operations.lost import skip_lost
+    from pipelines.operations.retention import trim_stream
+    from pipelines.quality.verify import verify_job
+
+    log = DeltaLog(home.streams)
+    events = SeqProducer(log, "events", 2, 10)
+    for _ in range(3):
+        events.produce(40)  # three files per partition
+    config = job(home, "trimmed", 2)
+    time.sleep(0.02)
+    now = int(time.time() * 1000)
+    kept, readers = trim_stream(home, "events", now)
+    assert kept.files == 0 and [r.name for r in readers] == ["trimmed"], "the job has read nothing yet"
+
+    lost, _ = trim_stream(home, "events", now, lose_unread=True)
+    assert lost.records == 80 and all(p.stop == "last file" for p in lost.partitions)
+    with pytest.raises(StreamError, match=r"partition \d no longer holds offset 0: it starts at \d+ \(retention"):
+        run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    control = ControlPlane(home)
+    assert control.checkpoints.latest_batch(config.name, 1) == -1, "no batch was committed"
+    gaps, version = skip_lost(home, config.name)
+    assert version == 2 and sum(g.records or 0 for g in gaps) == 80
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    assert len(sink(home, config)) == 40
+
+    read_to = log.end_offsets("events")
+    events.produce(40)
+    time.sleep(0.02)
+    done, _ = trim_stream(home, "events", int(time.time() * 1000))
+    assert {p.partition: p.earliest for p in done.partitions} == read_to, "what the job read went, the rest stayed"
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    rows = sink(home, config)
+    assert len(rows) == 80 and not rows.duplicated(["partition", "offset"]).any()
+    verdict = verify_job(home, config.name, sequence="seq")
+    assert verdict.ok and (verdict.records_expected, verdict.rows, verdict.gone) == (40, 80, 40), verdict.summary()
+    assert "40 of the rows are of records the input no longer holds" in verdict.summary()
+
+
 @pytest.mark.slow
 def test_crash_between_sink_commit_and_checkpoint_append_loses_and_doubles_nothing(home: Home) -> None:
     produce(home, "events", 300, 10)

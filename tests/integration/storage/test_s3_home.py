@@ -92,6 +92,12 @@ def test_the_embedded_log_keeps_the_input_system_contract_on_s3(s3_home: Home) -
     assert log.list_streams() == ["events"]
 
 
+def test_a_trim_on_s3_removes_old_files_from_the_front_and_keeps_what_readers_need(s3_home: Home) -> None:
+    from tests.integration.systems.test_deltalog import check_trim
+
+    check_trim(DeltaLog(s3_home.streams))
+
+
 def test_a_job_with_a_store_runs_rescales_and_switches_store_versions_on_s3(spark: Any, s3_home: Home) -> None:
     from pipelines.adjunct.checkpoints import read_store_checkpoints
     from pipelines.runtime.driver import run_job

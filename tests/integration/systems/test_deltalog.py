@@ -21,6 +21,7 @@ from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeErro
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.deltalog.layout import LOG_SCHEMA, SYSTEM
+from pipelines.systems.deltalog.retention import Trim
 
 pytestmark = pytest.mark.integration
 
@@ -420,3 +421,101 @@ def test_a_start_time_inside_a_compacted_file_is_found_in_its_rows(tmp_path: Pat
     assert log.positions_at("events", 0) == {0: "0"}
     assert [log.positions_at("events", m) for m in marks] == [{0: "4"}, {0: "8"}, {0: "12"}]
     assert log.read("events", 0, "4", "8").records.column("value").to_pylist() == [f"1-{i}".encode() for i in range(4)]
+
+
+def check_trim(log: DeltaLog) -> None:
+    """The embedded log's retention on any storage: whole old files from the front, the last file and unread records
+    kept, the files deleted from storage, readers told what happened, producers numbering on, append-only again."""
+    log.create("events", 2)
+    marks = []
+    for batch in range(3):
+        log.produce("events", _keyed(8, f"b{batch}-"))
+        time.sleep(0.02)
+        marks.append(int(time.time() * 1000))
+        time.sleep(0.02)
+    ends = log.end_offsets("events")
+    stale = DeltaLog(log.root)
+    assert stale.read("events", 0, "0", "1").records.num_rows == 1  # a reader whose snapshot predates the trim
+
+    planned = log.trim("events", marks[1], {}, dry_run=True)
+    assert planned.version is None and [p.files for p in planned.partitions] == [2, 2]
+    assert log.describe("events").partitions[0].earliest == "0", "a dry run changes nothing"
+
+    held = log.trim("events", marks[1], {1: 1})  # a reader of partition 1 has not read offset 1 yet
+    firsts = {p.partition: p.earliest for p in held.partitions}
+    assert [p.stop for p in held.partitions] == ["newer", "unread"] and held.partitions[1].files == 0
+    assert {p: int(m.earliest) for p, m in log.describe("events").partitions.items()} == firsts
+    assert firsts[0] == held.records > 0 and firsts[1] == 0
+    assert log.end_offsets("events") == ends, "the end offsets stay"
+    assert DeltaTable(log.path("events")).metadata().configuration.get("delta.appendOnly") == "true"
+    data_files = [e.name for e in log.store.list(log.location("events") / "partition=0")]
+    assert len(data_files) == 1, f"the removed files are deleted from storage: {data_files}"
+
+    rows = log.read("events", 0, str(firsts[0]), str(ends[0])).records
+    assert rows.num_rows == ends[0] - firsts[0]
+    for reader in (log, stale):
+        with pytest.raises(StreamError, match=r"partition 0 no longer holds offset 0: it starts at \d+ \(retention"):
+            reader.read("events", 0, "0", str(ends[0]))
+
+    everything = log.trim("events", marks[-1] + 60_000, {})  # even a time after every record keeps the last files
+    assert [p.stop for p in everything.partitions] == ["last file", "last file"]
+    log.produce("events", _keyed(6, "after-"))
+    after = _offsets_by_partition(log, "events")
+    for p, offsets in after.items():
+        assert offsets == list(range(offsets[0], log.end_offsets("events")[p])), "dense from the new earliest"
+    assert log.trim("events", marks[-1] + 60_000, {}).files == 2, "the next trim removes the old last files"
+
+
+def test_a_trim_removes_old_files_from_the_front_and_keeps_what_readers_need(tmp_path: Path) -> None:
+    check_trim(DeltaLog(tmp_path))
+
+
+def test_a_trim_racing_producers_loses_no_record_and_leaves_offsets_dense(tmp_path: Path) -> None:
+    """A producer committing all along: the trims go through beside it, and no record gets a gap, a duplicate or an
+    end offset that moved back."""
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    for batch in range(6):
+        log.produce("events", _keyed(10, f"old{batch}-"))
+    produced = 60
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        nonlocal produced
+        writer = DeltaLog(tmp_path)
+        while not stop.is_set():
+            writer.produce("events", _keyed(4, "racing-", produced))
+            produced += 4
+
+    thread = threading.Thread(target=keep_producing)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while produced < 100 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        before = produced
+        trims: list[Trim] = []
+
+        def trim_thrice() -> None:
+            trimmer = DeltaLog(tmp_path)  # a second trimmer beside this one: the two race each other too
+            for _ in range(3):
+                trims.append(trimmer.trim("events", int(time.time() * 1000), {}))
+                time.sleep(0.05)
+
+        other = threading.Thread(target=trim_thrice)
+        other.start()
+        trim_thrice()
+        other.join(timeout=60)
+        during = produced - before
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert during > 0, "the producer committed while the trims ran"
+    earliest = {p: int(m.earliest) for p, m in log.describe("events").partitions.items()}
+    assert sum(t.records for t in trims) == sum(earliest.values()) > 60, "each record was trimmed once, by one trim"
+    offsets = _offsets_by_partition(log, "events")
+    ends = log.end_offsets("events")
+    assert sum(ends.values()) == produced, "every record produced got its offset"
+    for p, have in offsets.items():
+        assert have == list(range(have[0], ends[p])), f"partition {p} dense from its earliest"
+    assert DeltaTable(log.path("events")).metadata().configuration.get("delta.appendOnly") == "true"

@@ -1,0 +1,80 @@
+"""Retention's rule: a prefix of whole files, all older than the time, never the last, never a reader's unread."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipelines.core.retention import Segment, trim_point
+from pipelines.core.start import start_time_ms, time_of_ms
+
+
+def _segments(sizes_and_times: list[tuple[int, int]]) -> list[Segment]:
+    out, first = [], 0
+    for size, newest in sizes_and_times:
+        out.append(Segment(first, first + size - 1, newest))
+        first += size
+    return out
+
+
+def test_old_files_go_from_the_front_and_the_last_file_stays_even_when_old() -> None:
+    files = _segments([(5, 10), (5, 20), (5, 30)])
+    assert trim_point(files, 15) == trim_point(files, 15, None)
+    point = trim_point(files, 15)
+    assert (point.files, point.earliest, point.records, point.stop) == (1, 5, 5, "newer")
+    point = trim_point(files, 10_000)
+    assert (point.files, point.earliest, point.records, point.stop) == (2, 10, 10, "last file")
+    point = trim_point(files, 10)
+    assert (point.files, point.earliest, point.records, point.stop) == (0, 0, 0, "newer"), "newest == time is kept"
+
+
+def test_a_newer_file_stops_the_trim_even_if_older_files_follow_it() -> None:
+    """Producers on several hosts stamp with their own clocks: a prefix only, so offsets stay dense."""
+    point = trim_point(_segments([(3, 10), (3, 50), (3, 10), (3, 10)]), 40)
+    assert (point.files, point.earliest, point.stop) == (1, 3, "newer")
+
+
+def test_a_reader_holds_back_the_file_holding_its_first_unread_offset() -> None:
+    files = _segments([(5, 10), (5, 20), (5, 30), (5, 40)])
+    point = trim_point(files, 1_000, unread_from=7)
+    assert (point.files, point.earliest, point.stop) == (1, 5, "unread")
+    point = trim_point(files, 1_000, unread_from=10)
+    assert (point.files, point.earliest, point.stop) == (2, 10, "unread"), "a file read to its end may go"
+    point = trim_point(files, 1_000, unread_from=0)
+    assert (point.files, point.earliest, point.stop) == (0, 0, "unread")
+
+
+def test_a_partition_already_trimmed_counts_from_its_earliest_and_an_empty_one_has_nothing() -> None:
+    files = [Segment(40, 49, 10), Segment(50, 59, 20)]
+    point = trim_point(files, 15)
+    assert (point.files, point.earliest, point.records) == (1, 50, 10)
+    assert trim_point([], 15).stop == "empty" and trim_point([], 15).files == 0
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 20), st.integers(0, 100)), min_size=0, max_size=12),
+    st.integers(0, 120),
+    st.one_of(st.none(), st.integers(0, 250)),
+)
+def test_the_trim_is_the_longest_safe_prefix(files: list[tuple[int, int]], before: int, unread: int | None) -> None:
+    segments = _segments(files)
+    point = trim_point(segments, before, unread)
+    gone, kept = segments[: point.files], segments[point.files :]
+    assert len(kept) >= (1 if segments else 0), "the last file, which holds the end offset, always stays"
+    assert all(s.newest_ms < before for s in gone), "only files whose every record is older than the time"
+    assert unread is None or all(s.last < unread for s in gone), "nothing a reader has still to read"
+    assert point.records == sum(s.last - s.first + 1 for s in gone)
+    assert point.earliest == (kept[0].first if kept else 0)
+    if len(kept) > 1:  # the first kept file breaks a rule: the prefix is as long as it may be
+        nxt = kept[0]
+        assert nxt.newest_ms >= before or (unread is not None and nxt.last >= unread)
+    reasons = {"newer": kept[0].newest_ms >= before if kept else False, "unread": unread is not None}
+    if point.stop in reasons:
+        assert reasons[point.stop], point
+    if point.stop == "last file":
+        assert len(kept) == 1 and kept[0].newest_ms < before, "the last file is kept only for being the last"
+
+
+@given(st.integers(0, 253_402_300_799_999))
+def test_a_time_in_ms_and_its_canonical_form_are_one_to_one(ms: int) -> None:
+    assert start_time_ms(time_of_ms(ms)) == ms
