@@ -113,17 +113,12 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
         before_ms = max(0, now_ms - int(args.older_than * 1000))  # older than 1970: no record is
     else:
         raise ConfigError("say which records to delete: --before TIME or --older-than AGE (e.g. 7d)")
-    from pipelines.operations.retention import trim_stream
+    from pipelines.operations.retention import kept_from, trim_stream
 
     done, readers = trim_stream(home, name, before_ms, lose_unread=args.lose_unread, dry_run=args.dry_run)
-    held = {p.partition: p for p in done.partitions}
 
     def holder(p: int) -> str:
-        first = held[p].unread_from
-        if held[p].stop != "unread" or first is None:
-            return held[p].stop
-        names = [r.name for r in readers if r.unread_from.get(p) == first]
-        return f"unread by {', '.join(names)} (from {first})"
+        return kept_from(done, readers, p)
 
     def human() -> str:
         head = f"stream {name}: files older than {time_of_ms(before_ms)}: {done.records} records in {done.files} files"

@@ -91,3 +91,12 @@ def trim_stream(
         return log.trim(stream, before_ms, unread, dry_run=dry_run), found
     finally:
         log.close()
+
+
+def kept_from(trim: Trim, readers: list[Reader], partition: int) -> str:
+    """Why a partition kept what it kept: ``newer``, ``last file``, ``empty``, or the readers holding it."""
+    part = next(p for p in trim.partitions if p.partition == partition)
+    if part.stop != "unread" or part.unread_from is None:
+        return part.stop
+    names = [r.name for r in readers if r.unread_from.get(partition) == part.unread_from]
+    return f"unread by {', '.join(names)} (from {part.unread_from})"

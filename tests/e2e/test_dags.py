@@ -26,7 +26,14 @@ from pipelines.runtime import launcher
 from pipelines.systems.deltalog import DeltaLog
 
 REPO = Path(__file__).resolve().parents[2]
-DAG_IDS = {"elastic_rescale", "repartition_watch", "scale_evaluation", "elastic_microbatch", "quality_report"}
+DAG_IDS = {
+    "elastic_rescale",
+    "repartition_watch",
+    "scale_evaluation",
+    "elastic_microbatch",
+    "quality_report",
+    "stream_retention",
+}
 QUIET = lambda message: None  # noqa: E731
 
 
@@ -286,6 +293,27 @@ def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any,
     dq = ControlPlane(home).dq_results.read(config.name)
     assert len(dq) and dq["success"].all()
     assert (home.root.local_path() / "quality" / "docs" / "index.html").exists()
+
+
+def test_stream_retention_trims_every_stream_but_never_what_a_job_has_not_read(dagbag: Any, home: Home) -> None:
+    from tests.integration.runtime.jobs import job
+
+    log = DeltaLog(home.streams)
+    for name in ("events", "clicks"):
+        log.create(name, 2)
+        for commit in range(3):  # three files per partition
+            log.produce(name, [(f"k{commit}-{i}".encode(), b"v", None) for i in range(20)])
+    job(home, "reader", 1)  # reads events, has read nothing yet
+    ends = log.end_offsets("clicks")
+    time.sleep(0.02)
+    dag = dagbag.get_dag("stream_retention")
+    assert dag.is_paused_upon_creation is True, "deleting data waits for the operator to unpause it"
+    assert _run(dag, older_than="0s") == "failed", "a bad age fails before any stream is touched"
+    assert _run(dag, older_than="1ms") == "success"
+    assert {p: int(m.earliest) for p, m in log.describe("events").partitions.items()} == {0: 0, 1: 0}
+    kept = {p: int(m.earliest) for p, m in log.describe("clicks").partitions.items()}
+    assert all(0 < kept[p] < ends[p] for p in ends), "every file but the last of each partition went"
+    assert _run(dag, older_than="1ms", streams=["nope"]) == "failed", "a stream that does not exist is named"
 
 
 def _utc_now() -> Any:

@@ -1,0 +1,76 @@
+"""Retention for the embedded log's streams: daily, delete files older than `older_than` (7 days by default).
+
+Each stream is trimmed as `pipelines stream trim NAME --older-than AGE` does it: whole files from the front of
+each partition, never a partition's last file, and never a record that a job of the home, or an adjunct store
+the stream feeds, has not read yet (a stream that feeds a bootstrapped store is kept whole). The task log shows
+per partition what went and what held the rest. Records a job has not read are never taken here: that is the
+operator's explicit `pipelines stream trim --lose-unread`. Paused when it first appears, unlike the other
+scheduled DAGs (`scripts/airflow.sh` registers those unpaused): deleting data starts when the operator unpauses it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, task
+from pipelines_airflow.hooks import PipelinesHook
+
+from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
+
+
+@dag(
+    dag_id="stream_retention",
+    schedule=CronTriggerTimetable("30 3 * * *", timezone="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    is_paused_upon_creation=True,  # deleting data is the operator's choice, whatever the deployment's default
+    tags=["elastic-pipelines", "retention"],
+    params={
+        "older_than": Param(
+            "7d",
+            type="string",
+            pattern=DURATION_PATTERN,
+            description="delete files whose every record is older than this (30m, 12h, 7d; Kafka's retention.ms)",
+        ),
+        "streams": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="the embedded log's streams to trim; empty: every stream of the home",
+        ),
+    },
+    doc_md=__doc__,
+)
+def stream_retention() -> None:
+    @task
+    def streams() -> list[str]:
+        from pipelines.systems.deltalog import DeltaLog
+
+        params = get_current_context()["params"]
+        parse_duration(params["older_than"], "older_than")  # a bad age fails here, before any stream is touched
+        named = list(params["streams"])
+        return named or DeltaLog(PipelinesHook().home().streams).list_streams()
+
+    @task(map_index_template="{{ stream_name }}")
+    def trim(stream: str) -> dict[str, Any]:
+        from pipelines.core.start import time_of_ms
+        from pipelines.operations.retention import kept_from, trim_stream
+
+        context = get_current_context()
+        context["stream_name"] = stream  # type: ignore[typeddict-unknown-key]  # names the mapped task in the UI
+        age = parse_duration(context["params"]["older_than"], "older_than")
+        before_ms = max(0, int(time.time() * 1000) - int(age.total_seconds() * 1000))
+        done, readers = trim_stream(PipelinesHook().home(), stream, before_ms)
+        print(f"{stream}: {done.records} records in {done.files} files older than {time_of_ms(before_ms)} deleted")
+        for p in done.partitions:
+            print(
+                f"  partition {p.partition}: earliest {p.earliest_before} -> {p.earliest}, kept from: "
+                f"{kept_from(done, readers, p.partition)}"
+            )
+        return {"stream": stream, "records": done.records, "files": done.files, "version": done.version}
+
+    trim.expand(stream=streams())
+
+
+stream_retention()
