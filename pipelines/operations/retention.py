@@ -61,7 +61,7 @@ def readers(home: Home, stream: str, partitions: int) -> list[Reader]:
             for ssp, position in control.checkpoints.latest(job, model.version).offsets.items():
                 if ssp.system_stream == wanted:
                     slowest[ssp.partition] = min(int(position), slowest.get(ssp.partition, int(position)))
-            found.append(Reader(job, None, slowest))
+            found.append(Reader(job, None, _from_start(slowest, partitions)))
         stores = [s for s in job_stores(config) if s.input == wanted]
         if stores:
             checkpoints = read_store_checkpoints(home, job)
@@ -70,9 +70,15 @@ def readers(home: Home, stream: str, partitions: int) -> list[Reader]:
                 if store.bootstrap or cp is None or (cp.system, cp.stream) != (SYSTEM, stream):
                     positions = dict.fromkeys(range(partitions), 0)  # it will read the stream from its start
                 else:
-                    positions = {p: int(pos) for p, pos in cp.positions.items()}
+                    positions = _from_start({p: int(pos) for p, pos in cp.positions.items()}, partitions)
                 found.append(Reader(job, store.name, positions, store.bootstrap))
     return found
+
+
+def _from_start(positions: dict[int, int], partitions: int) -> dict[int, int]:
+    """A partition a reader has no position for yet (one an expansion added after its model or its store's last
+    commit) is one it will read from its start once it absorbs the expansion: held whole until then."""
+    return {p: positions.get(p, 0) for p in range(max(partitions, max(positions, default=-1) + 1))}
 
 
 def trim_stream(

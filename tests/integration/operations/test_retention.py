@@ -68,3 +68,12 @@ def test_a_trim_keeps_what_each_job_and_store_has_not_read_unless_told_to_lose_i
     lost, _ = trim_stream(home, "events", now, lose_unread=True)
     assert all(p.stop == "last file" for p in lost.partitions)
     assert {int(p): int(m.earliest) for p, m in log.describe("events").partitions.items()} == ends[1]
+
+    # partitions an expansion added after the jobs' models: they will read them from the start once they absorb it
+    log.expand("events", 4)
+    for _ in range(2):
+        produce(home, "events", 40, 8)
+    time.sleep(0.02)
+    grown, _ = trim_stream(home, "events", int(time.time() * 1000))
+    new = [p for p in grown.partitions if p.partition >= 2]
+    assert [(p.files, p.stop, p.unread_from) for p in new] == [(0, "unread", 0)] * 2, new
