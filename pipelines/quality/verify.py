@@ -15,7 +15,7 @@ from pipelines.core.start import EARLIEST
 from pipelines.deltaio import read_delta
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import job_config
-from pipelines.quality.checks import Verdict, expected_records, verify_rows, with_input_order
+from pipelines.quality.checks import INPUT_ORDER, Verdict, expected_records, verify_rows, with_input_order
 from pipelines.systems.base import SupportsRecordsRead
 from pipelines.systems.registry import JobSystems
 
@@ -110,7 +110,7 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         order = {s.stream: systems.of(s.system).position_key for s in config.inputs}
         rows = with_input_order(rows, order.__getitem__)
     expected = expected_records(parts)
-    gone = _no_longer_held(expected, rows, earliest, order)
+    gone = _no_longer_held(rows, earliest, order)
     return Window(job, window_id, expected, rows, dead, factors, unread, model.version, gone)
 
 
@@ -124,30 +124,22 @@ def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str 
 
 
 def _no_longer_held(
-    expected: pd.DataFrame,
-    rows: pd.DataFrame,
-    earliest: Mapping[tuple[str, int], str],
-    order: Mapping[str, Callable[[str], Any]],
+    rows: pd.DataFrame, earliest: Mapping[tuple[str, int], str], order: Mapping[str, Callable[[str], Any]]
 ) -> dict[str, int]:
-    """Rows outside the window whose records lie before their partition's earliest position, per partition.
-
-    Only the rows the window does not cover are looked at one by one (a
-    running job's rows past its checkpoints are outside it too, but after).
-    """
-    keys = ["stream", "partition", "offset"]
-    if rows.empty:
+    """Rows whose records lie before their partition's earliest position (the input no longer holds them), per
+    partition: none can be in the window. Only a partition whose first row is before its earliest is looked at
+    row by row, so a window of a clean input costs one group-by."""
+    if rows.empty or not earliest:
         return {}
-    merged = rows[keys].merge(expected[keys].drop_duplicates(), on=keys, how="left", indicator=True)
-    outside = merged[merged["_merge"] == "left_only"]
+    firsts = rows.loc[rows.groupby(["stream", "partition"], sort=True)[INPUT_ORDER].idxmin()]
     gone: dict[str, int] = {}
-    for (stream, partition), group in outside.groupby(["stream", "partition"], sort=True):
+    for stream, partition, offset in firsts[["stream", "partition", "offset"]].itertuples(index=False):
         first = earliest.get((str(stream), int(partition)))
-        if first is None:
-            continue
         key = order[str(stream)]
-        count = sum(1 for o in group["offset"].astype(str) if key(o) < key(first))
-        if count:
-            gone[f"{stream}/{partition}"] = count
+        if first is None or not key(str(offset)) < key(first):
+            continue
+        mine = rows.loc[(rows["stream"] == stream) & (rows["partition"] == partition), "offset"].astype(str)
+        gone[f"{stream}/{partition}"] = sum(1 for o in mine if key(o) < key(first))
     return gone
 
 
