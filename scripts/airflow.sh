@@ -85,7 +85,7 @@ fi
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # 2 cores: keep tasks few
 # The scheduled DAGs (repartition_watch, scale_evaluation, elastic_microbatch, quality_report) run as soon as
 # they are registered: Airflow's default pauses new DAGs, and nothing told an operator to unpause them.
-# stream_retention deletes data, so it stays paused until the operator unpauses it (is_paused_upon_creation).
+# stream_maintenance deletes data, so it stays paused until the operator unpauses it (is_paused_upon_creation).
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
 PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__API__HOST=127.0.0.1

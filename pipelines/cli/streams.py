@@ -149,6 +149,42 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
     )
 
 
+def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
+    """Small files of the embedded log merged into fewer: per partition, the files before and after."""
+    from dataclasses import asdict
+
+    from pipelines.systems.deltalog import DeltaLog
+
+    name = validate_name("stream", args.name)
+    log = DeltaLog(home.streams)
+    try:
+        done = log.compact(name, args.target_mb * 1024 * 1024, int(args.max_span * 1000), dry_run=args.dry_run)
+    finally:
+        log.close()
+
+    def human() -> str:
+        verb = "would merge" if args.dry_run else "merged"
+        head = f"stream {name}: {verb} {sum(r.files for r in done.runs)} files into {len(done.runs)}"
+        if args.dry_run:
+            head += " (dry run: nothing changed)"
+        rows = [
+            [p, done.files_before[p], done.files_after[p], sum(1 for r in done.runs if r.partition == p)]
+            for p in sorted(done.files_before)
+        ]
+        return head + "\n" + table(["PARTITION", "FILES BEFORE", "FILES AFTER", "RUNS MERGED"], rows)
+
+    output.emit(
+        {
+            "stream": name,
+            "dry_run": args.dry_run,
+            "runs": [{k: v for k, v in asdict(r).items() if k != "paths"} for r in done.runs],
+            "files_before": done.files_before,
+            "files_after": done.files_after,
+        },
+        human,
+    )
+
+
 _OWN = {
     "kafka": "the topic's retention.ms (or kafka-delete-records.sh); a job stopped by it goes on after 'job skip-lost'",
     "kinesis": "the stream's retention period (aws kinesis decrease-stream-retention-period)",

@@ -17,6 +17,7 @@ from typing import Any
 
 from pipelines.core.adjunct import parse_duration
 from pipelines.core.groupers import GROUPERS
+from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES
 from pipelines.core.start import parse_start, start_time_ms
 from pipelines.errors import ConfigError
 from pipelines.runtime.lifetime import master_problem
@@ -249,6 +250,31 @@ STREAM = GroupCommand(
                     help="also delete records jobs of this home have not read (they stop until 'job skip-lost')",
                 ),
                 arg("--dry-run", action="store_true", help="show what would be deleted, change nothing"),
+            ),
+            writes=_skip_writes,
+        ),
+        ActionCommand(
+            "compact",
+            "merge each partition's runs of small files of the embedded log into one, offsets and order kept",
+            "pipelines.cli.streams.compact",
+            (
+                arg("name"),
+                arg(
+                    "--target-mb",
+                    type=count(1),
+                    default=COMPACT_TARGET_BYTES // 2**20,
+                    help=f"at most this many MiB per merged file (default {COMPACT_TARGET_BYTES // 2**20}; Kafka's "
+                    "segment.bytes is 1 GiB)",
+                ),
+                arg(
+                    "--max-span",
+                    type=duration,
+                    default=COMPACT_SPAN_MS / 1000,
+                    metavar="AGE",
+                    help="at most this much record time per merged file (default 1h, Kafka's segment.ms), so that "
+                    "retention, which deletes whole files, stays as fine",
+                ),
+                arg("--dry-run", action="store_true", help="show what would be merged, change nothing"),
             ),
             writes=_skip_writes,
         ),

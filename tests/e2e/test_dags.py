@@ -10,10 +10,13 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
@@ -32,7 +35,7 @@ DAG_IDS = {
     "scale_evaluation",
     "elastic_microbatch",
     "quality_report",
-    "stream_retention",
+    "stream_maintenance",
 }
 QUIET = lambda message: None  # noqa: E731
 
@@ -295,7 +298,9 @@ def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any,
     assert (home.root.local_path() / "quality" / "docs" / "index.html").exists()
 
 
-def test_stream_retention_trims_every_stream_but_never_what_a_job_has_not_read(dagbag: Any, home: Home) -> None:
+def test_stream_maintenance_trims_and_compacts_every_stream_but_never_takes_what_a_job_has_not_read(
+    dagbag: Any, home: Home
+) -> None:
     from tests.integration.runtime.jobs import job
 
     log = DeltaLog(home.streams)
@@ -306,13 +311,17 @@ def test_stream_retention_trims_every_stream_but_never_what_a_job_has_not_read(d
     job(home, "reader", 1)  # reads events, has read nothing yet
     ends = log.end_offsets("clicks")
     time.sleep(0.02)
-    dag = dagbag.get_dag("stream_retention")
+    dag = dagbag.get_dag("stream_maintenance")
     assert dag.is_paused_upon_creation is True, "deleting data waits for the operator to unpause it"
     assert _run(dag, older_than="0s") == "failed", "a bad age fails before any stream is touched"
     assert _run(dag, older_than="1ms") == "success"
     assert {p: int(m.earliest) for p, m in log.describe("events").partitions.items()} == {0: 0, 1: 0}
     kept = {p: int(m.earliest) for p, m in log.describe("clicks").partitions.items()}
     assert all(0 < kept[p] < ends[p] for p in ends), "every file but the last of each partition went"
+    files = Counter(
+        pa.table(DeltaTable(log.path("events")).get_add_actions(flatten=True))["partition.partition"].to_pylist()
+    )
+    assert sorted(files.values()) == [1, 1], "the three files of each partition it kept were merged into one"
     assert _run(dag, older_than="1ms", streams=["nope"]) == "failed", "a stream that does not exist is named"
 
 

@@ -35,6 +35,7 @@ RUNS = {
     "adjunct": "--entries 5000 --lookups 5000 --batch 1000",
     "ui": "--rows 200 --repeat 1",
     "control": "--batches 100 --samples 3 --metric-batches 2000 --store-batches 2000",
+    "streams": "--commits 30 --records 10",
 }
 
 

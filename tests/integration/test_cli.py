@@ -179,7 +179,7 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
         assert sorted(values) == list(range(len(values))), key  # no repeat and no gap across all four runs
 
 
-def test_stream_trim_deletes_old_files_says_what_held_the_rest_and_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+def test_stream_trim_and_compact_say_what_they_did_and_refuse_what_they_cannot_do(tmp_path: Path) -> None:
     run(tmp_path, "stream", "create", "events", "--partitions", "2")
     run(tmp_path, "stream", "produce", "events", "--records", "60", "--keys", "6", "--chunk", "20")  # 3 files each
     time.sleep(0.02)
@@ -203,6 +203,13 @@ def test_stream_trim_deletes_old_files_says_what_held_the_rest_and_refuses_what_
     kafka = ("--system", "kafka", "--settings", '{"bootstrap_servers": "127.0.0.1:9"}')
     assert "retention.ms" in fails(tmp_path, "stream", "trim", "events", *kafka, "--older-than", "1d")
     assert "argument --older-than: must be positive" in fails(tmp_path, "stream", "trim", "events", "--older-than", "0")
+
+    run(tmp_path, "stream", "produce", "events", "--records", "60", "--keys", "6", "--chunk", "20")
+    merged = json.loads(run(tmp_path, "--json", "stream", "compact", "events").stdout)
+    assert merged["files_before"] == {"0": 4, "1": 4} and merged["files_after"] == {"0": 1, "1": 1}, merged
+    described = json.loads(run(tmp_path, "--json", "stream", "describe", "events").stdout)["partitions"]
+    assert all(m["earliest"] != "0" for m in described.values()), "the trim's earliest stays"
+    assert "stream 'nope' does not exist" in fails(tmp_path, "stream", "compact", "nope")
 
 
 def test_job_list_show_and_checkpoints(tmp_path: Path) -> None:

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import json
 import random
-import time
-import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
@@ -26,6 +23,7 @@ from pipelines.core.partitioner import murmur2
 from pipelines.errors import StreamError
 from pipelines.storage.location import Location
 from pipelines.systems.base import Position, Record
+from pipelines.systems.deltalog.files import write_file
 from pipelines.systems.deltalog.layout import FILE_SCHEMA
 from pipelines.systems.deltalog.tables import StreamTables
 
@@ -139,13 +137,8 @@ class DeltaLogProducer:
         ends: dict[int, int],
         written: list[Location],
     ) -> list[AddAction]:
-        store = self.tables.store
-        root = self.tables.location(stream)
-        filesystem = store.filesystem()
         now = datetime.now(UTC)
-        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
-        ts = pa.scalar(now, pa.timestamp("us", tz="UTC"))
+        ts = pa.scalar(now.replace(microsecond=now.microsecond // 1000 * 1000), pa.timestamp("us", tz="UTC"))
         adds = []
         for p, rows in sorted(groups.items()):
             n, first = len(rows), ends[p]
@@ -160,35 +153,7 @@ class DeltaLogProducer:
                 ],
                 schema=FILE_SCHEMA,
             )
-            rel = f"partition={p}/{first:020d}-{uuid.uuid4().hex}.parquet"
-            target = root / rel
-            store.makedirs(target.parent)
-            written.append(target)
-            with filesystem.open_output_stream(store.arrow_path(target)) as out:
-                pq.write_table(data, out)
-                size = out.tell()
-            stats = {
-                "numRecords": n,
-                "minValues": {"offset": first, "timestamp": stamp},
-                "maxValues": {"offset": first + n - 1, "timestamp": stamp},
-                "nullCount": {
-                    "offset": 0,
-                    "key": part["key"].null_count,
-                    "value": 0,
-                    "timestamp": 0,
-                    "headers": part["headers"].null_count,
-                },
-            }
-            adds.append(
-                AddAction(
-                    path=rel,
-                    size=size,
-                    partition_values={"partition": str(p)},
-                    modification_time=int(time.time() * 1000),
-                    data_change=True,
-                    stats=json.dumps(stats, separators=(",", ":")),
-                )
-            )
+            adds.append(write_file(self.tables, stream, p, data, written, data_change=True))
         return adds
 
     def _landed(self, stream: str, paths: list[str]) -> bool:

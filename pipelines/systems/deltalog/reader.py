@@ -66,9 +66,10 @@ class DeltaLogReader:
         filters = [("offset", ">=", start), ("offset", "<", end)]
         wanted = None if columns is None else [c for c in FILE_SCHEMA.names if c in columns or c == "offset"]
         filesystem = store.filesystem()
-        try:
+
+        def read(paths: list[str]) -> list[pa.Table]:
             with readable(root):
-                parts = [
+                return [
                     pq.read_table(
                         store.arrow_path(data_file(root, rel)),
                         schema=FILE_SCHEMA,
@@ -76,14 +77,22 @@ class DeltaLogReader:
                         columns=wanted,
                         filesystem=filesystem,
                     )
-                    for rel in files
+                    for rel in paths
                 ]
+
+        try:
+            parts = read(files)
         except DamagedTableError:
-            # A snapshot this process cached may name files a trim has since removed and deleted: the latest says.
-            earliest = self.tables.latest(stream)[1].partition_files(partition).earliest
-            if start < earliest:
-                raise trimmed(stream, partition, start, earliest) from None
-            raise
+            # A snapshot this process cached may name files a trim or a compaction has since removed and deleted:
+            # the latest snapshot says which, and a range still held is read again from its files.
+            latest = self.tables.latest(stream)[1].partition_files(partition)
+            if start < latest.earliest:
+                raise trimmed(stream, partition, start, latest.earliest) from None
+            now = latest.overlapping(start, end)
+            if now == files:
+                raise
+            files = now
+            parts = read(files)
         data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         offsets = data["offset"].combine_chunks()
         if (
@@ -121,7 +130,7 @@ class DeltaLogReader:
             files = timed_files(stream, table)
         found = {p: snap.end(p) for p in range(snap.partitions)}
         answered: set[int] = set()
-        for p, lo, hi, oldest, newest, _ in files:
+        for p, lo, hi, oldest, newest, *_ in files:
             if p not in found or p in answered or newest is None or newest < at_us:
                 continue  # a partition added since the snapshot, already answered, or a file wholly before the time
             answered.add(p)

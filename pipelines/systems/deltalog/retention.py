@@ -1,37 +1,40 @@
 """The embedded log's retention: removing each partition's oldest files, as a Kafka broker deletes old segments.
 
-``trim`` plans from the Delta log alone (``core.retention.trim_point`` over
+``trim`` plans from the Delta log alone (``core.segments.trim_point`` over
 each partition's files and their ``timestamp`` statistics), then removes the
-files in one Delta commit. Unlike a producer's, that commit carries no
-application transaction: removing whole files below the earliest kept offset
-changes neither an end offset nor a numbering, so producers committing
-meanwhile need not make it start again (with the transaction, a producer
-committing every few milliseconds kept a trim from ever landing), and
-delta-rs still refuses two removals of one file, so two trims cannot both
-land on the same files. The table is append-only; the trim lifts
+files, by path, in one Delta commit of remove actions. Unlike a producer's,
+that commit carries no application transaction: removing whole files below
+the earliest kept offset changes neither an end offset nor a numbering, so
+producers committing meanwhile need not make it start again (with the
+transaction, a producer committing every few milliseconds kept a trim from
+ever landing), while delta-rs refuses a removal of a file another commit
+removed first, so two trims, or a trim and a compaction, cannot both land on
+the same files. (A ``DELETE`` by predicate was the first version: run on a
+state a compaction had changed, it rewrote a merged file that crossed the
+planned earliest, through a writer that does not keep row order.) The table is append-only; the trim lifts
 ``delta.appendOnly`` for that one commit and sets it again, also when the
-removal fails. The removed files are then deleted from storage by a "lite"
-vacuum, which deletes only files the log says were removed, never a file a
-producer wrote and has not committed yet. See docs/systems/deltalog.md,
+removal fails. The removed files are then deleted from storage
+(``StreamTables.delete_removed_files``). See docs/systems/deltalog.md,
 "Retention".
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import RemoveAction
 
-from pipelines.core.retention import Segment, Stop, trim_point
+from pipelines.core.segments import Segment, Stop, trim_point
 from pipelines.errors import StreamError
 from pipelines.systems.deltalog.snapshot import Snapshot, timed_files
 from pipelines.systems.deltalog.tables import StreamTables
 
 APPEND_ONLY = "delta.appendOnly"
-VACUUM_ATTEMPTS = 8
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +88,15 @@ class DeltaLogRetention:
             if dry_run or not paths:
                 return trim
             try:
-                version = self._remove(stream, table, plan, len(paths))
+                version = self._remove(stream, table, paths)
             except CommitFailedError:
-                self.tables.commit_backoff(attempt)  # a producer, an expansion or another trim won: plan again
+                self.tables.commit_backoff(attempt)  # another trim or a compaction removed those files: plan again
                 continue
             finally:
                 self._seal(stream)
+            if version is None:  # the files changed between the plan and the removal: plan again
+                self.tables.commit_backoff(attempt)
+                continue
             self._vacuum(stream)
             return Trim(stream, before_ms, plan, version)
         raise StreamError(
@@ -98,20 +104,25 @@ class DeltaLogRetention:
             "committing first; retry later"
         )
 
-    def _remove(self, stream: str, table: DeltaTable, plan: list[PartitionTrim], files: int) -> int:
-        predicate = " OR ".join(f"(partition = {t.partition} AND offset < {t.earliest})" for t in plan if t.files)
+    def _remove(self, stream: str, table: DeltaTable, paths: list[tuple[str, int]]) -> int | None:
+        """Commit the removal of exactly the planned files; ``None`` when they are no longer all live.
+
+        Lifting ``delta.appendOnly`` is a commit that brings the table up to date, so the planned files are checked
+        against that state, not the plan's: a compaction may have merged some of them into a file that crosses the
+        planned earliest. A removal that races one committing after the check is refused by delta-rs (a
+        concurrent transaction removed a file this one removes).
+        """
         with self.tables.lock:
             if table.metadata().configuration.get(APPEND_ONLY, "false").lower() == "true":
                 table.alter.set_table_properties({APPEND_ONLY: "false"}, commit_properties=_operation("trim-open"))
-            metrics = table.delete(predicate, commit_properties=_operation("trim"))
-            version = table.version()
-        if metrics.get("num_added_files", 0) or metrics.get("num_removed_files") != files:
-            # whole files by construction: anything else means the table changed in a way its log did not show
-            raise StreamError(
-                f"stream {stream!r}: the trim at table version {version} removed {metrics.get('num_removed_files')} "
-                f"files and rewrote {metrics.get('num_added_files')} where {files} whole files were planned"
+            if not {path for path, _ in paths} <= self.tables.latest(stream)[1].paths:
+                return None
+            now_ms = int(time.time() * 1000)
+            removes = [RemoveAction(path, True, now_ms, partition_values={"partition": str(p)}) for path, p in paths]
+            table.create_write_transaction(
+                [*removes], "append", table.schema(), partition_by=["partition"], commit_properties=_operation("trim")
             )
-        return version
+            return table.version()
 
     def _seal(self, stream: str) -> None:
         """Set ``delta.appendOnly`` again, retried past racing producers: the table is append-only between trims."""
@@ -132,39 +143,28 @@ class DeltaLogRetention:
         )
 
     def _vacuum(self, stream: str) -> None:
-        # "Lite" (full=False): only files the log records as removed, so a producer's uncommitted file is never
-        # touched; retention 0 because nothing but a trim removes a stream's files, and the trim meant them gone.
-        # Its two commits can lose to another trim's property change: tried again, and else left to the next trim's
-        # vacuum (the files stay recorded as removed), since the removal itself has landed.
-        for attempt in range(1, VACUUM_ATTEMPTS + 1):
-            table, _ = self.tables.latest(stream)
-            try:
-                with self.tables.lock:
-                    table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=False)
-                return
-            except CommitFailedError:
-                self.tables.commit_backoff(attempt)
-        log.warning("stream %r: the trimmed files stay on storage until the next trim deletes them", stream)
+        if not self.tables.delete_removed_files(stream):  # the removal has landed: the space waits for the next
+            log.warning("stream %r: the trimmed files stay on storage until the next trim deletes them", stream)
 
 
 def _plan(
     stream: str, table: DeltaTable, snap: Snapshot, before_ms: int, unread_from: Mapping[int, int]
-) -> tuple[list[PartitionTrim], list[str]]:
+) -> tuple[list[PartitionTrim], list[tuple[str, int]]]:
     segments: dict[int, list[Segment]] = {}
     paths: dict[int, list[str]] = {}
     for f in timed_files(stream, table):
         if f.newest_us is None:
             raise StreamError(f"stream {stream!r}: file {f.path} has no timestamp statistics")
-        segments.setdefault(f.partition, []).append(Segment(f.first, f.last, f.newest_us // 1000))
+        segments.setdefault(f.partition, []).append(Segment(f.first, f.last, f.newest_us // 1000, size=f.size))
         paths.setdefault(f.partition, []).append(f.path)
     plan: list[PartitionTrim] = []
-    removed: list[str] = []
+    removed: list[tuple[str, int]] = []
     for p in range(snap.partitions):
         mine = segments.get(p, [])
         point = trim_point(mine, before_ms, unread_from.get(p))
         first = mine[0].first if mine else 0
         plan.append(PartitionTrim(p, first, point.earliest, point.records, point.files, point.stop, unread_from.get(p)))
-        removed += paths.get(p, [])[: point.files]
+        removed += [(path, p) for path in paths.get(p, [])[: point.files]]
     return plan, removed
 
 

@@ -128,6 +128,7 @@ class TimedFile(NamedTuple):
     oldest_us: int | None
     newest_us: int | None
     path: str
+    size: int
 
 
 def timed_files(stream: str, table: DeltaTable) -> list[TimedFile]:
@@ -154,6 +155,7 @@ def timed_files(stream: str, table: DeltaTable) -> list[TimedFile]:
             micros("min.timestamp"),
             micros("max.timestamp"),
             actions["path"].to_pylist(),
+            actions["size_bytes"].to_pylist(),
             strict=True,
         )
     )

@@ -22,6 +22,7 @@ from pipelines.storage.location import Location, parse
 from pipelines.storage.objects import store_for
 from pipelines.systems.base import End, Position, ReadResult, Record, StreamMetadata
 from pipelines.systems.deltalog.admin import DeltaLogAdmin
+from pipelines.systems.deltalog.compaction import Compaction, DeltaLogCompaction
 from pipelines.systems.deltalog.layout import APP_ID, SYSTEM
 from pipelines.systems.deltalog.producer import DeltaLogProducer
 from pipelines.systems.deltalog.reader import DeltaLogReader
@@ -65,6 +66,7 @@ class DeltaLog(OffsetOrder):
         self._producer = DeltaLogProducer(self.tables, max_attempts)
         self._reader = DeltaLogReader(self.tables)
         self._retention = DeltaLogRetention(self.tables, max_attempts)
+        self._compaction = DeltaLogCompaction(self.tables, self._reader)
 
     def __getstate__(self) -> dict[str, Any]:
         # DeltaTable handles belong to one process's Rust runtime; ship only the configuration.
@@ -123,6 +125,10 @@ class DeltaLog(OffsetOrder):
         """Remove each partition's leading files older than ``before_ms``, keeping its last file and what a reader
         has not read (``unread_from``): the embedded log's retention (``retention``)."""
         return self._retention.trim(stream, before_ms, unread_from, dry_run=dry_run)
+
+    def compact(self, stream: str, target_bytes: int, max_span_ms: int, *, dry_run: bool = False) -> Compaction:
+        """Merge each partition's runs of small files into one, offsets and order kept (``compaction``)."""
+        return self._compaction.compact(stream, target_bytes, max_span_ms, dry_run=dry_run)
 
     def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
         """The embedded log has no tools of its own to show progress in: the checkpoints table is all there is."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError
 
 from pipelines.backoff import Backoff
 from pipelines.core.ssp import validate_name
@@ -111,6 +112,24 @@ class StreamTables:
             app_transactions=[Transaction(app_id=self.app_id, version=read_version + 1)],
             custom_metadata={"deltalog.operation": operation},
         )
+
+    def delete_removed_files(self, stream: str, attempts: int = 8) -> bool:
+        """Delete from storage the files the log records as removed (by a trim or a compaction); False if other
+        commits kept winning, which leaves them to the next call.
+
+        delta-rs's "lite" vacuum (``full=False``) with a retention of 0 hours: it deletes only files the log says
+        were removed, never a file a producer has written and not committed yet, which a full vacuum would. Its
+        two commits can lose to a racing property change, hence the attempts.
+        """
+        for attempt in range(1, attempts + 1):
+            table, _ = self.latest(stream)
+            try:
+                with self.lock:
+                    table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=False)
+                return True
+            except CommitFailedError:
+                self.commit_backoff(attempt)
+        return False
 
     @staticmethod
     def commit_backoff(attempt: int) -> None:

@@ -98,6 +98,12 @@ def test_a_trim_on_s3_removes_old_files_from_the_front_and_keeps_what_readers_ne
     check_trim(DeltaLog(s3_home.streams))
 
 
+def test_compaction_on_s3_merges_small_files_and_keeps_every_offset_and_its_order(s3_home: Home) -> None:
+    from tests.integration.systems.test_deltalog import check_compact
+
+    check_compact(DeltaLog(s3_home.streams))
+
+
 def test_a_job_with_a_store_runs_rescales_and_switches_store_versions_on_s3(spark: Any, s3_home: Home) -> None:
     from pipelines.adjunct.checkpoints import read_store_checkpoints
     from pipelines.runtime.driver import run_job

@@ -8,7 +8,7 @@ import pickle
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.pool import Pool
 from pathlib import Path
 
@@ -423,6 +423,20 @@ def test_a_start_time_inside_a_compacted_file_is_found_in_its_rows(tmp_path: Pat
     assert log.read("events", 0, "4", "8").records.column("value").to_pylist() == [f"1-{i}".encode() for i in range(4)]
 
 
+class Beside(threading.Thread):
+    """A thread that keeps what it raised, so the test fails on it instead of pytest merely warning."""
+
+    def __init__(self, target: Callable[[], None]) -> None:
+        super().__init__(target=target)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as error:
+            self.error = error
+
+
 def check_trim(log: DeltaLog) -> None:
     """The embedded log's retention on any storage: whole old files from the front, the last file and unread records
     kept, the files deleted from storage, readers told what happened, producers numbering on, append-only again."""
@@ -487,7 +501,7 @@ def test_a_trim_racing_producers_loses_no_record_and_leaves_offsets_dense(tmp_pa
             writer.produce("events", _keyed(4, "racing-", produced))
             produced += 4
 
-    thread = threading.Thread(target=keep_producing)
+    thread = Beside(keep_producing)
     thread.start()
     try:
         deadline = time.monotonic() + 30
@@ -502,14 +516,16 @@ def test_a_trim_racing_producers_loses_no_record_and_leaves_offsets_dense(tmp_pa
                 trims.append(trimmer.trim("events", int(time.time() * 1000), {}))
                 time.sleep(0.05)
 
-        other = threading.Thread(target=trim_thrice)
+        other = Beside(trim_thrice)
         other.start()
         trim_thrice()
         other.join(timeout=60)
+        assert other.error is None, other.error
         during = produced - before
     finally:
         stop.set()
         thread.join(timeout=60)
+    assert thread.error is None, thread.error
     assert during > 0, "the producer committed while the trims ran"
     earliest = {p: int(m.earliest) for p, m in log.describe("events").partitions.items()}
     assert sum(t.records for t in trims) == sum(earliest.values()) > 60, "each record was trimmed once, by one trim"
@@ -519,3 +535,91 @@ def test_a_trim_racing_producers_loses_no_record_and_leaves_offsets_dense(tmp_pa
     for p, have in offsets.items():
         assert have == list(range(have[0], ends[p])), f"partition {p} dense from its earliest"
     assert DeltaTable(log.path("events")).metadata().configuration.get("delta.appendOnly") == "true"
+
+
+def check_compact(log: DeltaLog) -> None:
+    """The embedded log's compaction on any storage: runs of small files become one, bounded by size and time span;
+    every record keeps its offset, its order and its fields; readers with an older snapshot read on; the old files
+    leave storage; the table stays append-only."""
+    log.create("events", 2)
+    for commit in range(4):
+        log.produce("events", [(f"a{commit}-{i}".encode(), f"v{i}".encode(), {"n": str(i)}) for i in range(20)])
+    time.sleep(1.5)  # the second group of commits is more than the span from the first
+    mark = int(time.time() * 1000)
+    for commit in range(4):
+        log.produce("events", [(f"b{commit}-{i}".encode(), f"w{i}".encode(), None) for i in range(20)])
+    ends = log.end_offsets("events")
+    before = {p: log.read_range("events", p, 0, ends[p]) for p in ends}
+    at_mark = log.positions_at("events", mark)
+    stale = DeltaLog(log.root)
+    stale.read("events", 0, "0", "1")  # caches the snapshot of the small files
+
+    planned = log.compact("events", 64 * 1024 * 1024, 1_000, dry_run=True)
+    assert planned.files_before == {0: 8, 1: 8} and planned.files_after == {0: 2, 1: 2}, planned
+    assert len(DeltaTable(log.path("events")).file_uris()) == 16, "a dry run changes nothing"
+    done = log.compact("events", 64 * 1024 * 1024, 1_000)
+    assert done.files_after == {0: 2, 1: 2} and len(done.runs) == 4
+    assert len(DeltaTable(log.path("events")).file_uris()) == 4
+    stored = [e for p in ends for e in log.store.list(log.location("events") / f"partition={p}")]
+    assert len(stored) == 4, f"the merged files left storage: {[e.name for e in stored]}"
+
+    fresh = DeltaLog(log.root)
+    for reader in (log, fresh, stale):
+        for p in ends:
+            assert reader.read_range("events", p, 0, ends[p]).equals(before[p]), "every record as it was, in order"
+    assert fresh.end_offsets("events") == ends and fresh.positions_at("events", mark) == at_mark
+    assert DeltaTable(log.path("events")).metadata().configuration.get("delta.appendOnly") == "true"
+    again = log.compact("events", 64 * 1024 * 1024, 1_000)
+    assert again.runs == [] and again.files_after == {0: 2, 1: 2}, "nothing left to merge"
+
+
+def test_compaction_merges_small_files_and_keeps_every_offset_and_its_order(tmp_path: Path) -> None:
+    check_compact(DeltaLog(tmp_path))
+
+
+def test_compaction_racing_a_producer_and_a_trim_keeps_every_remaining_record_as_produced(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    produced: dict[tuple[int, int], bytes] = {}
+
+    def put(writer: DeltaLog, records: list[tuple[bytes | None, bytes, dict[str, str] | None]]) -> None:
+        for (p, o), (_, value, _) in zip(writer.produce("events", records), records, strict=True):
+            produced[p, int(o)] = value
+
+    for commit in range(10):
+        put(log, _keyed(6, f"c{commit}-"))
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        writer = DeltaLog(tmp_path)
+        n = 0
+        while not stop.is_set():
+            put(writer, _keyed(4, f"r{n}-"))
+            n += 1
+
+    def keep_trimming() -> None:
+        trimmer = DeltaLog(tmp_path)
+        while not stop.is_set():
+            trimmer.trim("events", int(time.time() * 1000) - 200, {})
+            time.sleep(0.05)
+
+    threads = [Beside(keep_producing), Beside(keep_trimming)]
+    for t in threads:
+        t.start()
+    try:
+        merged = 0
+        for _ in range(5):
+            merged += len(log.compact("events", 64 * 1024 * 1024, 60_000).runs)
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    assert [t.error for t in threads] == [None, None]
+    assert merged > 0, "some runs were merged while the others committed"
+    reader = DeltaLog(tmp_path)
+    for p, meta in reader.describe("events").partitions.items():
+        first, end = int(meta.earliest), int(meta.end)
+        rows = reader.read_range("events", p, first, end)
+        assert rows["offset"].to_pylist() == list(range(first, end))
+        assert rows["value"].to_pylist() == [produced[p, o] for o in range(first, end)], f"partition {p} as produced"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.core.retention import Segment, trim_point
+from pipelines.core.segments import Segment, compaction_runs, trim_point
 from pipelines.core.start import start_time_ms, time_of_ms
 
 
@@ -78,3 +80,39 @@ def test_the_trim_is_the_longest_safe_prefix(files: list[tuple[int, int]], befor
 @given(st.integers(0, 253_402_300_799_999))
 def test_a_time_in_ms_and_its_canonical_form_are_one_to_one(ms: int) -> None:
     assert start_time_ms(time_of_ms(ms)) == ms
+
+
+def _sized(specs: list[tuple[int, int, int]]) -> list[Segment]:
+    """(size, oldest_ms, newest_ms) per file, ten offsets each."""
+    return [Segment(10 * i, 10 * i + 9, newest, oldest, size) for i, (size, oldest, newest) in enumerate(specs)]
+
+
+def test_small_files_merge_in_runs_bounded_by_size_and_time_span() -> None:
+    files = _sized([(10, 0, 1), (10, 1, 2), (10, 2, 3), (10, 3, 4), (10, 4, 5)])
+    assert compaction_runs(files, 30, 1_000) == [(0, 3), (3, 5)]
+    assert compaction_runs(files, 1_000, 2) == [(0, 2), (2, 4)], "no run spans more than 2 ms"
+    assert compaction_runs(files[:1], 1_000, 1_000) == [], "one file is no run"
+
+
+def test_a_file_of_half_the_target_or_more_is_never_merged_again() -> None:
+    files = _sized([(10, 0, 1), (50, 1, 2), (10, 2, 3), (10, 3, 4)])
+    assert compaction_runs(files, 100, 1_000) == [(2, 4)]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(0, 50), st.integers(0, 50)), max_size=15),
+    st.integers(1, 200),
+    st.integers(0, 60),
+)
+def test_runs_are_disjoint_ordered_and_within_their_bounds(
+    specs: list[tuple[int, int, int]], target: int, span: int
+) -> None:
+    files = _sized([(size, min(a, b), max(a, b)) for size, a, b in specs])
+    runs = compaction_runs(files, target, span)
+    assert all(b - a >= 2 for a, b in runs)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(runs)), "disjoint, in offset order"
+    for a, b in runs:
+        run = files[a:b]
+        assert sum(f.size for f in run) <= target
+        assert all(2 * f.size < target for f in run)
+        assert max(f.newest_ms for f in run) - min(f.oldest_ms for f in run) <= span

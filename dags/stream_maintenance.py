@@ -1,11 +1,14 @@
-"""Retention for the embedded log's streams: daily, delete files older than `older_than` (7 days by default).
+"""Upkeep of the embedded log's streams: daily, retention (files older than `older_than`, 7 days by default),
+then compaction of the small files that remain.
 
 Each stream is trimmed as `pipelines stream trim NAME --older-than AGE` does it: whole files from the front of
 each partition, never a partition's last file, and never a record that a job of the home, or an adjunct store
-the stream feeds, has not read yet (a stream that feeds a bootstrapped store is kept whole). The task log shows
-per partition what went and what held the rest. Records a job has not read are never taken here: that is the
-operator's explicit `pipelines stream trim --lose-unread`. Paused when it first appears, unlike the other
-scheduled DAGs (`scripts/airflow.sh` registers those unpaused): deleting data starts when the operator unpauses it.
+the stream feeds, has not read yet (a stream that feeds a bootstrapped store is kept whole). Records a job has
+not read are never taken here: that is the operator's explicit `pipelines stream trim --lose-unread`. Then, with
+`compact` on, it is compacted as `pipelines stream compact NAME` does it: runs of small files merged into one,
+offsets and order kept. The task log shows per partition what went, what held the rest, and the files before
+and after. Paused when it first appears, unlike the other scheduled DAGs (`scripts/airflow.sh` registers those
+unpaused): deleting data starts when the operator unpauses it.
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, t
 from pipelines_airflow.hooks import PipelinesHook
 
 from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
+from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES
 
 
 @dag(
-    dag_id="stream_retention",
+    dag_id="stream_maintenance",
     schedule=CronTriggerTimetable("30 3 * * *", timezone="UTC"),
     catchup=False,
     max_active_runs=1,
     is_paused_upon_creation=True,  # deleting data is the operator's choice, whatever the deployment's default
-    tags=["elastic-pipelines", "retention"],
+    tags=["elastic-pipelines", "retention", "compaction"],
     params={
         "older_than": Param(
             "7d",
@@ -33,6 +37,7 @@ from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
             pattern=DURATION_PATTERN,
             description="delete files whose every record is older than this (30m, 12h, 7d; Kafka's retention.ms)",
         ),
+        "compact": Param(True, type="boolean", description="after the trim, merge each stream's small files"),
         "streams": Param(
             [],
             type="array",
@@ -42,7 +47,7 @@ from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
     },
     doc_md=__doc__,
 )
-def stream_retention() -> None:
+def stream_maintenance() -> None:
     @task
     def streams() -> list[str]:
         from pipelines.systems.deltalog import DeltaLog
@@ -53,7 +58,7 @@ def stream_retention() -> None:
         return named or DeltaLog(PipelinesHook().home().streams).list_streams()
 
     @task(map_index_template="{{ stream_name }}")
-    def trim(stream: str) -> dict[str, Any]:
+    def maintain(stream: str) -> dict[str, Any]:
         from pipelines.core.start import time_of_ms
         from pipelines.operations.retention import kept_from, trim_stream
 
@@ -68,9 +73,22 @@ def stream_retention() -> None:
                 f"  partition {p.partition}: earliest {p.earliest_before} -> {p.earliest}, kept from: "
                 f"{kept_from(done, readers, p.partition)}"
             )
-        return {"stream": stream, "records": done.records, "files": done.files, "version": done.version}
+        summary: dict[str, Any] = {"stream": stream, "records": done.records, "files": done.files}
+        if context["params"]["compact"]:
+            from pipelines.systems.deltalog import DeltaLog
 
-    trim.expand(stream=streams())
+            log = DeltaLog(PipelinesHook().home().streams)
+            try:
+                merged = log.compact(stream, COMPACT_TARGET_BYTES, COMPACT_SPAN_MS)
+            finally:
+                log.close()
+            print(f"{stream}: merged {sum(r.files for r in merged.runs)} files into {len(merged.runs)}")
+            for n in sorted(merged.files_before):
+                print(f"  partition {n}: {merged.files_before[n]} files -> {merged.files_after[n]}")
+            summary["files_after"] = sum(merged.files_after.values())
+        return summary
+
+    maintain.expand(stream=streams())
 
 
-stream_retention()
+stream_maintenance()
