@@ -168,7 +168,7 @@ def test_a_job_created_with_a_start_time_reads_from_each_partitions_first_record
     assert verdict.ok and verdict.records_expected == 70, verdict.summary()
 
 
-def test_a_trim_keeps_what_the_job_has_not_read_and_a_forced_one_stops_it_until_the_operator_skips(
+def test_a_trim_keeps_what_the_job_has_not_read_a_forced_one_stops_it_until_skipped_and_compaction_changes_nothing(
     spark, home: Home
 ) -> None:
     """``stream trim``, the embedded log's retention: by default only what the job has read goes; records taken
@@ -205,11 +205,15 @@ def test_a_trim_keeps_what_the_job_has_not_read_and_a_forced_one_stops_it_until_
     time.sleep(0.02)
     done, _ = trim_stream(home, "events", int(time.time() * 1000))
     assert {p.partition: p.earliest for p in done.partitions} == read_to, "what the job read went, the rest stayed"
+    events.produce(40)
+    merged = log.compact("events", 64 << 20, 60_000)  # the job then reads the new records from merged files
+    assert set(merged.files_after.values()) == {1} and merged.runs, merged
     run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
     rows = sink(home, config)
-    assert len(rows) == 80 and not rows.duplicated(["partition", "offset"]).any()
+    assert len(rows) == 120 and not rows.duplicated(["partition", "offset"]).any()
+    assert order_violations(rows) == []
     verdict = verify_job(home, config.name, sequence="seq")
-    assert verdict.ok and (verdict.records_expected, verdict.rows, verdict.gone) == (40, 80, 40), verdict.summary()
+    assert verdict.ok and (verdict.records_expected, verdict.rows, verdict.gone) == (80, 120, 40), verdict.summary()
     assert "40 of the rows are of records the input no longer holds" in verdict.summary()
 
 
