@@ -194,9 +194,23 @@ _OWN = {
 def _show_stream(meta: Any, output: Output, at: tuple[str, dict[int, str]] | None = None) -> None:
     def human() -> str:
         lines = [f"stream {meta.system}.{meta.stream}: {len(meta.partitions)} partitions"]
-        headers = ["PARTITION", "EARLIEST", "END", *([f"AT {at[0]}"] if at else [])]
+        sized = all("files" in p.details for p in meta.partitions.values())  # the embedded log's, for its upkeep
+        headers = [
+            "PARTITION",
+            "EARLIEST",
+            "END",
+            *(["FILES", "MIB"] if sized else []),
+            *([f"AT {at[0]}"] if at else []),
+        ]
         rows = [
-            [p.partition, p.earliest, p.end, *([at[1][n]] if at else [])] for n, p in sorted(meta.partitions.items())
+            [
+                p.partition,
+                p.earliest,
+                p.end,
+                *([p.details["files"], f"{p.details['bytes'] / 2**20:.1f}"] if sized else []),
+                *([at[1][n]] if at else []),
+            ]
+            for n, p in sorted(meta.partitions.items())
         ]
         lines.append(table(headers, rows))
         for e in meta.expansions:

@@ -209,6 +209,10 @@ def test_stream_trim_and_compact_say_what_they_did_and_refuse_what_they_cannot_d
     assert merged["files_before"] == {"0": 4, "1": 4} and merged["files_after"] == {"0": 1, "1": 1}, merged
     described = json.loads(run(tmp_path, "--json", "stream", "describe", "events").stdout)["partitions"]
     assert all(m["earliest"] != "0" for m in described.values()), "the trim's earliest stays"
+    assert [m["details"]["files"] for m in described.values()] == [1, 1] and all(
+        m["details"]["bytes"] > 0 for m in described.values()
+    ), "describe shows what compaction is for"
+    assert "FILES  MIB" in run(tmp_path, "stream", "describe", "events").stdout
     assert "stream 'nope' does not exist" in fails(tmp_path, "stream", "compact", "nope")
 
 

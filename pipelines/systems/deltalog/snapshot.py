@@ -27,6 +27,7 @@ class PartitionFiles:
     mins: list[int] = field(default_factory=list)
     maxs: list[int] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
 
     @property
     def earliest(self) -> int:
@@ -70,7 +71,12 @@ class Snapshot:
         partitions = {}
         for p in range(self.partitions):
             files = self.partition_files(p)
-            partitions[p] = PartitionMetadata(partition=p, earliest=str(files.earliest), end=str(files.end))
+            partitions[p] = PartitionMetadata(
+                partition=p,
+                earliest=str(files.earliest),
+                end=str(files.end),
+                details={"files": len(files.paths), "bytes": sum(files.sizes)},  # when to compact (docs)
+            )
         return StreamMetadata(
             system=SYSTEM,
             stream=stream,
@@ -88,7 +94,7 @@ def snapshot(stream: str, table: DeltaTable) -> Snapshot:
     files: dict[int, PartitionFiles] = {}
     paths: list[str] = []
     if actions.num_rows:
-        missing = {"path", "partition.partition", "min.offset", "max.offset"} - set(actions.column_names)
+        missing = {"path", "size_bytes", "partition.partition", "min.offset", "max.offset"} - set(actions.column_names)
         if missing:
             raise StreamError(f"stream {stream!r}: the Delta log lacks {sorted(missing)} for its files")
         paths = actions["path"].to_pylist()
@@ -98,11 +104,12 @@ def snapshot(stream: str, table: DeltaTable) -> Snapshot:
                 actions["min.offset"].to_pylist(),
                 actions["max.offset"].to_pylist(),
                 paths,
+                actions["size_bytes"].to_pylist(),
                 strict=True,
             ),
             key=lambda r: (r[0], -1 if r[1] is None else r[1]),
         )
-        for p, lo, hi, path in rows:
+        for p, lo, hi, path, size in rows:
             if lo is None or hi is None:
                 raise StreamError(f"stream {stream!r}: file {path} has no offset statistics")
             if not 0 <= p < partitions:
@@ -116,6 +123,7 @@ def snapshot(stream: str, table: DeltaTable) -> Snapshot:
             pf.mins.append(lo)
             pf.maxs.append(hi)
             pf.paths.append(path)
+            pf.sizes.append(size)
     return Snapshot(version, str(table.metadata().id), partitions, expansions, files, frozenset(paths))
 
 
