@@ -8,10 +8,10 @@ slowest key bucket) and each adjunct store the stream feeds. A store marked
 ``bootstrap`` holds the whole stream: it reads it again from the beginning
 whenever it is re-created (a memory store at every start), so its stream is
 a changelog to keep whole, as Kafka keeps such topics compacted rather than
-time-retained; so does a store that has not committed yet. ``lose_unread`` is the operator's
-explicit "take them anyway", and the jobs it stops then fail naming the
-partition and offset until ``job skip-lost`` (``operations.lost``). See
-docs/systems/deltalog.md, "Retention".
+time-retained; so does a store that has not committed yet. ``lose_unread``
+is the operator's explicit "take them anyway", and the jobs it stops then
+fail naming the partition and offset until ``job skip-lost``
+(``operations.lost``). See docs/systems/deltalog.md, "Retention".
 """
 
 from __future__ import annotations
