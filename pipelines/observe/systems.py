@@ -119,6 +119,7 @@ def _inspect_one(
                     "records_behind": behind,
                     "held": held.get(whole),
                     "read_by_job": floor is not None,
+                    "files": info.details.get("files"),  # the embedded log's: when to 'pipelines stream compact'
                 }
             )
         view: dict[str, Any] = {

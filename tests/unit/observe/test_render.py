@@ -45,7 +45,9 @@ def observation() -> dict:
                 "system": "deltalog",
                 "stream": "events",
                 "reachable": True,
-                "partitions": [{"partition": 0, "earliest": "0", "end": "9", "checkpoint": "4", "records_behind": 5}],
+                "partitions": [
+                    {"partition": 0, "earliest": "0", "end": "9", "checkpoint": "4", "records_behind": 5, "files": 37}
+                ],
             },
         ],
         "errors": {},
@@ -63,6 +65,11 @@ def test_the_html_section_has_every_plot_its_markers_and_the_task_rows() -> None
     assert "unreachable" in html and "timeout" in html
     partitions = html.split('data-input="deltalog.events"', 1)[1]  # a partitioned input: its partitions, no shards
     assert 'class="obs-partitions"' in partitions and "obs-shards" not in partitions and "<td>5</td>" in partitions
+    assert "<th>files</th>" in partitions and '<td class="files">37</td>' in partitions, "the embedded log's files"
+    kafka_like = html_section(
+        {**observation(), "inputs": [{**observation()["inputs"][1], "partitions": [{"partition": 0}]}]}
+    )
+    assert "<th>files</th>" not in kafka_like, "no files column for an input that has none"
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
 
 
