@@ -20,7 +20,7 @@ from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, t
 from pipelines_airflow.hooks import PipelinesHook
 
 from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
-from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES
+from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, cutoff_ms
 
 
 @dag(
@@ -65,7 +65,7 @@ def stream_maintenance() -> None:
         context = get_current_context()
         context["stream_name"] = stream  # type: ignore[typeddict-unknown-key]  # names the mapped task in the UI
         age = parse_duration(context["params"]["older_than"], "older_than")
-        before_ms = max(0, int(time.time() * 1000) - int(age.total_seconds() * 1000))
+        before_ms = cutoff_ms(int(time.time() * 1000), age.total_seconds())
         done, readers = trim_stream(PipelinesHook().home(), stream, before_ms)
         print(f"{stream}: {done.records} records in {done.files} files older than {time_of_ms(before_ms)} deleted")
         for p in done.partitions:

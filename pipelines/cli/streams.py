@@ -94,6 +94,7 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
     from dataclasses import asdict
 
     from pipelines.cli.table import EMBEDDED_SYSTEM
+    from pipelines.core.segments import cutoff_ms
 
     name = validate_name("stream", args.name)
     system = validate_name("system", args.system)
@@ -110,15 +111,12 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
         if before_ms > now_ms:
             raise ConfigError(f"--before {args.before} is in the future: every record is older than it")
     elif args.older_than is not None:
-        before_ms = max(0, now_ms - int(args.older_than * 1000))  # older than 1970: no record is
+        before_ms = cutoff_ms(now_ms, args.older_than)
     else:
         raise ConfigError("say which records to delete: --before TIME or --older-than AGE (e.g. 7d)")
     from pipelines.operations.retention import kept_from, trim_stream
 
     done, readers = trim_stream(home, name, before_ms, lose_unread=args.lose_unread, dry_run=args.dry_run)
-
-    def holder(p: int) -> str:
-        return kept_from(done, readers, p)
 
     def human() -> str:
         head = f"stream {name}: files older than {time_of_ms(before_ms)}: {done.records} records in {done.files} files"
@@ -129,7 +127,7 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
         else:
             head += f" deleted (table version {done.version})"
         rows = [
-            [p.partition, p.earliest_before, p.earliest, p.records, p.files, holder(p.partition)]
+            [p.partition, p.earliest_before, p.earliest, p.records, p.files, kept_from(done, readers, p.partition)]
             for p in done.partitions
         ]
         return head + "\n" + table(["PARTITION", "EARLIEST WAS", "EARLIEST", "RECORDS", "FILES", "KEPT FROM"], rows)
@@ -142,7 +140,7 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
             "version": done.version,
             "records": done.records,
             "files": done.files,
-            "partitions": [{**asdict(p), "kept_from": holder(p.partition)} for p in done.partitions],
+            "partitions": [{**asdict(p), "kept_from": kept_from(done, readers, p.partition)} for p in done.partitions],
             "readers": [asdict(r) for r in readers],
         },
         human,

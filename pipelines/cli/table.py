@@ -226,7 +226,7 @@ STREAM = GroupCommand(
             "keeping what a job of the home has not read",
             "pipelines.cli.streams.trim",
             (
-                *SYSTEM,
+                SYSTEM[0],  # to name the system's own retention when it is not the embedded log; no settings to use
                 arg("name"),
                 arg(
                     "--before",

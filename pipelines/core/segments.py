@@ -51,6 +51,11 @@ class TrimPoint:
     stop: Stop
 
 
+def cutoff_ms(now_ms: int, age_s: float) -> int:
+    """``--older-than AGE``'s time: ``now - AGE``, never before 1970 (no record is older than that)."""
+    return max(0, now_ms - int(age_s * 1000))
+
+
 def trim_point(segments: Sequence[Segment], before_ms: int, unread_from: int | None = None) -> TrimPoint:
     """The longest prefix of ``segments`` (in offset order) whose every record is older than ``before_ms``, short of
     the last segment and of the segment holding ``unread_from`` (the first offset some reader still has to read;

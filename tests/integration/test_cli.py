@@ -200,8 +200,7 @@ def test_stream_trim_and_compact_say_what_they_did_and_refuse_what_they_cannot_d
     )
     assert "is in the future" in fails(tmp_path, "stream", "trim", "events", "--before", "2999-01-01T00:00:00Z")
     assert "stream 'nope' does not exist" in fails(tmp_path, "stream", "trim", "nope", "--older-than", "1d")
-    kafka = ("--system", "kafka", "--settings", '{"bootstrap_servers": "127.0.0.1:9"}')
-    assert "retention.ms" in fails(tmp_path, "stream", "trim", "events", *kafka, "--older-than", "1d")
+    assert "retention.ms" in fails(tmp_path, "stream", "trim", "events", "--system", "kafka", "--older-than", "1d")
     assert "argument --older-than: must be positive" in fails(tmp_path, "stream", "trim", "events", "--older-than", "0")
 
     run(tmp_path, "stream", "produce", "events", "--records", "60", "--keys", "6", "--chunk", "20")

@@ -94,9 +94,8 @@ class DeltaLogCompaction:
         merged = [run for run in planned if self._merge(stream, run)]
         if merged:
             self.tables.delete_removed_files(stream)
-        with self.tables.lock:
-            now = timed_files(stream, self.tables.latest(stream)[0])
-        after = {p: sum(1 for f in now if f.partition == p) for p in before}
+        now = self.tables.latest(stream)[1]
+        after = {p: len(now.partition_files(p).paths) for p in before}
         return Compaction(stream, merged, before, after)
 
     def _merge(self, stream: str, run: MergedRun) -> bool:
@@ -104,7 +103,7 @@ class DeltaLogCompaction:
         try:
             data = self.reader.read_range(stream, run.partition, run.first, run.last + 1)
         except StreamError:
-            if self._changed(stream, run):
+            if not set(run.paths) <= self.tables.latest(stream)[1].paths:
                 return False  # a trim, or another compaction, got there first
             raise
         written: list[Location] = []
@@ -117,10 +116,10 @@ class DeltaLogCompaction:
                 RemoveAction(path, False, now_ms, partition_values={"partition": str(run.partition)})
                 for path in run.paths
             ]
-            if self._changed(stream, run):
+            table, snap = self.tables.latest(stream)
+            if not set(run.paths) <= snap.paths:
                 self._delete(written)
-                return False
-            table, _ = self.tables.latest(stream)
+                return False  # a trim, or another compaction, got there first
             with self.tables.lock:
                 table.create_write_transaction(
                     [add, *removes],
@@ -138,9 +137,6 @@ class DeltaLogCompaction:
             self._delete(written)
             raise
         return True
-
-    def _changed(self, stream: str, run: MergedRun) -> bool:
-        return not set(run.paths) <= self.tables.latest(stream)[1].paths
 
     def _delete(self, written: list[Location]) -> None:
         for path in written:

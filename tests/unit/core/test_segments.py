@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.core.segments import Segment, compaction_runs, trim_point
+from pipelines.core.segments import Segment, compaction_runs, cutoff_ms, trim_point
 from pipelines.core.start import start_time_ms, time_of_ms
 
 
@@ -116,3 +116,8 @@ def test_runs_are_disjoint_ordered_and_within_their_bounds(
         assert sum(f.size for f in run) <= target
         assert all(2 * f.size < target for f in run)
         assert max(f.newest_ms for f in run) - min(f.oldest_ms for f in run) <= span
+
+
+def test_older_than_counts_back_from_now_and_never_before_1970() -> None:
+    assert cutoff_ms(10_000, 2.5) == 7_500
+    assert cutoff_ms(10_000, 86_400.0) == 0, "an age older than the epoch deletes nothing a record can be"
