@@ -1,5 +1,6 @@
-"""Upkeep of the embedded log's streams: daily, retention (files older than `older_than`, 7 days by default),
-then compaction of the small files that remain.
+"""Upkeep of the embedded log's streams: daily, retention (files older than the stream's own retention, set with
+`pipelines stream alter NAME --retention 3d|forever`, else than `older_than`, 7 days by default), then compaction
+of the small files that remain.
 
 Each stream is trimmed as `pipelines stream trim NAME --older-than AGE` does it: whole files from the front of
 each partition, never a partition's last file, and never a record that a job of the home, or an adjunct store
@@ -20,7 +21,7 @@ from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, t
 from pipelines_airflow.hooks import PipelinesHook
 
 from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
-from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, cutoff_ms
+from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_cutoff, retention_text
 
 
 @dag(
@@ -35,7 +36,8 @@ from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, cutof
             "7d",
             type="string",
             pattern=DURATION_PATTERN,
-            description="delete files whose every record is older than this (30m, 12h, 7d; Kafka's retention.ms)",
+            description="delete files whose every record is older than this (30m, 12h, 7d; Kafka's "
+            "log.retention.hours), in each stream without a retention of its own ('stream alter --retention')",
         ),
         "compact": Param(True, type="boolean", description="after the trim, merge each stream's small files"),
         "streams": Param(
@@ -61,34 +63,47 @@ def stream_maintenance() -> None:
     def maintain(stream: str) -> dict[str, Any]:
         from pipelines.core.start import time_of_ms
         from pipelines.operations.retention import kept_from, trim_stream
+        from pipelines.systems.deltalog import DeltaLog
 
         context = get_current_context()
         context["stream_name"] = stream  # type: ignore[typeddict-unknown-key]  # names the mapped task in the UI
+        home = PipelinesHook().home()
         age = parse_duration(context["params"]["older_than"], "older_than")
-        before_ms = cutoff_ms(int(time.time() * 1000), age.total_seconds())
-        done, readers = trim_stream(PipelinesHook().home(), stream, before_ms)
-        print(f"{stream}: {done.records} records in {done.files} files older than {time_of_ms(before_ms)} deleted")
-        for p in done.partitions:
-            print(
-                f"  partition {p.partition}: earliest {p.earliest_before} -> {p.earliest}, kept from: "
-                f"{kept_from(done, readers, p.partition)}"
-            )
-        summary: dict[str, Any] = {"stream": stream, "records": done.records, "files": done.files}
-        if context["params"]["compact"]:
-            from pipelines.systems.deltalog import DeltaLog
-
-            log = DeltaLog(PipelinesHook().home().streams)
-            try:
+        log = DeltaLog(home.streams)
+        try:
+            own = log.retention(stream)  # the stream's own (stream alter --retention) wins, as a topic's retention.ms
+            before_ms = retention_cutoff(int(time.time() * 1000), own, age.total_seconds())
+            summary: dict[str, Any] = {"stream": stream, "retention": retention_text(own), "records": 0, "files": 0}
+            if before_ms is None:
+                print(f"{stream}: retention forever (its own): nothing deleted")
+            else:
+                done, readers = trim_stream(home, stream, before_ms)
+                print(
+                    f"{stream}: {done.records} records in {done.files} files older than {time_of_ms(before_ms)} "
+                    f"deleted (retention: {params_or_own(own, context['params']['older_than'])})"
+                )
+                for p in done.partitions:
+                    print(
+                        f"  partition {p.partition}: earliest {p.earliest_before} -> {p.earliest}, kept from: "
+                        f"{kept_from(done, readers, p.partition)}"
+                    )
+                summary.update(records=done.records, files=done.files)
+            if context["params"]["compact"]:
                 merged = log.compact(stream, COMPACT_TARGET_BYTES, COMPACT_SPAN_MS)
-            finally:
-                log.close()
-            print(f"{stream}: merged {sum(r.files for r in merged.runs)} files into {len(merged.runs)}")
-            for n in sorted(merged.files_before):
-                print(f"  partition {n}: {merged.files_before[n]} files -> {merged.files_after[n]}")
-            summary["files_after"] = sum(merged.files_after.values())
+                print(f"{stream}: merged {sum(r.files for r in merged.runs)} files into {len(merged.runs)}")
+                for n in sorted(merged.files_before):
+                    print(f"  partition {n}: {merged.files_before[n]} files -> {merged.files_after[n]}")
+                summary["files_after"] = sum(merged.files_after.values())
+        finally:
+            log.close()
         return summary
 
     maintain.expand(stream=streams())
+
+
+def params_or_own(own: int | None, older_than: str) -> str:
+    """Which retention a run applied to a stream, for its log."""
+    return f"the DAG's older_than {older_than}" if own is None else f"the stream's own {retention_text(own)}"
 
 
 stream_maintenance()

@@ -9,6 +9,7 @@ from typing import Any
 
 from pipelines.cli.output import Output, table, text
 from pipelines.control.home import Home
+from pipelines.core.segments import retention_text
 from pipelines.core.ssp import validate_name
 from pipelines.core.start import start_time_ms, time_of_ms
 from pipelines.errors import ConfigError
@@ -36,8 +37,38 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def create(args: argparse.Namespace, home: Home, output: Output) -> None:
-    system = open_system(args, home)
-    _show_stream(system.create(validate_name("stream", args.name), args.partitions), output)
+    name = validate_name("stream", args.name)
+    if args.retention is None:
+        _show_stream(open_system(args, home).create(name, args.partitions), output)
+        return
+    _embedded_only(args.system, "--retention")
+    _show_stream(open_system(args, home).create(name, args.partitions, args.retention), output)
+
+
+def alter(args: argparse.Namespace, home: Home, output: Output) -> None:
+    """Set an embedded-log stream's own retention; it deletes nothing until the next trim applies it."""
+    from pipelines.systems.deltalog import DeltaLog
+
+    name = validate_name("stream", args.name)
+    _embedded_only(args.system, "alter")
+    log = DeltaLog(home.streams)
+    try:
+        _show_stream(log.set_retention(name, args.retention), output)
+    finally:
+        log.close()
+
+
+def _embedded_only(system: str, what: str) -> None:
+    """Retention settings are the embedded log's; Kafka and Kinesis keep their own, named in the refusal."""
+    from pipelines.cli.table import EMBEDDED_SYSTEM
+
+    system = validate_name("system", system)
+    if system != EMBEDDED_SYSTEM:
+        raise ConfigError(
+            f"{what} is for the embedded log's streams; {system} streams keep their retention in {_OWN[system]}"
+            if system in _OWN
+            else f"{what} is for the embedded log's streams, not {system}"
+        )
 
 
 def produce(args: argparse.Namespace, home: Home, output: Output) -> None:
@@ -93,17 +124,10 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
     import time
     from dataclasses import asdict
 
-    from pipelines.cli.table import EMBEDDED_SYSTEM
     from pipelines.core.segments import cutoff_ms
 
     name = validate_name("stream", args.name)
-    system = validate_name("system", args.system)
-    if system != EMBEDDED_SYSTEM:
-        raise ConfigError(
-            f"trim is for the embedded log's streams; {system} streams are trimmed by {_OWN[system]}"
-            if system in _OWN
-            else f"trim is for the embedded log's streams, not {system}"
-        )
+    _embedded_only(args.system, "trim")
     now_ms = int(time.time() * 1000)
     if args.before is not None:
         before_ms = start_time_ms(args.before)
@@ -113,7 +137,7 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
     elif args.older_than is not None:
         before_ms = cutoff_ms(now_ms, args.older_than)
     else:
-        raise ConfigError("say which records to delete: --before TIME or --older-than AGE (e.g. 7d)")
+        before_ms = _own_cutoff(home, name, now_ms)
     from pipelines.operations.retention import kept_from, trim_stream
 
     done, readers = trim_stream(home, name, before_ms, lose_unread=args.lose_unread, dry_run=args.dry_run)
@@ -145,6 +169,29 @@ def trim(args: argparse.Namespace, home: Home, output: Output) -> None:
         },
         human,
     )
+
+
+def _own_cutoff(home: Home, name: str, now_ms: int) -> int:
+    """``stream trim NAME`` alone: the stream's own retention says what goes, or the refusal says how to say it."""
+    from pipelines.core.segments import RETAIN_FOREVER, cutoff_ms
+    from pipelines.systems.deltalog import DeltaLog
+
+    log = DeltaLog(home.streams)
+    try:
+        own = log.retention(name)
+    finally:
+        log.close()
+    if own is None:
+        raise ConfigError(
+            f"stream {name!r} has no retention of its own: say which records to delete with --before TIME or "
+            f"--older-than AGE (e.g. 7d), or give it one with 'pipelines stream alter {name} --retention 7d'"
+        )
+    if own == RETAIN_FOREVER:
+        raise ConfigError(
+            f"stream {name!r} keeps its records forever (its retention): --before TIME or --older-than AGE "
+            "trims it all the same"
+        )
+    return cutoff_ms(now_ms, own / 1000)
 
 
 def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
@@ -184,14 +231,20 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 _OWN = {
-    "kafka": "the topic's retention.ms (or kafka-delete-records.sh); a job stopped by it goes on after 'job skip-lost'",
-    "kinesis": "the stream's retention period (aws kinesis decrease-stream-retention-period)",
+    "kafka": "the topic's retention.ms (kafka-configs.sh --alter; kafka-delete-records.sh deletes now); a job "
+    "stopped by it goes on after 'job skip-lost'",
+    "kinesis": "the stream's retention period (aws kinesis increase- and decrease-stream-retention-period)",
 }
 
 
 def _show_stream(meta: Any, output: Output, at: tuple[str, dict[int, str]] | None = None) -> None:
     def human() -> str:
         lines = [f"stream {meta.system}.{meta.stream}: {len(meta.partitions)} partitions"]
+        if "retention_ms" in meta.details:  # the embedded log's own setting (stream alter --retention)
+            own = meta.details["retention_ms"]
+            lines[0] += f", retention {retention_text(own)}" + (
+                " (stream_maintenance's older_than)" if own is None else ""
+            )
         sized = all("files" in p.details for p in meta.partitions.values())  # the embedded log's, for its upkeep
         headers = [
             "PARTITION",

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipelines.core.adjunct import parse_duration
 from pipelines.core.groupers import GROUPERS
-from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES
+from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_ms
 from pipelines.core.start import parse_start, start_time_ms
 from pipelines.errors import ConfigError
 from pipelines.runtime.lifetime import master_problem
@@ -138,6 +138,22 @@ def duration(text: str) -> float:
 duration.__name__ = "age"
 
 
+def retention(text: str) -> int | None:
+    """A stream's own retention: an age in ms, ``forever`` (-1) or ``default`` (None) (``core.segments``)."""
+    try:
+        return retention_ms(text)
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("retention ")) from None
+
+
+retention.__name__ = "retention"
+
+RETENTION_HELP = (
+    "the stream's own retention: an age (12h, 7d) that 'stream trim' and the stream_maintenance DAG apply, "
+    "'forever' (the DAG never trims it; Kafka's retention.ms=-1) or 'default' (the DAG's older_than)"
+)
+
+
 # ---------------------------------------------------------------------- conditional writes
 
 
@@ -178,7 +194,23 @@ STREAM = GroupCommand(
             "create",
             "create a stream",
             "pipelines.cli.streams.create",
-            (*SYSTEM, arg("name"), arg("--partitions", type=count(1), required=True)),
+            (
+                *SYSTEM,
+                arg("name"),
+                arg("--partitions", type=count(1), required=True),
+                arg("--retention", type=retention, default=None, metavar="AGE", help=RETENTION_HELP),
+            ),
+            writes=True,
+        ),
+        ActionCommand(
+            "alter",
+            "set an embedded-log stream's own retention, as kafka-configs --alter sets a topic's retention.ms",
+            "pipelines.cli.streams.alter",
+            (
+                SYSTEM[0],  # to name the system's own retention setting when it is not the embedded log
+                arg("name"),
+                arg("--retention", type=retention, required=True, metavar="AGE", help=RETENTION_HELP),
+            ),
             writes=True,
         ),
         ActionCommand(
@@ -242,7 +274,8 @@ STREAM = GroupCommand(
                     default=None,
                     metavar="AGE",
                     exclusive="when",
-                    help="the same with TIME = now - AGE (30m, 12h, 7d): Kafka's retention.ms, for a schedule",
+                    help="the same with TIME = now - AGE (30m, 12h, 7d): Kafka's retention.ms, for a schedule; "
+                    "without --before or --older-than, the stream's own retention ('stream alter --retention')",
                 ),
                 arg(
                     "--lose-unread",

@@ -14,9 +14,13 @@ as the span. See docs/systems/deltalog.md, "Retention" and "Compaction".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
+from pipelines.errors import ConfigError
 
 COMPACT_TARGET_BYTES = 128 * 1024 * 1024
 """A merged file's size at most, by default: a tenth of Kafka's ``segment.bytes`` (1 GiB), for a stream read in
@@ -49,6 +53,58 @@ class TrimPoint:
     earliest: int
     records: int
     stop: Stop
+
+
+RETAIN_FOREVER = -1
+"""A stream's own retention that keeps every record, Kafka's ``retention.ms=-1``."""
+
+_UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+
+
+def retention_ms(value: object) -> int | None:
+    """A stream's own retention from an operator's word: an age (``30m``, ``12h``, ``7d``) in ms, ``forever``
+    (:data:`RETAIN_FOREVER`), or ``default`` (``None``: the schedule's ``older_than`` applies, as a topic without
+    ``retention.ms`` gets the broker's ``log.retention.hours``)."""
+    word = str(value).strip().lower()
+    if word == "forever":
+        return RETAIN_FOREVER
+    if word == "default":
+        return None
+    if not re.match(DURATION_PATTERN, word):
+        raise ConfigError(f"retention must be an age such as '12h' or '7d', 'forever' or 'default', got {value!r}")
+    ms = round(parse_duration(word, "retention").total_seconds() * 1000)
+    if ms < 1:
+        raise ConfigError(f"retention must be at least 1ms, got {value!r}")
+    return ms
+
+
+def retention_text(ms: int | None) -> str:
+    """How ``describe`` shows a stream's own retention: the largest whole unit (``7d``, ``90m``), or the word."""
+    if ms is None:
+        return "default"
+    if ms == RETAIN_FOREVER:
+        return "forever"
+    for unit, size in _UNITS_MS:
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def valid_retention(ms: object) -> int | None:
+    """A retention as the stream's metadata stores it (ms > 0, -1, or absent), else ``ConfigError``."""
+    if ms is None or (isinstance(ms, int) and not isinstance(ms, bool) and (ms > 0 or ms == RETAIN_FOREVER)):
+        return ms
+    raise ConfigError(f"retention_ms must be a whole number of ms > 0 or {RETAIN_FOREVER}, got {ms!r}")
+
+
+def retention_cutoff(now_ms: int, own_ms: int | None, default_s: float | None) -> int | None:
+    """The time before which a stream's files may go on a schedule: the stream's own retention, else the default
+    age; ``None`` when the stream keeps everything (its own ``forever``, or no default)."""
+    if own_ms == RETAIN_FOREVER:
+        return None
+    if own_ms is not None:
+        return cutoff_ms(now_ms, own_ms / 1000)
+    return None if default_s is None else cutoff_ms(now_ms, default_s)
 
 
 def cutoff_ms(now_ms: int, age_s: float) -> int:

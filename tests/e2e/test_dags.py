@@ -301,23 +301,34 @@ def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any,
 def test_stream_maintenance_trims_and_compacts_every_stream_but_never_takes_what_a_job_has_not_read(
     dagbag: Any, home: Home
 ) -> None:
+    from pipelines.core.segments import RETAIN_FOREVER
     from tests.integration.runtime.jobs import job
 
     log = DeltaLog(home.streams)
-    for name in ("events", "clicks"):
+    for name in ("events", "clicks", "views", "audit"):
         log.create(name, 2)
         for commit in range(3):  # three files per partition
             log.produce(name, [(f"k{commit}-{i}".encode(), b"v", None) for i in range(20)])
+    log.set_retention("clicks", 1)  # its own retention, 1 ms, wins over the DAG's older_than
+    log.set_retention("audit", RETAIN_FOREVER)  # kept whatever the DAG's older_than
     job(home, "reader", 1)  # reads events, has read nothing yet
     ends = log.end_offsets("clicks")
+
+    def earliest(stream: str) -> dict[int, int]:
+        return {p: int(m.earliest) for p, m in log.describe(stream).partitions.items()}
+
     time.sleep(0.02)
     dag = dagbag.get_dag("stream_maintenance")
     assert dag.is_paused_upon_creation is True, "deleting data waits for the operator to unpause it"
     assert _run(dag, older_than="0s") == "failed", "a bad age fails before any stream is touched"
-    assert _run(dag, older_than="1ms") == "success"
-    assert {p: int(m.earliest) for p, m in log.describe("events").partitions.items()} == {0: 0, 1: 0}
-    kept = {p: int(m.earliest) for p, m in log.describe("clicks").partitions.items()}
+    assert _run(dag, older_than="30d", compact=False) == "success"  # merged files would leave the next run nothing
+    kept = earliest("clicks")
     assert all(0 < kept[p] < ends[p] for p in ends), "every file but the last of each partition went"
+    assert earliest("views") == {0: 0, 1: 0}, "a stream without its own retention gets the DAG's 30 days"
+    assert _run(dag, older_than="1ms", compact=True) == "success"  # (a run's conf stays on the in-memory DAG)
+    assert all(n > 0 for n in earliest("views").values()), "and the DAG's 1 ms on the next run"
+    assert earliest("audit") == {0: 0, 1: 0}, "retention forever: never trimmed on a schedule"
+    assert earliest("events") == {0: 0, 1: 0}
     files = Counter(
         pa.table(DeltaTable(log.path("events")).get_add_actions(flatten=True))["partition.partition"].to_pylist()
     )

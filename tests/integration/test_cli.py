@@ -195,7 +195,7 @@ def test_stream_trim_and_compact_say_what_they_did_and_refuse_what_they_cannot_d
         p["partition"]: p["earliest"] for p in dry["partitions"]
     }
 
-    assert "say which records to delete: --before TIME or --older-than AGE" in fails(
+    assert "has no retention of its own: say which records to delete with --before TIME or --older-than AGE" in fails(
         tmp_path, "stream", "trim", "events"
     )
     assert "is in the future" in fails(tmp_path, "stream", "trim", "events", "--before", "2999-01-01T00:00:00Z")
@@ -213,6 +213,45 @@ def test_stream_trim_and_compact_say_what_they_did_and_refuse_what_they_cannot_d
     ), "describe shows what compaction is for"
     assert "FILES  MIB" in run(tmp_path, "stream", "describe", "events").stdout
     assert "stream 'nope' does not exist" in fails(tmp_path, "stream", "compact", "nope")
+
+
+def test_a_streams_own_retention_is_set_shown_kept_across_an_expansion_and_applied_by_trim(tmp_path: Path) -> None:
+    from pipelines.systems.deltalog import DeltaLog
+
+    home = Home(tmp_path / "home")
+    assert (
+        "retention 30d" in run(tmp_path, "stream", "create", "events", "--partitions", "2", "--retention", "30d").stdout
+    )
+    run(tmp_path, "stream", "produce", "events", "--records", "40", "--keys", "4", "--chunk", "20")  # 2 files each
+    run(tmp_path, "stream", "expand", "events", "--partitions", "4")
+    assert DeltaLog(home.streams).retention("events") == 30 * 86_400_000, "an expansion keeps the retention"
+    kept = json.loads(run(tmp_path, "--json", "stream", "trim", "events").stdout)
+    assert kept["files"] == 0, "nothing is 30 days old"
+
+    time.sleep(0.02)
+    shown = json.loads(run(tmp_path, "--json", "stream", "alter", "events", "--retention", "1ms").stdout)
+    assert shown["details"]["retention_ms"] == 1 and len(shown["partitions"]) == 4
+    ends = {p: m["end"] for p, m in shown["partitions"].items()}
+    trimmed = json.loads(run(tmp_path, "--json", "stream", "trim", "events").stdout)
+    assert trimmed["files"] == 2 and trimmed["records"] > 0, "the stream's own 1 ms, with no --older-than"
+
+    assert "retention forever" in run(tmp_path, "stream", "alter", "events", "--retention", "forever").stdout
+    assert "keeps its records forever" in fails(tmp_path, "stream", "trim", "events")
+    assert "retention default" in run(tmp_path, "stream", "alter", "events", "--retention", "default").stdout
+    assert "has no retention of its own" in fails(tmp_path, "stream", "trim", "events")
+
+    assert "argument --retention: must be an age" in fails(tmp_path, "stream", "alter", "events", "--retention", "-1")
+    assert "at least 1ms" in fails(tmp_path, "stream", "create", "other", "--partitions", "1", "--retention", "0.1ms")
+    assert "topic's retention.ms" in fails(
+        tmp_path, "stream", "alter", "events", "--system", "kafka", "--retention", "1d"
+    )
+    assert "retention period" in fails(
+        tmp_path, "stream", "create", "k", "--partitions", "1", "--system", "kinesis", "--retention", "1d"
+    )
+    assert "stream 'nope' does not exist" in fails(tmp_path, "stream", "alter", "nope", "--retention", "1d")
+    log = DeltaLog(home.streams)
+    assert log.list_streams() == ["events"], "a refused create makes nothing"
+    assert {str(p): m.end for p, m in log.describe("events").partitions.items()} == ends, "alters lose no record"
 
 
 def test_job_list_show_and_checkpoints(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ COMMAND_LINES: dict[str, list[tuple[list[str], bool]]] = {
     "stream produce": [(["stream", "produce", "s", "--records", "1", "--keys", "1"], True)],
     "stream expand": [(["stream", "expand", "s", "--partitions", "4"], True)],
     "stream describe": [(["stream", "describe", "s"], False)],
+    "stream alter": [(["stream", "alter", "s", "--retention", "forever"], True)],
     "stream compact": [(["stream", "compact", "s"], True), (["stream", "compact", "s", "--dry-run"], False)],
     "stream trim": [
         (["stream", "trim", "s", "--older-than", "7d"], True),

@@ -9,23 +9,24 @@ docs/systems/deltalog.md, "Expansion".
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
-from deltalake import CommitProperties
+from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from pipelines.core.batchplan import expansion_holds
+from pipelines.core.segments import valid_retention
 from pipelines.deltaio import create_table, is_table
 from pipelines.errors import PartitionChangeError, StreamError
 from pipelines.systems.base import End, Expansion, Position, StreamMetadata
 from pipelines.systems.deltalog.layout import (
-    META_FORMAT,
     META_KEY,
     SYSTEM,
-    expansion_to_json,
+    meta_json,
     offset,
+    stream_meta,
     table_schema,
     validate_count,
 )
@@ -39,12 +40,13 @@ class DeltaLogAdmin:
         self.tables = tables
         self.max_attempts = max_attempts
 
-    def create(self, stream: str, partitions: int) -> StreamMetadata:
+    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
         path = self.tables.path(stream)
         count = validate_count(partitions)
+        valid_retention(retention_ms)
         if is_table(path):
             raise StreamError(f"stream {stream!r} already exists in {self.tables.root}")
-        meta = {"format": META_FORMAT, "partitions": count, "expansions": []}
+        meta = stream_meta(count, [], retention_ms)
         try:
             create_table(
                 path,
@@ -90,26 +92,47 @@ class DeltaLogAdmin:
                 end_offsets={p: str(snap.end(p)) for p in range(current)},
                 at=datetime.now(UTC),
             )
-            meta = {
-                "format": META_FORMAT,
-                "partitions": count,
-                "expansions": [expansion_to_json(e) for e in [*snap.expansions, expansion]],
-            }
-            try:
-                with self.tables.lock:  # the DeltaTable is this process's, shared by its threads (StreamTables)
-                    table.alter.set_column_metadata(
-                        "partition",
-                        {META_KEY: json.dumps(meta, separators=(",", ":"))},
-                        commit_properties=self.tables.commit_properties(snap.version, "expand"),
-                    )
-            except CommitFailedError:
-                self.tables.commit_backoff(attempt)
-                continue
-            return self.describe(stream)
+            meta = stream_meta(count, [*snap.expansions, expansion], snap.retention_ms)
+            if self._set_meta(table, snap.version, meta, "expand", attempt):
+                return self.describe(stream)
         raise StreamError(
             f"could not expand stream {stream!r} after {self.max_attempts} attempts: "
             "concurrent producers or expansions kept committing first; retry later"
         )
+
+    def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
+        """Set the stream's own retention (``None``: back to the default), as Kafka's ``kafka-configs --alter``
+        sets a topic's ``retention.ms``; what it already is, is a no-op. It deletes nothing by itself: the next
+        ``stream trim`` or ``stream_maintenance`` run applies it."""
+        valid_retention(retention_ms)
+        for attempt in range(1, self.max_attempts + 1):
+            table, snap = self.tables.latest(stream)
+            if snap.retention_ms == retention_ms:
+                return snap.describe(stream)
+            meta = stream_meta(snap.partitions, snap.expansions, retention_ms)
+            if self._set_meta(table, snap.version, meta, "alter", attempt):
+                return self.describe(stream)
+        raise StreamError(
+            f"could not alter stream {stream!r} after {self.max_attempts} attempts: "
+            "concurrent producers kept committing first; retry later"
+        )
+
+    def _set_meta(
+        self, table: DeltaTable, read_version: int, meta: dict[str, Any], operation: str, attempt: int
+    ) -> bool:
+        """One commit of the stream's metadata on top of ``read_version``; ``False`` (after a back-off) when another
+        commit came first, so that the caller re-reads and decides again."""
+        try:
+            with self.tables.lock:  # the DeltaTable is this process's, shared by its threads (StreamTables)
+                table.alter.set_column_metadata(
+                    "partition",
+                    {META_KEY: meta_json(meta)},
+                    commit_properties=self.tables.commit_properties(read_version, operation),
+                )
+        except CommitFailedError:
+            self.tables.commit_backoff(attempt)
+            return False
+        return True
 
     def describe(self, stream: str) -> StreamMetadata:
         return self.tables.latest(stream)[1].describe(stream)

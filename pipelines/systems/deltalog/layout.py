@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from pipelines.core.segments import valid_retention
 from pipelines.errors import ConfigError, StreamError
 from pipelines.storage.location import Location, parse
 from pipelines.systems.base import Expansion, Position
@@ -69,8 +70,24 @@ def validate_count(partitions: object) -> int:
     return partitions
 
 
+def stream_meta(partitions: int, expansions: list[Expansion], retention_ms: int | None) -> dict[str, Any]:
+    """The ``partition`` column's metadata; ``retention_ms`` only when the stream has its own (``stream alter``)."""
+    meta: dict[str, Any] = {
+        "format": META_FORMAT,
+        "partitions": partitions,
+        "expansions": [expansion_to_json(e) for e in expansions],
+    }
+    if retention_ms is not None:
+        meta["retention_ms"] = retention_ms
+    return meta
+
+
+def meta_json(meta: dict[str, Any]) -> str:
+    return json.dumps(meta, separators=(",", ":"))
+
+
 def table_schema(meta: dict[str, Any]) -> pa.Schema:
-    partition = LOG_SCHEMA.field("partition").with_metadata({META_KEY: json.dumps(meta, separators=(",", ":"))})
+    partition = LOG_SCHEMA.field("partition").with_metadata({META_KEY: meta_json(meta)})
     return LOG_SCHEMA.set(0, partition)
 
 
@@ -83,8 +100,15 @@ def expansion_to_json(expansion: Expansion) -> dict[str, Any]:
     }
 
 
-def read_meta(stream: str, table: DeltaTable) -> tuple[int, list[Expansion]]:
-    """The partition count and the expansions recorded in the ``partition`` column's metadata."""
+class StreamMeta(NamedTuple):
+    partitions: int
+    expansions: list[Expansion]
+    retention_ms: int | None
+
+
+def read_meta(stream: str, table: DeltaTable) -> StreamMeta:
+    """The partition count, the expansions and the stream's own retention, from the ``partition`` column's
+    metadata (a stream made before retention was a setting has none: the default applies)."""
     raw = None
     for f in table.schema().fields:
         if f.name == "partition":
@@ -103,9 +127,10 @@ def read_meta(stream: str, table: DeltaTable) -> tuple[int, list[Expansion]]:
             )
             for e in meta["expansions"]
         ]
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        retention = valid_retention(meta.get("retention_ms"))
+    except (ValueError, KeyError, TypeError, AttributeError, ConfigError) as error:
         raise StreamError(f"stream {stream!r} has unreadable {META_KEY!r} metadata: {raw!r:.200}") from error
-    return partitions, expansions
+    return StreamMeta(partitions, expansions, retention)
 
 
 def data_file(root: Location, rel: str) -> Location:

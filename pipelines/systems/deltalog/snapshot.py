@@ -60,6 +60,8 @@ class Snapshot:
     expansions: list[Expansion]
     files: dict[int, PartitionFiles]
     paths: frozenset[str]
+    retention_ms: int | None = None
+    """The stream's own retention (``core.segments.retention_ms``); ``None``: the default applies."""
 
     def partition_files(self, partition: int) -> PartitionFiles:
         return self.files.get(partition) or PartitionFiles()
@@ -82,14 +84,14 @@ class Snapshot:
             stream=stream,
             partitions=partitions,
             expansions=list(self.expansions),
-            details={"id": self.table_id, "table_version": self.version},
+            details={"id": self.table_id, "table_version": self.version, "retention_ms": self.retention_ms},
         )
 
 
 def snapshot(stream: str, table: DeltaTable) -> Snapshot:
     """Index the live files by partition and first offset, and check offsets are dense across them."""
     version = table.version()
-    partitions, expansions = read_meta(stream, table)
+    partitions, expansions, retention_ms = read_meta(stream, table)
     actions = pa.table(table.get_add_actions(flatten=True))
     files: dict[int, PartitionFiles] = {}
     paths: list[str] = []
@@ -124,7 +126,7 @@ def snapshot(stream: str, table: DeltaTable) -> Snapshot:
             pf.maxs.append(hi)
             pf.paths.append(path)
             pf.sizes.append(size)
-    return Snapshot(version, str(table.metadata().id), partitions, expansions, files, frozenset(paths))
+    return Snapshot(version, str(table.metadata().id), partitions, expansions, files, frozenset(paths), retention_ms)
 
 
 class TimedFile(NamedTuple):

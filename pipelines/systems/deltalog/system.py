@@ -100,8 +100,17 @@ class DeltaLog(OffsetOrder):
     def list_streams(self) -> list[str]:
         return self.tables.list_streams()
 
-    def create(self, stream: str, partitions: int) -> StreamMetadata:
-        return self.admin.create(stream, partitions)
+    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
+        """A new stream; ``retention_ms`` its own retention (``core.segments.retention_ms``), else the default's."""
+        return self.admin.create(stream, partitions, retention_ms)
+
+    def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
+        """The stream's own retention from now on (``None``: the default's); it deletes nothing by itself."""
+        return self.admin.set_retention(stream, retention_ms)
+
+    def retention(self, stream: str) -> int | None:
+        """The stream's own retention (ms, ``RETAIN_FOREVER``), ``None`` when the default applies."""
+        return self.tables.latest(stream)[1].retention_ms
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
         """Grow the partition count to a multiple of the current one, recording the expansion point (a retry is a

@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from pipelines.core.partitioner import kafka_partition
+from pipelines.core.segments import RETAIN_FOREVER
 from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
@@ -521,6 +522,8 @@ def test_a_trim_racing_producers_loses_no_record_and_leaves_offsets_dense(tmp_pa
         trim_thrice()
         other.join(timeout=60)
         assert other.error is None, other.error
+        for retention in (86_400_000, RETAIN_FOREVER, 3_600_000):  # metadata commits racing the producer too
+            assert log.set_retention("events", retention).details["retention_ms"] == retention
         during = produced - before
     finally:
         stop.set()
@@ -535,6 +538,7 @@ def test_a_trim_racing_producers_loses_no_record_and_leaves_offsets_dense(tmp_pa
     for p, have in offsets.items():
         assert have == list(range(have[0], ends[p])), f"partition {p} dense from its earliest"
     assert DeltaTable(log.path("events")).metadata().configuration.get("delta.appendOnly") == "true"
+    assert DeltaLog(tmp_path).retention("events") == 3_600_000
 
 
 def check_compact(log: DeltaLog) -> None:

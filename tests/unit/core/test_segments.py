@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.core.segments import Segment, compaction_runs, cutoff_ms, trim_point
+from pipelines.core.segments import (
+    RETAIN_FOREVER,
+    Segment,
+    compaction_runs,
+    cutoff_ms,
+    retention_cutoff,
+    retention_ms,
+    retention_text,
+    trim_point,
+    valid_retention,
+)
 from pipelines.core.start import start_time_ms, time_of_ms
+from pipelines.errors import ConfigError
 
 
 def _segments(sizes_and_times: list[tuple[int, int]]) -> list[Segment]:
@@ -121,3 +133,33 @@ def test_runs_are_disjoint_ordered_and_within_their_bounds(
 def test_older_than_counts_back_from_now_and_never_before_1970() -> None:
     assert cutoff_ms(10_000, 2.5) == 7_500
     assert cutoff_ms(10_000, 86_400.0) == 0, "an age older than the epoch deletes nothing a record can be"
+
+
+def test_a_streams_own_retention_is_an_age_forever_or_the_default_and_wins_over_the_schedules() -> None:
+    assert retention_ms("7d") == 7 * 86_400_000 and retention_text(7 * 86_400_000) == "7d"
+    assert retention_ms(" 12H ") == 43_200_000 and retention_text(43_200_000) == "12h"
+    assert retention_ms("forever") == RETAIN_FOREVER and retention_text(RETAIN_FOREVER) == "forever"
+    assert retention_ms("default") is None and retention_text(None) == "default"
+    assert retention_text(90 * 60_000) == "90m" and retention_text(1500) == "1500ms"
+    for bad, reason in (
+        ("", "an age such as"),
+        ("-1", "an age such as"),  # Kafka's -1 is spelled 'forever' here
+        ("soon", "an age such as"),
+        ("0", "must be positive"),
+        ("0.0001s", "at least 1ms"),
+        ("9999999999999d", "shorter than"),
+    ):
+        with pytest.raises(ConfigError, match=reason):
+            retention_ms(bad)
+    for stored in (0, -2, 1.5, True, "7d"):
+        with pytest.raises(ConfigError):
+            valid_retention(stored)
+    assert retention_cutoff(100_000, 40_000, 10.0) == 60_000, "the stream's own, not the schedule's"
+    assert retention_cutoff(100_000, None, 10.0) == 90_000, "the schedule's when the stream has none"
+    assert retention_cutoff(100_000, RETAIN_FOREVER, 10.0) is None
+    assert retention_cutoff(100_000, None, None) is None
+
+
+@given(st.integers(1, 10 * 365 * 86_400_000))
+def test_a_retention_and_its_text_are_one_to_one(ms: int) -> None:
+    assert retention_ms(retention_text(ms)) == ms
