@@ -41,25 +41,42 @@ def create(args: argparse.Namespace, home: Home, output: Output) -> None:
     if args.retention is None:
         _show_stream(open_system(args, home).create(name, args.partitions), output)
         return
-    _embedded_only(args.system, "--retention")
-    _show_stream(open_system(args, home).create(name, args.partitions, args.retention), output)
+    system = _with_retention(args, home, "--retention")
+    _show_stream(_retention_shown(system, name, system.create(name, args.partitions, args.retention)), output)
 
 
 def alter(args: argparse.Namespace, home: Home, output: Output) -> None:
-    """Set an embedded-log stream's own retention; it deletes nothing until the next trim applies it."""
-    from pipelines.systems.deltalog import DeltaLog
-
+    """Set a stream's own retention (the embedded log's metadata, a Kafka topic's ``retention.ms``); it deletes
+    nothing by itself: the next trim (the broker's clean-up) applies it."""
     name = validate_name("stream", args.name)
-    _embedded_only(args.system, "alter")
-    log = DeltaLog(home.streams)
-    try:
-        _show_stream(log.set_retention(name, args.retention), output)
-    finally:
-        log.close()
+    system = _with_retention(args, home, "alter")
+    _show_stream(_retention_shown(system, name, system.set_retention(name, args.retention)), output)
+
+
+def _with_retention(args: argparse.Namespace, home: Home, what: str) -> Any:
+    """The system, when its streams keep a retention of their own that this CLI sets; Kinesis's is named."""
+    from pipelines.systems.base import SupportsRetention
+
+    system_name = validate_name("system", args.system)
+    if system_name in _OWN_ONLY:
+        raise ConfigError(f"{what} is not for {system_name} streams: set {_OWN_ONLY[system_name]}")
+    system = open_system(args, home)
+    if not isinstance(system, SupportsRetention):
+        raise ConfigError(f"{what} is not for {system_name} streams: they keep no retention of their own here")
+    return system
+
+
+def _retention_shown(system: Any, name: str, meta: Any) -> Any:
+    """``meta`` with the stream's own retention among its details, for systems whose ``describe`` leaves it out."""
+    from dataclasses import replace
+
+    if "retention_ms" in meta.details:
+        return meta
+    return replace(meta, details={**meta.details, "retention_ms": system.retention(name)})
 
 
 def _embedded_only(system: str, what: str) -> None:
-    """Retention settings are the embedded log's; Kafka and Kinesis keep their own, named in the refusal."""
+    """Trims are the embedded log's; Kafka and Kinesis delete by their own retention, named in the refusal."""
     from pipelines.cli.table import EMBEDDED_SYSTEM
 
     system = validate_name("system", system)
@@ -103,13 +120,15 @@ def expand(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def describe(args: argparse.Namespace, home: Home, output: Output) -> None:
-    from pipelines.systems.base import SupportsRelayout, SupportsStartAtTime
+    from pipelines.systems.base import SupportsRelayout, SupportsRetention, SupportsStartAtTime
 
     system = open_system(args, home)
     name = validate_name("stream", args.name)
     if args.at is not None and (isinstance(system, SupportsRelayout) or not isinstance(system, SupportsStartAtTime)):
         raise ConfigError(f"--at is not available for {args.system} streams: their positions are not found by time")
     meta = system.describe(name)
+    if isinstance(system, SupportsRetention):
+        meta = _retention_shown(system, name, meta)
     if args.at is None or not isinstance(system, SupportsStartAtTime):
         _show_stream(meta, output)
         return
@@ -230,6 +249,8 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
     )
 
 
+_OWN_ONLY = {"kinesis": "its retention period with aws kinesis increase- or decrease-stream-retention-period"}
+
 _OWN = {
     "kafka": "the topic's retention.ms (kafka-configs.sh --alter; kafka-delete-records.sh deletes now); a job "
     "stopped by it goes on after 'job skip-lost'",
@@ -237,14 +258,16 @@ _OWN = {
 }
 
 
+_DEFAULTS = {"deltalog": "stream_maintenance's older_than", "kafka": "the broker's log.retention.*"}
+"""Whose retention applies to a stream without its own."""
+
+
 def _show_stream(meta: Any, output: Output, at: tuple[str, dict[int, str]] | None = None) -> None:
     def human() -> str:
         lines = [f"stream {meta.system}.{meta.stream}: {len(meta.partitions)} partitions"]
         if "retention_ms" in meta.details:  # the embedded log's own setting (stream alter --retention)
             own = meta.details["retention_ms"]
-            lines[0] += f", retention {retention_text(own)}" + (
-                " (stream_maintenance's older_than)" if own is None else ""
-            )
+            lines[0] += f", retention {retention_text(own)}" + (f" ({_DEFAULTS[meta.system]})" if own is None else "")
         sized = all("files" in p.details for p in meta.partitions.values())  # the embedded log's, for its upkeep
         headers = [
             "PARTITION",

@@ -150,7 +150,8 @@ retention.__name__ = "retention"
 
 RETENTION_HELP = (
     "the stream's own retention: an age (12h, 7d) that 'stream trim' and the stream_maintenance DAG apply, "
-    "'forever' (the DAG never trims it; Kafka's retention.ms=-1) or 'default' (the DAG's older_than)"
+    "'forever' (the DAG never trims it) or 'default' (the DAG's older_than); on Kafka the topic's retention.ms "
+    "(forever: -1; default: the broker's)"
 )
 
 
@@ -204,10 +205,10 @@ STREAM = GroupCommand(
         ),
         ActionCommand(
             "alter",
-            "set an embedded-log stream's own retention, as kafka-configs --alter sets a topic's retention.ms",
+            "set a stream's own retention (the embedded log's; a Kafka topic's retention.ms, as kafka-configs --alter)",
             "pipelines.cli.streams.alter",
             (
-                SYSTEM[0],  # to name the system's own retention setting when it is not the embedded log
+                *SYSTEM,
                 arg("name"),
                 arg("--retention", type=retention, required=True, metavar="AGE", help=RETENTION_HELP),
             ),

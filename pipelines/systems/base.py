@@ -317,6 +317,21 @@ class SupportsCommitted(Protocol):
 
 
 @runtime_checkable
+class SupportsRetention(Protocol):
+    """A stream's own retention, set by the operator (the embedded log's metadata, a Kafka topic's ``retention.ms``).
+
+    Values in ms, ``-1`` keeping every record (``core.segments.RETAIN_FOREVER``), ``None`` leaving it to the
+    default (the ``stream_maintenance`` DAG's ``older_than``; the broker's ``log.retention.*``).
+    """
+
+    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata: ...
+
+    def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata: ...
+
+    def retention(self, stream: str) -> int | None: ...
+
+
+@runtime_checkable
 class SupportsStartAtTime(Protocol):
     """Partitions whose records carry a time a reader can start from (Kafka's ``offsetsForTimes``).
 

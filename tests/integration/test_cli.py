@@ -242,8 +242,8 @@ def test_a_streams_own_retention_is_set_shown_kept_across_an_expansion_and_appli
 
     assert "argument --retention: must be an age" in fails(tmp_path, "stream", "alter", "events", "--retention", "-1")
     assert "at least 1ms" in fails(tmp_path, "stream", "create", "other", "--partitions", "1", "--retention", "0.1ms")
-    assert "topic's retention.ms" in fails(
-        tmp_path, "stream", "alter", "events", "--system", "kafka", "--retention", "1d"
+    assert "aws kinesis increase- or decrease-stream-retention-period" in fails(
+        tmp_path, "stream", "alter", "events", "--system", "kinesis", "--retention", "1d"
     )
     assert "retention period" in fails(
         tmp_path, "stream", "create", "k", "--partitions", "1", "--system", "kinesis", "--retention", "1d"

@@ -15,13 +15,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import NewPartitions, NewTopic, OffsetSpec  # type: ignore[attr-defined]  # no 'as' re-export
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-export
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 
+from pipelines.core.segments import valid_retention
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
 from pipelines.systems.base import End, PartitionMetadata, Position, StreamMetadata
 from pipelines.systems.kafka.client import KafkaClients
 from pipelines.systems.kafka.expansions import ExpansionLog
 from pipelines.systems.kafka.positions import SYSTEM, offset
+
+RETENTION_MS = "retention.ms"
+_TOPIC_CONFIG = ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # a topic's own setting, not the broker's default
 
 # Untyped classmethods, each returning one shared spec.
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
@@ -177,11 +190,12 @@ class KafkaAdmin:
         """``min(floor + N, limit)``: at most N records, since gaps only remove records (docs/systems/kafka.md)."""
         return {p: str(min(offset(floors[p]) + max(n, 0), offset(limits[p]))) for p, n in records.items()}
 
-    def create(self, stream: str, partitions: int) -> StreamMetadata:
+    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
         count = _validate_count(partitions)
+        config = {} if retention_ms is None else {RETENTION_MS: str(valid_retention(retention_ms))}
         timeout_s = self.clients.timeout_s
         futures = self.clients.admin().create_topics(
-            [NewTopic(stream, count, replication_factor=-1)],
+            [NewTopic(stream, count, replication_factor=-1, config=config)],
             operation_timeout=timeout_s,
             request_timeout=timeout_s,
         )
@@ -193,6 +207,37 @@ class KafkaAdmin:
                 raise StreamError(f"Kafka topic {stream!r} already exists on {self.brokers}") from None
             raise self.clients.error(f"creating topic {stream!r}", error) from None
         return self._wait_for(stream, count)
+
+    def retention(self, stream: str) -> int | None:
+        """The topic's own ``retention.ms`` (``-1``: forever), ``None`` when it has none and the broker's applies."""
+        resource = ConfigResource(ResourceType.TOPIC, stream)
+        futures = self.clients.admin().describe_configs([resource], request_timeout=self.clients.timeout_s)
+        try:
+            entry = futures[resource].result().get(RETENTION_MS)
+        except KafkaException as error:
+            raise self.clients.error(f"describing the configs of topic {stream!r}", error) from None
+        source = getattr(entry, "source", None)
+        if entry is None or entry.value is None or getattr(source, "value", source) != _TOPIC_CONFIG:
+            return None
+        return int(entry.value)
+
+    def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
+        """Set the topic's ``retention.ms`` (``None``: delete it, back to the broker's), as ``kafka-configs.sh
+        --alter --add-config`` or ``--delete-config`` does; the broker applies it at its next log clean-up."""
+        valid_retention(retention_ms)
+        self.partition_count(stream)  # an unknown topic is named as the other commands name it
+        entry = (
+            ConfigEntry(RETENTION_MS, None, incremental_operation=AlterConfigOpType.DELETE)
+            if retention_ms is None
+            else ConfigEntry(RETENTION_MS, str(retention_ms), incremental_operation=AlterConfigOpType.SET)
+        )
+        resource = ConfigResource(ResourceType.TOPIC, stream, incremental_configs=[entry])
+        futures = self.clients.admin().incremental_alter_configs([resource], request_timeout=self.clients.timeout_s)
+        try:
+            futures[resource].result()
+        except KafkaException as error:
+            raise self.clients.error(f"altering the retention.ms of topic {stream!r}", error) from None
+        return self.describe(stream)
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
         """Grow to a multiple of the current count with ``CreatePartitions``; the current count is a no-op."""

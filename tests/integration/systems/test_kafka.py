@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
 from pipelines.control.home import Home
 from pipelines.core.partitioner import kafka_partition
+from pipelines.core.segments import RETAIN_FOREVER
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition
@@ -295,6 +296,45 @@ def test_topics_are_created_and_grown_by_request_and_a_bad_count_is_refused_firs
     grown = kafka.expand(topic, 4)  # CreatePartitions on the live topic: old partitions keep their records
     assert grown.partition_count == 4
     assert {p: m.end for p, m in grown.partitions.items()} == {**ends, 2: "0", 3: "0"}
+
+
+def test_a_topics_retention_ms_is_set_at_creation_altered_and_deleted_as_kafka_configs_does(
+    kafka_broker: KafkaBroker, kafka: KafkaSystem, tmp_path: Path
+) -> None:
+    def topic_config(topic: str) -> tuple[str, bool]:
+        """What Kafka's own admin API says: retention.ms, and whether it is the broker's (no topic override)."""
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+        entry = admin.describe_configs([resource])[resource].result()["retention.ms"]
+        return entry.value, entry.source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    topic = unique_topic("kept")
+    assert kafka.create(topic, 2, 3 * 86_400_000).partition_count == 2
+    assert kafka.retention(topic) == 3 * 86_400_000
+    assert topic_config(topic) == (str(3 * 86_400_000), False)
+    assert kafka.set_retention(topic, RETAIN_FOREVER).partition_count == 2
+    assert topic_config(topic) == ("-1", False) and kafka.retention(topic) == RETAIN_FOREVER
+    kafka.set_retention(topic, None)  # kafka-configs --delete-config retention.ms: the broker's again
+    assert topic_config(topic)[1] and kafka.retention(topic) is None
+    with pytest.raises(StreamError, match="does not exist"):
+        kafka.set_retention(unique_topic("missing"), 1000)
+
+    # The command line, as an operator used to kafka-configs.sh would use it.
+    settings = json.dumps({"bootstrap_servers": kafka_broker.bootstrap})
+    env = {**os.environ, "PIPELINES_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "pipelines", *args, "--system", "kafka", "--settings", settings]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+
+    assert "retention 12h" in cli("stream", "alter", topic, "--retention", "12h").stdout
+    assert topic_config(topic) == (str(12 * 3_600_000), False)
+    shown = cli("stream", "alter", topic, "--retention", "default").stdout
+    assert "retention default (the broker's log.retention.*)" in shown, shown
+    assert json.loads(cli("stream", "describe", topic, "--json").stdout)["details"]["retention_ms"] is None
+    refused = cli("stream", "alter", "no-such-topic", "--retention", "1d")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith(f"error: Kafka topic 'no-such-topic' does not exist on {kafka_broker.bootstrap}")
 
 
 def test_settings_refuse_unknown_fields_and_secrets_in_clear(monkeypatch: pytest.MonkeyPatch) -> None:
