@@ -252,8 +252,8 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
 _OWN_ONLY = {"kinesis": "its retention period with aws kinesis increase- or decrease-stream-retention-period"}
 
 _OWN = {
-    "kafka": "the topic's retention.ms (kafka-configs.sh --alter; kafka-delete-records.sh deletes now); a job "
-    "stopped by it goes on after 'job skip-lost'",
+    "kafka": "the topic's retention.ms ('pipelines stream alter NAME --retention AGE --system kafka', or "
+    "kafka-configs.sh; kafka-delete-records.sh deletes at once); a job stopped by it goes on after 'job skip-lost'",
     "kinesis": "the stream's retention period (aws kinesis increase- and decrease-stream-retention-period)",
 }
 
@@ -265,7 +265,7 @@ _DEFAULTS = {"deltalog": "stream_maintenance's older_than", "kafka": "the broker
 def _show_stream(meta: Any, output: Output, at: tuple[str, dict[int, str]] | None = None) -> None:
     def human() -> str:
         lines = [f"stream {meta.system}.{meta.stream}: {len(meta.partitions)} partitions"]
-        if "retention_ms" in meta.details:  # the embedded log's own setting (stream alter --retention)
+        if "retention_ms" in meta.details:  # the stream's own (stream alter --retention), where the system keeps one
             own = meta.details["retention_ms"]
             lines[0] += f", retention {retention_text(own)}" + (f" ({_DEFAULTS[meta.system]})" if own is None else "")
         sized = all("files" in p.details for p in meta.partitions.values())  # the embedded log's, for its upkeep

@@ -84,6 +84,8 @@ def retention_text(ms: int | None) -> str:
         return "default"
     if ms == RETAIN_FOREVER:
         return "forever"
+    if ms <= 0:  # not ours to set, but a broker's topic may say so
+        return f"{ms}ms"
     for unit, size in _UNITS_MS:
         if ms % size == 0:
             return f"{ms // size}{unit}"
