@@ -18,6 +18,7 @@ from typing import Any
 
 import jinja2
 
+from pipelines.core.segments import retention_text
 from pipelines.observe.svg import compact
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -84,6 +85,7 @@ FILTERS = {
     "cell": cell,
     "verdict_class": verdict_class,
     "to_text": to_text,
+    "retention": retention_text,  # a stream's own (stream alter --retention), as describe shows it
     "tojson_text": lambda v: json.dumps(v, sort_keys=True, default=str),
 }
 

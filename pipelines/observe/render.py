@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pipelines.core.segments import retention_text
 from pipelines.observe.html import render
 from pipelines.observe.series import Chart, Marker
 from pipelines.observe.svg import WIDTH, MarkerMark, PlotLayout, compact, layout, marker_marks, time_axis
@@ -182,7 +183,9 @@ def text(obs: Mapping[str, Any], *, width: int = 40) -> str:
         if not v.get("reachable"):
             lines.append(f"input {v['input']}: UNREACHABLE: {v.get('error')}")
             continue
-        lines.append(f"input {v['input']}: {len(v.get('partitions') or [])} partition(s)")
+        own = (v.get("details") or {}).get("retention_ms")
+        kept = f", retention {retention_text(own)}" if own is not None else ""
+        lines.append(f"input {v['input']}: {len(v.get('partitions') or [])} partition(s){kept}")
         group = v.get("consumer_group")
         if group:
             lines.append(f"  consumer group {group['group']}: lag {_dash(group.get('lag'))} records")

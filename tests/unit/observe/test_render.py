@@ -48,6 +48,7 @@ def observation() -> dict:
                 "partitions": [
                     {"partition": 0, "earliest": "0", "end": "9", "checkpoint": "4", "records_behind": 5, "files": 37}
                 ],
+                "details": {"retention_ms": 3 * 86_400_000},  # its own (stream alter --retention)
             },
         ],
         "errors": {},
@@ -66,6 +67,7 @@ def test_the_html_section_has_every_plot_its_markers_and_the_task_rows() -> None
     partitions = html.split('data-input="deltalog.events"', 1)[1]  # a partitioned input: its partitions, no shards
     assert 'class="obs-partitions"' in partitions and "obs-shards" not in partitions and "<td>5</td>" in partitions
     assert "<th>files</th>" in partitions and '<td class="files">37</td>' in partitions, "the embedded log's files"
+    assert "retention 3d" in partitions, "the stream's own retention among its facts"
     kafka_like = html_section(
         {**observation(), "inputs": [{**observation()["inputs"][1], "partitions": [{"partition": 0}]}]}
     )
@@ -85,6 +87,7 @@ def test_the_terminal_view_names_the_steps_and_the_slowest_task() -> None:
     tasks = view.split("virtual tasks")[1].splitlines()
     assert tasks[2].startswith("!") and "Partition 0-1-2" in tasks[2]
     assert "input kafka.orders: UNREACHABLE: timeout" in view
+    assert "input deltalog.events: 1 partition(s), retention 3d" in view
 
 
 def test_sparkline_scales_to_its_maximum() -> None:
