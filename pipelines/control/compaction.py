@@ -136,11 +136,13 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
 
 
 def _metrics_retention_hours(control: ControlPlane, job: str) -> int:
-    """The job's ``metrics_retention_hours``, from its active model's configuration (the default without one)."""
+    """The job's ``metrics_retention_hours``, from its active model's configuration (the default without one),
+    at most a century: a job created before that bound could hold a number too large for the clock arithmetic."""
     from pipelines.jobs.config import JobConfig, job_config
+    from pipelines.jobs.spec import MAX_RETENTION_HOURS
 
     try:
-        return job_config(control.job_models.active(job)).metrics_retention_hours
+        return min(job_config(control.job_models.active(job)).metrics_retention_hours, MAX_RETENTION_HOURS)
     except PipelinesError:  # no model to read it from (a job being created, a damaged model): the default
         return JobConfig.metrics_retention_hours
 

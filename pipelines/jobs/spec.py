@@ -29,9 +29,9 @@ from pipelines.settings import (
     AnyMapping,
     Check,
     OneOf,
-    PositiveWhole,
     Said,
     Section,
+    Whole,
     section_error,
     sentence_error,
     value_error,
@@ -41,6 +41,14 @@ from pipelines.systems.deltalog_settings import DeltaLogSettings
 from pipelines.systems.kinesis.settings import KinesisSettings
 
 SYSTEMS = ("deltalog", "kafka", "kinesis")
+MAX_BATCH_RECORDS = 1_000_000_000
+"""Records per micro-batch at factor 1, at most: far past what one batch's memory holds, short of overflowing
+the budget Spark carries as a 64-bit count once the factor multiplies it."""
+MAX_CONTAINERS = 100_000
+"""As many containers as the embedded log has partitions at most: each holds at least one virtual task."""
+MAX_RETENTION_HOURS = 876_000
+"""A century of metric rows: a larger value overflowed the clock arithmetic of the compaction a running driver
+does every 10 minutes."""
 TRIGGERS = ("available-now", "continuous")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN}
@@ -183,7 +191,7 @@ Table = Annotated[TableSpec, BeforeValidator(_table_shorthand, json_schema_input
 class BatchSpec(Section):
     """How much a micro-batch reads and how often one starts."""
 
-    max_records: PositiveWhole = Field(
+    max_records: Annotated[int, Whole(1, MAX_BATCH_RECORDS)] = Field(
         10_000, description="records per micro-batch at factor 1; the budget grows with the factor"
     )
     trigger_interval: Annotated[str, _TriggerInterval()] = Field(
@@ -215,7 +223,9 @@ class JobSpec(Section):
     elasticity_factor: Annotated[int, _Factor()] = Field(
         1, description=f"key buckets per task, at most {MAX_FACTOR} unless {MAX_FACTOR_ENV} allows more"
     )
-    containers: PositiveWhole = Field(1, description="containers the virtual tasks are placed in")
+    containers: Annotated[int, Whole(1, MAX_CONTAINERS)] = Field(
+        1, description="containers the virtual tasks are placed in"
+    )
     process: Annotated[str, _ImportPath()] = Field(description="the function run on each virtual task's records")
     process_options: Annotated[dict[str, Any], AnyMapping()] = Field(
         default_factory=dict, description="passed to the process function as they are"
@@ -237,7 +247,7 @@ class JobSpec(Section):
         default_factory=dict, description="the autosizer's bounds and thresholds (pipelines.core.autosize)"
     )
     stores: dict[StoreName, StoreSpec] | None = Field(None, description="adjunct data stores the job looks keys up in")
-    metrics_retention_hours: PositiveWhole = Field(
+    metrics_retention_hours: Annotated[int, Whole(1, MAX_RETENTION_HOURS)] = Field(
         168,
         description="hours the job's rows stay in the metrics table; older ones are deleted every 10 minutes "
         "while the job runs, when a run ends, and by 'pipelines job compact'",

@@ -134,6 +134,19 @@ def test_a_start_other_than_earliest_latest_or_a_zoned_time_is_refused_naming_th
 # --- errors: each message names the field --------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("changes", "field", "bound"),
+    [
+        ({"metrics_retention_hours": 10**30}, "metrics_retention_hours", "876000"),  # overflowed a driver's compaction
+        ({"batch": {"max_records": 10**30}}, "batch.max_records", "1e+09"),
+        ({"containers": 10**30}, "containers", "100000"),
+    ],
+)
+def test_absurdly_large_counts_are_refused_with_their_bound(changes: dict[str, Any], field: str, bound: str) -> None:
+    message = error_of(config(**changes))
+    assert f"'{field}' must be a whole number" in message and bound in message, message
+
+
 @pytest.mark.parametrize("field", ["name", "inputs", "process", "output_schema", "sink"])
 def test_a_missing_required_field_is_named(field: str) -> None:
     assert f"missing required field {field!r}" in error_of(config(**{field: ...}))
