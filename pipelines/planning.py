@@ -25,6 +25,7 @@ from typing import Any
 
 from pipelines.control import ControlPlane, Home
 from pipelines.control.checkpoints import INITIAL_BATCH
+from pipelines.control.job_models import check_reason
 from pipelines.control.locks import ScalingInProgressError, ScalingLock, process_owner
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints, partition_floor
 from pipelines.core.groupers import plan_job_model
@@ -225,6 +226,7 @@ def save(home: Home, plan: VersionPlan, reason: str, *, owner: str | None = None
     operation holds it.
     """
     job = plan.model.job_name
+    check_reason(plan.model, reason)  # a refused save takes no lock and leaves no row
     lock = ScalingLock(home)
     mine = owner is None
     if owner is None:

@@ -65,8 +65,7 @@ class JobModels:
     def save(self, model: JobModel, reason: str) -> None:
         """Store a planned version; versions of a job only grow and are never overwritten."""
         job = validate_name("job", model.job_name)
-        if not isinstance(reason, str) or not reason.strip():
-            raise ConfigError(f"saving version {model.version} of job {job!r} needs a reason (why it was planned)")
+        check_reason(model, reason)
         text = model.dumps()
         JobModel.loads(text)  # write only what reads back
         try:
@@ -207,6 +206,14 @@ class JobModels:
             "activation": None,
             "created_at": self.table.now(),
         }
+
+
+def check_reason(model: JobModel, reason: object) -> None:
+    """A saved version says why it was planned; checked before anything is locked or written."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ConfigError(
+            f"saving version {model.version} of job {model.job_name!r} needs a reason (why it was planned)"
+        )
 
 
 def _activation_order(row: Mapping[str, Any]) -> tuple[int, datetime]:

@@ -282,6 +282,9 @@ def test_model_plan_builds_on_the_active_model(tmp_path: Path) -> None:
     run(tmp_path, "stream", "create", "events", "--partitions", "4")  # the input, already expanded
     plan = ["model", "plan", "--job", "orders", "--grouper", grouper, "--factor", "2"]
     assert "grew from 2 to 3 partitions, which is not a multiple" in fails(tmp_path, *plan, "--partitions", "3")
+    fresh = ["model", "plan", "--job", "fresh", "--partitions", "4", "--save"]
+    assert "needs a reason" in fails(tmp_path, *fresh, "--reason", " ")
+    assert "has no job model" in fails(tmp_path, "lock", "show", "fresh"), "a refused save took no lock"
     out = run(tmp_path, *plan, "--partitions", "4", "--save", "--reason", "input expanded", "--json")
     model = JobModel.from_json(json.loads(out.stdout))
     assert model.version == 2
