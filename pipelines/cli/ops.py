@@ -52,6 +52,10 @@ def _resolve_factor(home: Home, job: str, factor: str, reason: str, output: Outp
 def rescale(args: argparse.Namespace, home: Home, output: Output) -> None:
     from pipelines.operations import scaling
 
+    if args.sequence is not None:  # refused now, not at the verification that ends the rescale
+        from pipelines.quality.verify import check_output_sequence
+
+        check_output_sequence(home, validate_name("job", args.job), args.sequence)
     factor, reason = _resolve_factor(home, args.job, args.factor, args.reason, output)
     request = scaling.ScalingRequest(validate_name("job", args.job), factor, reason, grouper=args.grouper)  # type: ignore[arg-type]
     summary = scaling.plan(home, request)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from pipelines.core.hashing import key_buckets
 from pipelines.core.model import TaskName
+from pipelines.errors import ConfigError
 
 SINK_ORDER = ["model_version", "batch_id", "task_seq"]
 INPUT_ORDER = "input_order"
@@ -143,6 +144,34 @@ def misrouted_rows(rows: pd.DataFrame, factor_of: Callable[[int], int]) -> pd.Da
     return pd.concat(bad) if bad else rows.iloc[0:0]
 
 
+def check_sequence(rows: pd.DataFrame, sequence: str | None) -> None:
+    """The per-key sequence named for the order check is a number column of the sink, or it is refused before any
+    check runs (an unknown name ended a verification in a ``KeyError``)."""
+    if sequence is None:
+        return
+    own = [c for c in rows.columns if c not in _LINEAGE and c != INPUT_ORDER]
+    if sequence not in own:
+        columns = ", ".join(own) or "none"
+        raise ConfigError(f"--sequence {sequence!r} is not a column of the job's output; its columns: {columns}")
+    if not pd.api.types.is_numeric_dtype(rows[sequence]):  # whole numbers read as floats where some are null
+        raise ConfigError(f"--sequence {sequence!r} must be a column of whole numbers, it holds {rows[sequence].dtype}")
+
+
+_LINEAGE = (
+    "virtual_task",
+    "model_version",
+    "key_bucket",
+    "stream",
+    "partition",
+    "offset",
+    "key",
+    "batch_id",
+    "task_seq",
+)
+"""The columns the sink adds to the process function's own (``runtime.schemas.PROCESSED_LINEAGE``): a record's
+lineage, never a per-key sequence."""
+
+
 def verify_rows(
     expected: pd.DataFrame,
     rows: pd.DataFrame,
@@ -151,6 +180,7 @@ def verify_rows(
     sequence: str | None = None,
 ) -> Verdict:
     """All checks over one window: ``expected`` lists the input records (stream, partition, offset) it covers."""
+    check_sequence(rows, sequence)
     lost = lost_records(expected, rows, dead)
     dups = duplicated_records(rows)
     order = order_violations(rows, sequence)
@@ -351,6 +381,7 @@ def annotate(
     sequence: str | None = None,
 ) -> Annotated:
     """Flag every expected record and sink row; ``Annotated.verdict()`` gives the same counts as ``verify_rows``."""
+    check_sequence(rows, sequence)
     rows = rows.reset_index(drop=True)
     order = order_flags(rows, sequence)
     flagged = rows.drop(columns=[c for c in ("key",) if c in rows]).copy()

@@ -7,15 +7,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.core.start import EARLIEST
-from pipelines.deltaio import read_delta
+from pipelines.deltaio import open_if_table, read_delta
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import job_config
-from pipelines.quality.checks import INPUT_ORDER, Verdict, expected_records, verify_rows, with_input_order
+from pipelines.quality.checks import (
+    INPUT_ORDER,
+    Verdict,
+    check_sequence,
+    expected_records,
+    verify_rows,
+    with_input_order,
+)
 from pipelines.systems.base import SupportsRecordsRead
 from pipelines.systems.registry import JobSystems
 
@@ -172,6 +180,15 @@ def _records_read(
         p = slot_of.get(offset, -1 if partition is None else partition)
         by_partition.setdefault(p, []).append(offset)
     return [(stream.stream, p, offsets) for p, offsets in sorted(by_partition.items())]
+
+
+def check_output_sequence(home: Home, job: str, sequence: str) -> None:
+    """A rescale's ``--sequence`` checked against the sink's columns before anything changes: its verification
+    is the operation's last step, after the new model is active and the job restarted."""
+    config = job_config(ControlPlane(home).job_models.active(job))
+    dt = open_if_table(home.sinks / config.sink_table)
+    if dt is not None:
+        check_sequence(pa.schema(dt.schema().to_arrow()).empty_table().to_pandas(), sequence)
 
 
 def _table(home: Home, name: str) -> pd.DataFrame:

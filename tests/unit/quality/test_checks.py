@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from pipelines.errors import ConfigError
 from pipelines.quality.checks import annotate, verify_rows
 from pipelines.quality.synthetic import synthetic_window
 
@@ -136,3 +137,21 @@ def test_keyless_records_are_not_judged_for_order_and_the_verdict_says_so() -> N
     keyed = rows.copy()
     keyed.loc[keyless, "key"] = b"key-3"
     assert not verify_rows(expected, keyed, dead, lambda v: 1, "seq").ok, "with their key, the same rows fail"
+
+
+@pytest.mark.parametrize(
+    ("sequence", "reason"),
+    [
+        ("nocol", "is not a column of the job's output; its columns: "),
+        ("", "is not a column of the job's output"),
+        ("offset", "is not a column of the job's output"),  # lineage, not a per-key sequence
+        ("event_key", "must be a column of whole numbers"),
+    ],
+)
+def test_a_sequence_that_is_no_whole_number_column_of_the_output_is_refused_before_any_check(
+    clean, sequence: str, reason: str
+) -> None:
+    expected, rows, dead = clean
+    for check in (verify_rows, annotate):
+        with pytest.raises(ConfigError, match=reason):
+            check(expected, rows, dead, lambda v: FACTOR, sequence)
