@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pipelines.cli.output import Output
-from pipelines.cli.parser import build_parser, handler, writes
+from pipelines.cli.parser import CliParser, build_parser, handler, writes
 from pipelines.cli.table import EMBEDDED_SYSTEM
 from pipelines.control.home import Home, check_writable, resolve_home
 from pipelines.errors import PipelinesError, one_line
@@ -32,7 +32,14 @@ __all__ = ["EMBEDDED_SYSTEM", "Output", "build_parser", "main"]
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(words)
+    except SystemExit as e:  # argparse's refusal: its one line is on stderr; --json wants it on stdout too
+        if e.code == 2 and "--json" in words and CliParser.last_error is not None:
+            json.dump({"error": "usage", "message": CliParser.last_error}, out)
+            out.write("\n")
+        raise
     output = Output(args.json, out, err)
     home: Home | None = None
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from pipelines.cli.table import COMMANDS, VERBOSE_HELP, ActionCommand, GroupCommand, actions
 from pipelines.usage import Parser
@@ -20,15 +20,25 @@ WRITING: frozenset[str] = frozenset(name for name, command in actions() if comma
 """Commands that may change state in the home (some only with certain flags: see ``writes``)."""
 
 
+class CliParser(Parser):
+    """The CLI's parser: it keeps the last usage error, which ``main`` also prints as JSON under ``--json``."""
+
+    last_error: str | None = None
+
+    def error(self, message: str) -> NoReturn:
+        CliParser.last_error = f"{self.prog}: {message} (see '{self.prog} --help')"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Global options are accepted before and after the command; the subcommands' copies default to
     # SUPPRESS so a value given before the command is not reset by the subparser.
-    common = Parser(add_help=False)
+    common = CliParser(add_help=False)
     common.add_argument("--home", default=argparse.SUPPRESS, help="state directory (default: $PIPELINES_HOME)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
 
-    parser = Parser(
+    parser = CliParser(
         prog="pipelines", description="Elastic stream processing on Spark: streams, job models, control plane."
     )
     parser.add_argument(
@@ -53,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_command(
-    subparsers: argparse._SubParsersAction[Parser],
+    subparsers: argparse._SubParsersAction[CliParser],
     command: ActionCommand,
-    common: Parser,
+    common: CliParser,
 ) -> None:
     p = subparsers.add_parser(command.name, help=command.help, parents=[common])
     exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}

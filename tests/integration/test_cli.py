@@ -418,6 +418,12 @@ def test_bad_input_is_refused_with_one_line_and_a_json_error_object(tmp_path: Pa
         run(tmp_path, "--json", "model", "plan", "--partitions", "2", "--factor", "100000", rc=2).stdout
     )
     assert factor["error"] == "config" and "above the maximum 1024" in factor["message"]
+    for usage in (["--json", "stream", "create", "x", "--partitions", "abc"], ["stream", "nope", "--json"]):
+        refused = run(tmp_path, *usage, rc=2)  # argparse's own refusals too, wherever --json stands
+        assert json.loads(refused.stdout) == {
+            "error": "usage",
+            "message": refused.stderr.removeprefix("error: ").strip(),
+        }, refused
     assert "must be a finite number of seconds >= 0, got 'nan'" in fails(
         tmp_path, "rescale", "orders", "--factor", "2", "--lock-wait", "nan"
     )
