@@ -149,7 +149,11 @@ def resolve_home(cli_value: str | None = None) -> Home:
     if cli_value is not None and not cli_value.strip():
         raise ConfigError("--home is empty; give a directory, or leave it out to use $PIPELINES_HOME or the default")
     value = cli_value or os.environ.get(HOME_ENV) or DEFAULT_HOME
-    root = parse(value, what="--home" if cli_value else f"${HOME_ENV}" if os.environ.get(HOME_ENV) else "the home")
+    what = "--home" if cli_value else f"${HOME_ENV}" if os.environ.get(HOME_ENV) else "the home"
+    root = parse(value, what=what)
     if root.is_local:
-        root = parse(Path(root.path).resolve())
+        local = Path(root.path).resolve()
+        if local.exists() and not local.is_dir():  # read commands would answer "no jobs in <file>/control"
+            raise ConfigError(f"{what} {value!r} is a file, not a directory; give the home's directory")
+        root = parse(local)
     return Home(root)

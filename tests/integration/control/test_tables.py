@@ -17,7 +17,7 @@ from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
-from pipelines.errors import ModelError, UnknownJobError
+from pipelines.errors import ConfigError, ModelError, UnknownJobError
 from tests.skew import SkewedHost
 
 pytestmark = pytest.mark.integration
@@ -54,6 +54,12 @@ def test_home_layout_and_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert tuple(p.local_path() for p in (home.streams, home.control, home.spark_checkpoints, home.sinks)) == tuple(
         tmp_path / "cli" / d for d in ("streams", "control", "spark", "sinks")
     )
+    (tmp_path / "a-file").write_text("not a home")
+    with pytest.raises(ConfigError, match=r"--home '.*a-file' is a file, not a directory"):
+        resolve_home(str(tmp_path / "a-file"))
+    monkeypatch.setenv("PIPELINES_HOME", "a-file")
+    with pytest.raises(ConfigError, match=r"\$PIPELINES_HOME 'a-file' is a file"):
+        resolve_home(None)
 
 
 def test_empty_home_reads_without_creating_tables(cp: ControlPlane, home: Home) -> None:
