@@ -14,6 +14,7 @@ from pipelines.control.home import Home
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
+from pipelines.core.limits import check_partition_count, check_task_count
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition, validate_name
 from pipelines.errors import ConfigError, ModelError, PartitionChangeError, StreamError
@@ -70,6 +71,7 @@ def migrate(args: argparse.Namespace, home: Home, output: Output) -> None:
     counts = _partition_counts(old)
     new_counts = dict(counts)
     if args.partitions is not None:
+        check_partition_count(args.partitions, "--partitions")
         target = _grown_stream(counts, args.stream)
         if args.partitions < counts[target]:
             raise PartitionChangeError(
@@ -79,6 +81,7 @@ def migrate(args: argparse.Namespace, home: Home, output: Output) -> None:
         new_counts[target] = args.partitions
     if not isinstance(args.earliest, str) or not args.earliest.strip():
         raise ConfigError("--earliest must be a non-empty offset")
+    check_task_count(sum(new_counts.values()), factor, "the migrated checkpoint map")  # before listing partitions
     new_partitions = [SystemStreamPartition(s.system, s.stream, p) for s, n in new_counts.items() for p in range(n)]
     known = old.partitions()
     earliest = {ssp: args.earliest.strip() for ssp in new_partitions if ssp not in known}
@@ -121,6 +124,8 @@ def import_samza(args: argparse.Namespace, home: Home, output: Output) -> None:
         document = json.loads(text)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ConfigError(f"cannot read Samza job model {where}: {getattr(e, 'strerror', None) or e}") from None
+    except RecursionError:  # 100,000 '[': no job model nests deeper than a few levels
+        raise ConfigError(f"cannot read Samza job model {where}: its JSON nests too deeply to be a job model") from None
     job = validate_name("job", args.job) if args.job else None
     model = model_from_samza(document, job=job, version=args.version)
     output.emit(model.to_json(), lambda: _model_text(model, None, saved=False))

@@ -8,6 +8,8 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from pipelines.core.limits import whole_number
+
 if TYPE_CHECKING:
     from pipelines.core.checkpoints import CheckpointMap
     from pipelines.core.ssp import SystemStreamPartition
@@ -73,4 +75,5 @@ def task_order(ssps: Iterable[SystemStreamPartition], name: str) -> tuple[Any, .
 
 
 def container_order(cid: str) -> tuple[int, str]:
-    return (int(cid), cid) if cid.isdigit() else (1 << 30, cid)
+    number = whole_number(cid)  # digits 0-9 only: a Samza model's processor-id may be '²'
+    return (number, cid) if number is not None and number < 1 << 30 else (1 << 30, cid)

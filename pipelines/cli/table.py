@@ -17,6 +17,7 @@ from typing import Any
 
 from pipelines.core.adjunct import parse_duration
 from pipelines.core.groupers import GROUPERS
+from pipelines.core.limits import MAX_COUNT, MAX_MINUTES, MAX_PARTITIONS, MAX_WATCH_S, shown, whole_number
 from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_ms
 from pipelines.core.start import parse_start, start_time_ms
 from pipelines.errors import ConfigError
@@ -67,16 +68,24 @@ class GroupCommand:
 # ---------------------------------------------------------------------- argument types
 
 
-def amount(unit: str) -> Callable[[str], float]:
-    """A finite, non-negative number of ``unit``: ``nan`` or ``inf`` would wait forever; the error names the unit."""
+def amount(unit: str, maximum: float | None = None, *, most: str = "") -> Callable[[str], float]:
+    """A finite, non-negative number of ``unit``: ``nan`` or ``inf`` would wait forever; the error names the unit.
+
+    ``maximum`` bounds it where a larger one cannot be used (``time.sleep`` and dates have ends); ``most`` says
+    what that maximum is in words (``a day``).
+    """
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number of {unit} >= 0, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be a number of {unit} >= 0, got {shown(text)}") from None
         if not math.isfinite(value) or value < 0:
-            raise argparse.ArgumentTypeError(f"must be a finite number of {unit} >= 0, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be a finite number of {unit} >= 0, got {shown(text)}")
+        if maximum is not None and value > maximum:
+            said = f" ({most})" if most else ""
+            most_text = f"{int(maximum):,}" if maximum == int(maximum) else f"{maximum:g}"
+            raise argparse.ArgumentTypeError(f"must be at most {most_text} {unit}{said}, got {shown(text)}")
         return value
 
     parse.__name__ = f"number of {unit}"
@@ -86,14 +95,21 @@ def amount(unit: str) -> Callable[[str], float]:
 seconds = amount("seconds")
 
 
-def count(minimum: int) -> Callable[[str], int]:
+def count(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """A whole number in ASCII digits from ``minimum`` to ``maximum`` (by default the largest a 64-bit column holds:
+    a version past it ended in Arrow's ``OverflowError``)."""
+
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}") from None
+        value = whole_number(text, signed=True)
+        digits = text.strip().lstrip("+")
+        if value is None and digits.isascii() and digits.isdigit():  # more digits than any count has
+            raise argparse.ArgumentTypeError(f"must be a whole number at most {maximum:,}, got {shown(text)}")
+        if value is None:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {shown(text)}")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be a whole number at most {maximum:,}, got {shown(text)}")
         return value
 
     parse.__name__ = f"whole number >= {minimum}"
@@ -113,12 +129,12 @@ spark_master.__name__ = "Spark master"
 
 def record_time(text: str) -> str:
     """A time with its zone, in the canonical form a job's ``start`` keeps (``core.start``)."""
-    wanted = f"{text!r} is not a time with its zone, such as 2026-11-27T08:00:00Z"
+    wanted = f"{shown(text)} is not a time with its zone, such as 2026-11-27T08:00:00Z"
     try:
         canonical = parse_start(text)
     except ConfigError as error:
         reason = str(error).removeprefix("start: ")
-        raise argparse.ArgumentTypeError(reason if "time zone" in reason or "1970" in reason else wanted) from None
+        raise argparse.ArgumentTypeError(wanted if "is not a start" in reason else reason) from None
     if start_time_ms(canonical) is None:
         raise argparse.ArgumentTypeError(wanted)
     return canonical
@@ -324,7 +340,11 @@ MODEL = GroupCommand(
             "print the job model for an input and elasticity factor",
             "pipelines.cli.models.plan",
             (
-                arg("--partitions", type=count(1), help="input partitions (default: the embedded stream's count)"),
+                arg(
+                    "--partitions",
+                    type=count(1, MAX_PARTITIONS),
+                    help="input partitions (default: the embedded stream's count)",
+                ),
                 arg("--factor", default="1", help="elasticity factor X >= 1 (default 1)"),
                 arg("--grouper", default="GroupByPartition", help=f"one of {GROUPER_NAMES}"),
                 arg("--containers", type=count(1), default=1),
@@ -344,7 +364,7 @@ MODEL = GroupCommand(
             (
                 arg("--from", dest="source", required=True, help="JSON checkpoint map file ('-': stdin)"),
                 arg("--to-factor", required=True, help="new elasticity factor X'"),
-                arg("--partitions", type=count(1), help="new partition count (default: unchanged)"),
+                arg("--partitions", type=count(1, MAX_PARTITIONS), help="new partition count (default: unchanged)"),
                 arg("--stream", help="the stream that grew, when the map has several"),
                 arg("--earliest", default="0", help="start offset of new partitions (default 0)"),
             ),
@@ -427,12 +447,17 @@ STATUS = ActionCommand(
         arg(
             "--watch",
             nargs="?",
-            type=seconds,
+            type=amount("seconds", MAX_WATCH_S, most="a day"),
             const=5.0,
             metavar="SECONDS",
             help="refresh every SECONDS (5) until Ctrl-C",
         ),
-        arg("--minutes", type=amount("minutes"), default=60.0, help="how far back the figures go (default 60)"),
+        arg(
+            "--minutes",
+            type=amount("minutes", MAX_MINUTES, most="ten years"),
+            default=60.0,
+            help="how far back the figures go (default 60)",
+        ),
         arg("--export", metavar="FILE", help="also write the plots and tables to FILE.html (or FILE.png)"),
     ),
 )

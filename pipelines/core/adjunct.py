@@ -55,6 +55,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from pipelines.core.limits import shown
 from pipelines.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------- settings
@@ -184,27 +185,36 @@ def judge_store(
 
 DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$"
 """``30s``, ``15m``, ``12h``, ``7d``, ``2w``, or seconds (also the JSON schema's pattern)."""
-_DURATION = re.compile(DURATION_PATTERN)
+_DURATION = re.compile(DURATION_PATTERN, re.ASCII)  # \d as JSON schema reads it: 0-9, not '٣'
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
 
 
 def parse_duration(value: object, what: str = "duration") -> timedelta:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or a number of seconds."""
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or a number of seconds, shorter than ``timedelta``'s 999999999 days.
+
+    Digits are 0-9 only, and a number too large for a float (a YAML integer of 400 digits) is refused as too long,
+    not left to ``float()``'s ``OverflowError``.
+    """
+    wanted = f"{what} must be a duration such as '30s', '15m', '12h' or '7d', got {shown(value)}"
+    too_long = f"{what} must be shorter than 999999999 days, got {shown(value)}"
     if isinstance(value, bool):
-        raise ConfigError(f"{what} must be a duration such as '30s', '15m', '12h' or '7d', got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ConfigError(f"{what} must be a duration such as '30s', '15m', '12h' or '7d', got {value!r}")
-        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    if seconds <= 0 or not math.isfinite(seconds):
-        raise ConfigError(f"{what} must be positive, got {value!r}")
+        raise ConfigError(wanted)
     try:
-        return timedelta(seconds=seconds)
+        if isinstance(value, int | float):
+            seconds = float(value)
+        else:
+            match = _DURATION.match(str(value))
+            if not match:
+                raise ConfigError(wanted)
+            seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    except OverflowError:  # float() of an integer past 1.8e308
+        raise ConfigError(too_long) from None
+    if math.isnan(seconds) or seconds <= 0:
+        raise ConfigError(f"{what} must be positive, got {shown(value)}")
+    try:
+        return timedelta(seconds=seconds)  # inf too: "cannot convert float infinity to integer" is an OverflowError
     except OverflowError:
-        raise ConfigError(f"{what} must be shorter than 999999999 days, got {value!r}") from None
+        raise ConfigError(too_long) from None
 
 
 def _human(delta: timedelta) -> str:

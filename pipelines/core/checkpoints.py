@@ -20,9 +20,10 @@ from typing import Any, cast
 
 from pipelines.core.bulk import collector_paused
 from pipelines.core.hashing import validate_factor
+from pipelines.core.limits import check_partition_number, check_task_count, shown
 from pipelines.core.positions import Position
 from pipelines.core.ssp import SystemStreamPartition
-from pipelines.errors import ModelError
+from pipelines.errors import ConfigError, ModelError
 
 PositionKey = Callable[[Position], Any]
 """An input system's order of the positions of one partition (its ``position_key``)."""
@@ -100,14 +101,24 @@ class CheckpointMap:
             factor = validate_factor(value.get("factor", 1))
         except Exception as e:
             raise ModelError(f"checkpoint map: {e}") from None
+        rows = value["checkpoints"]
+        if not isinstance(rows, list):
+            raise ModelError(
+                f'checkpoint map: \'checkpoints\' must be a list of {{"ssp": [...], "offset": "..."}}, '
+                f"got {shown(rows)}"
+            )
         offsets: dict[SystemStreamPartition, Position] = {}
-        for i, row in enumerate(value["checkpoints"]):
+        for i, row in enumerate(rows):
             if not isinstance(row, dict) or "ssp" not in row or "offset" not in row:
-                raise ModelError(f"checkpoint #{i} must have 'ssp' and 'offset', got {row!r}")
+                raise ModelError(f"checkpoint #{i} must have 'ssp' and 'offset', got {shown(row)}")
             ssp = SystemStreamPartition.from_json(row["ssp"])
+            try:
+                check_partition_number(ssp.partition, f"checkpoint #{i}: partition")
+            except ConfigError as e:
+                raise ModelError(str(e)) from None
             offset = row["offset"]
             if isinstance(offset, bool) or not isinstance(offset, (int, str)):
-                raise ModelError(f"checkpoint #{i} offset must be a string or integer, got {offset!r}")
+                raise ModelError(f"checkpoint #{i} offset must be a string or integer, got {shown(offset)}")
             if ssp in offsets:
                 raise ModelError(f"checkpoint map has two offsets for {ssp}")
             offsets[ssp] = str(offset)
@@ -118,11 +129,12 @@ class CheckpointMap:
     @classmethod
     def loads(cls, text: str) -> CheckpointMap:
         try:
-            return cls.from_json(json.loads(text))
+            document = json.loads(text)
         except ValueError as e:
-            if isinstance(e, ModelError):
-                raise
             raise ModelError(f"checkpoint map is not valid JSON: {e}") from None
+        except RecursionError:  # 100,000 '[': no checkpoint map nests deeper than four levels
+            raise ModelError("checkpoint map nests too deeply: a checkpoint map's JSON is four levels deep") from None
+        return cls.from_json(document)
 
 
 def migrate_checkpoints(
@@ -139,8 +151,12 @@ def migrate_checkpoints(
     start at their ``earliest`` offset.
     """
     x_new = validate_factor(new_factor)
+    wholes = {s.whole() for s in new_partitions}
+    for ssp in wholes:
+        check_partition_number(ssp.partition, f"{ssp}: partition")
+    check_task_count(len(wholes), x_new, "the migrated checkpoint map")  # before building any of its checkpoints
     with collector_paused():  # 320,000 new checkpoints at 10,000 partitions x 32, in a rescale's downtime
-        return _migrated(old, x_new, new_partitions, earliest, position_key)
+        return _migrated(old, x_new, wholes, earliest, position_key)
 
 
 def _migrated(

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from pipelines.core.bulk import collector_paused
 from pipelines.core.hashing import validate_factor
+from pipelines.core.limits import check_partition_count, check_task_count, shown
 from pipelines.core.model import (
     ContainerModel,
     JobModel,
@@ -220,7 +221,9 @@ def plan_job_model(
         raise ConfigError("a job needs at least one input stream")
     for stream, count in inputs.items():
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ConfigError(f"input {stream} must have a whole number of partitions >= 1, got {count!r}")
+            raise ConfigError(f"input {stream} must have a whole number of partitions >= 1, got {shown(count)}")
+        check_partition_count(count, f"the partition count of input {stream}")
+    check_task_count(sum(inputs.values()), x)  # before a single task is built: 100,000 x 1024 would take hours
     mapping: dict[SystemStreamPartition, str] = {}
     if previous is not None:
         check_partition_change(

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import mmh3
 
+from pipelines.core.limits import shown, whole_number
 from pipelines.errors import ConfigError
 
 HASH_NAME = "murmur3_x86_32(seed=0, unsigned)"
@@ -44,18 +45,30 @@ def key_buckets(keys: Sequence[bytes | None], offsets: Sequence[int | str], fact
 
 
 def validate_factor(factor: object) -> int:
-    """Return the elasticity factor as an int, or explain why it is not one."""
-    if isinstance(factor, bool) or not isinstance(factor, int):
-        if isinstance(factor, str) and factor.strip().isdigit():
-            factor = int(factor.strip())
-        else:
-            raise ConfigError(
-                f"elasticity factor must be a whole number >= 1, got {factor!r} ({type(factor).__name__})"
-            )
+    """Return the elasticity factor as an int, or explain why it is not one.
+
+    A string must be ASCII digits 0-9 (``str.isdigit`` also takes ``²``, which
+    ``int()`` refuses), and not so long that it cannot be a factor at all.
+    """
+    if isinstance(factor, str):
+        parsed = whole_number(factor)
+        if parsed is None:
+            text = factor.strip()
+            if text.isascii() and text.isdigit():  # digits, but more than any factor has
+                raise ConfigError(f"elasticity factor {shown(text)} is above the maximum {max_factor()}")
+            hint = _digits(text)
+            raise ConfigError(f"elasticity factor must be a whole number >= 1, got {shown(factor)} (str){hint}")
+        factor = parsed
+    elif isinstance(factor, bool) or not isinstance(factor, int):
+        raise ConfigError(
+            f"elasticity factor must be a whole number >= 1, got {shown(factor)} ({type(factor).__name__})"
+        )
     if factor < 1:
-        raise ConfigError(f"elasticity factor must be >= 1, got {factor}")
+        raise ConfigError(f"elasticity factor must be >= 1, got {shown(factor)}")
     limit = max_factor()
     if factor > limit:
+        if factor.bit_length() > 64:
+            raise ConfigError(f"elasticity factor {shown(factor)} is above the maximum {limit}")
         raise ConfigError(
             f"elasticity factor {factor} is above the maximum {limit}: every input partition would get {factor} "
             f"virtual tasks and {factor} checkpoint rows; set {MAX_FACTOR_ENV} to allow more"
@@ -63,14 +76,20 @@ def validate_factor(factor: object) -> int:
     return factor
 
 
+def _digits(text: str) -> str:
+    """A hint for a number written in other digits than 0-9 (``²``, ``٣``), which no count here accepts."""
+    return ": write it in digits 0-9" if any(c.isnumeric() and not c.isascii() for c in text) else ""
+
+
 def max_factor() -> int:
     """The largest factor accepted: a typo (100000 for 10) would otherwise plan millions of tasks before failing."""
     raw = os.environ.get(MAX_FACTOR_ENV, "").strip()
     if not raw:
         return MAX_FACTOR
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"{MAX_FACTOR_ENV} must be a whole number >= 1, got {raw!r}")
-    return int(raw)
+    limit = whole_number(raw)
+    if limit is None or limit < 1:
+        raise ConfigError(f"{MAX_FACTOR_ENV} must be a whole number >= 1, got {shown(raw)}{_digits(raw)}")
+    return limit
 
 
 def buckets_of(factor: int) -> Iterable[int]:

@@ -16,13 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.core.bulk import collector_paused
+from pipelines.core.limits import MAX_DIGITS
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.errors import ModelError
 
 FORMAT_VERSION = 1
 
-_PARTITION_BASE = re.compile(r"^Partition (?P<partition>\d+)$")
-_SSP_BASE = re.compile(r"^SystemStreamPartition \[(?P<system>[^,\]]+), (?P<stream>[^,\]]+), (?P<partition>\d+)\]$")
+_PARTITION_BASE = re.compile(r"^Partition (?P<partition>[0-9]{1,30})$")
+_SSP_BASE = re.compile(
+    r"^SystemStreamPartition \[(?P<system>[^,\]]+), (?P<stream>[^,\]]+), (?P<partition>[0-9]{1,30})\]$"
+)
+"""Partition numbers in task names: digits 0-9, at most ``limits.MAX_DIGITS`` of them (``int()`` of more raises)."""
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -45,7 +49,15 @@ class TaskName:
         planning 160,000 virtual tasks asks this several times per task."""
         rest, _, factor = self.name.rpartition("-")
         base, _, bucket = rest.rpartition("-")
-        if base and bucket.isascii() and bucket.isdigit() and factor.isascii() and factor.isdigit():
+        if (
+            base
+            and 0 < len(bucket) <= MAX_DIGITS
+            and 0 < len(factor) <= MAX_DIGITS  # int() of 5,000 digits raises; no bucket or factor is that long
+            and bucket.isascii()
+            and bucket.isdigit()
+            and factor.isascii()
+            and factor.isdigit()
+        ):
             return base, int(bucket), int(factor)
         return None
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipelines.core.hashing import validate_factor
+from pipelines.core.limits import MAX_TASKS, shown, whole_number
 from pipelines.core.model import ContainerModel, JobModel, TaskModel, TaskName, check_model
 from pipelines.core.ssp import SystemStreamPartition
-from pipelines.errors import ModelError
+from pipelines.errors import ConfigError, ModelError
 
 FACTOR_KEY = "job.elasticity.factor"
 NAME_KEY = "job.name"
@@ -115,11 +117,13 @@ def _task_from_samza(task: Any, where: str) -> TaskModel:
         raise ModelError(f"{where}: task-name must be a non-empty string")
     if not isinstance(ssps, list):
         raise ModelError(f"{where}: system-stream-partitions must be a list")
-    changelog = task.get("changelog-partition", task.get("changelogPartition", 0))
-    if isinstance(changelog, str) and changelog.lstrip("-").isdigit():
-        changelog = int(changelog)
-    if not isinstance(changelog, int) or isinstance(changelog, bool):
-        raise ModelError(f"{where}: changelog-partition must be an integer")
+    given = task.get("changelog-partition", task.get("changelogPartition", 0))
+    changelog = whole_number(given, signed=True) if isinstance(given, str) else given
+    if not isinstance(changelog, int) or isinstance(changelog, bool) or changelog >= MAX_TASKS:
+        raise ModelError(
+            f"{where}: changelog-partition must be an integer below {MAX_TASKS:,} (a model's most tasks) in digits "
+            f"0-9, got {shown(given)}"
+        )
     parsed = frozenset(ssp_from_samza(s, f"{where}.system-stream-partitions[{i}]") for i, s in enumerate(ssps))
     return TaskModel(TaskName(name), parsed, max(changelog, 0))
 
@@ -128,10 +132,14 @@ def _factor(config: dict[str, str], containers: dict[str, ContainerModel]) -> in
     """``job.elasticity.factor`` if set, else what the task names say (a model without buckets is factor 1)."""
     raw = config.get(FACTOR_KEY)
     if raw is not None:
-        if not raw.strip().isdigit() or int(raw) < 1:
-            raise ModelError(f"Samza job model: {FACTOR_KEY} must be a whole number >= 1, got {raw!r}")
-        return int(raw)
+        try:
+            return validate_factor(raw)
+        except ConfigError as e:
+            raise ModelError(f"Samza job model: {FACTOR_KEY}: {e}") from None
     factors = {t.factor for c in containers.values() for t in c.tasks}
     if len(factors) > 1:
         raise ModelError(f"Samza job model: task names carry different factors {sorted(factors)}")
-    return factors.pop() if factors else 1
+    try:
+        return validate_factor(factors.pop()) if factors else 1
+    except ConfigError as e:
+        raise ModelError(f"Samza job model: the task names' factor: {e}") from None

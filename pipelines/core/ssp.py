@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.core.limits import shown
 from pipelines.errors import ConfigError, ModelError
 
 # Kafka topic names, Kinesis stream names and our embedded streams all fit this;
@@ -88,14 +89,14 @@ class SystemStreamPartition:
                     [bucket] if bucket is not None and bucket != NO_BUCKET else []
                 )
             except KeyError as missing:
-                raise ModelError(f"SSP {value!r} lacks field {missing}") from None
+                raise ModelError(f"SSP {shown(value)} lacks field {missing}") from None
         if not isinstance(value, list) or len(value) not in (3, 4):
-            raise ModelError(f"SSP must be [system, stream, partition(, key_bucket)], got {value!r}")
+            raise ModelError(f"SSP must be [system, stream, partition(, key_bucket)], got {shown(value)}")
         system, stream, partition, *rest = value
         if not isinstance(system, str) or not isinstance(stream, str):
-            raise ModelError(f"SSP system and stream must be strings, got {value!r}")
+            raise ModelError(f"SSP system and stream must be strings, got {shown(value)}")
         if not _is_index(partition) or (rest and not _is_index(rest[0])):
-            raise ModelError(f"SSP partition and key bucket must be integers >= 0, got {value!r}")
+            raise ModelError(f"SSP partition and key bucket must be integers >= 0, got {shown(value)}")
         return cls(system, stream, partition, rest[0] if rest else None)
 
     def wire(self) -> str:

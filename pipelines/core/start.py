@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+from pipelines.core.limits import shown
 from pipelines.errors import ConfigError, did_you_mean
 
 EARLIEST = "earliest"
 LATEST = "latest"
 WORDS = (EARLIEST, LATEST)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LAST = "9999-12-31T23:59:59Z"
+"""The last second Python's ``datetime`` holds in UTC; a later instant (the same clock time west of UTC) has no form."""
 HINT = "earliest, latest, or a time with its zone such as 2026-11-27T08:00:00Z"
 
 
@@ -44,16 +47,21 @@ def parse_start(value: object) -> str:
         try:
             when = datetime.fromisoformat(text)
         except ValueError:
-            raise ConfigError(f"start: {text!r}{did_you_mean(text, WORDS)} is not a start: give {HINT}") from None
+            raise ConfigError(f"start: {shown(text)}{did_you_mean(text, WORDS)} is not a start: give {HINT}") from None
     else:
-        raise ConfigError(f"start: {value!r} is not a start: give {HINT}")
+        raise ConfigError(f"start: {shown(value)} is not a start: give {HINT}")
     if when.tzinfo is None or when.utcoffset() is None:
         raise ConfigError(
             f"start: {when.isoformat()} has no time zone, so each host would read it in its own: add one (Z for UTC)"
         )
     if when < EPOCH:
         raise ConfigError(f"start: {when.isoformat()} is before 1970, where no record's timestamp can be")
-    return canonical(when)
+    try:
+        return canonical(when)
+    except OverflowError:  # 9999-12-31T23:59:59-14:00 is in year 10000 in UTC
+        raise ConfigError(
+            f"start: {when.isoformat()} is after {LAST}, the last time a timestamp can hold: give an earlier one"
+        ) from None
 
 
 def start_time_ms(start: str) -> int | None:

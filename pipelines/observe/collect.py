@@ -15,6 +15,8 @@ from typing import Any
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
+from pipelines.core.limits import MAX_MINUTES, shown
+from pipelines.errors import ConfigError
 from pipelines.observe.series import METRICS_READ, batches, charts, fault_notes, markers, outage_markers
 from pipelines.observe.tasks import task_table
 
@@ -22,6 +24,15 @@ DEFAULT_MINUTES = 60.0
 MAX_FILES = 300
 """At most this many metric files are read (a file per commit: about 150 micro-batches with the driver's
 duration rows); a busy job's window starts later than ``minutes`` ago (``window.capped``)."""
+
+
+def check_minutes(minutes: float) -> float:
+    """A window of ``minutes``: a finite number from 0 to ``MAX_MINUTES`` (ten years; before year 1 is no date)."""
+    if isinstance(minutes, bool) or not isinstance(minutes, int | float) or not 0 <= minutes <= MAX_MINUTES:
+        raise ConfigError(
+            f"--minutes must be a number of minutes from 0 to {MAX_MINUTES:,} (ten years), got {shown(minutes)}"
+        )
+    return minutes
 
 
 def observe(
@@ -40,6 +51,7 @@ def observe(
     ``UnknownJobError``, which the CLI turns into its refusal); everything
     after it fails alone.
     """
+    check_minutes(minutes)
     control = control or ControlPlane(home)
     model = control.job_models.active(job)
     now = control.clock.now_s() if now is None else now  # the clock the rows' ``at`` is on: the store's

@@ -23,8 +23,9 @@ from typing import Any, Protocol, TextIO
 
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
+from pipelines.core.limits import MAX_WATCH_S, shown
 from pipelines.errors import ConfigError
-from pipelines.observe.collect import DEFAULT_MINUTES, observe
+from pipelines.observe.collect import DEFAULT_MINUTES, check_minutes, observe
 from pipelines.observe.render import export_page, text
 
 DEFAULT_WATCH_S = 5.0
@@ -56,8 +57,11 @@ def status(
     """Show (or watch, or export) one job's observation; an unknown job raises ``UnknownJobError`` first."""
     if watch is not None and export is not None:
         raise ConfigError("--watch and --export do not go together: export once, or watch the terminal")
-    if watch is not None and watch <= 0:
-        raise ConfigError(f"--watch needs a refresh period > 0 seconds, got {watch:g}")
+    if watch is not None and not 0 < watch <= MAX_WATCH_S:  # nan too; time.sleep(1e300) overflows
+        raise ConfigError(
+            f"--watch needs a refresh period > 0 and at most {MAX_WATCH_S:,g} seconds (a day), got {shown(watch)}"
+        )
+    check_minutes(minutes)
     control = ControlPlane(home)
     data = observe(home, job, control=control, minutes=minutes)
     if export is not None:

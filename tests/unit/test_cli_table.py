@@ -163,6 +163,47 @@ def test_usage_and_help_list_every_command_in_table_order() -> None:
             ["sql", "j", "--master", "local[0]"],
             "argument --master: Spark master 'local[0]' asks for no thread: use local[N] with N >= 1, or local[*]",
         ),
+        # other digits than 0-9, and numbers past what a 64-bit column holds (pyarrow raised OverflowError)
+        (["job", "checkpoints", "j", "--version", "²"], "argument --version: must be a whole number >= 0, got '²'"),
+        (["model", "plan", "--containers", "1_0"], "argument --containers: must be a whole number >= 1, got '1_0'"),
+        (
+            ["model", "export", "--job", "j", "--version", "9223372036854775808"],
+            "argument --version: must be a whole number at most 9,223,372,036,854,775,807, got '9223372036854775808'",
+        ),
+        (
+            ["job", "checkpoints", "j", "--version", "999999999999999999999999999999"],
+            "argument --version: must be a whole number at most 9,223,372,036,854,775,807, got "
+            "'999999999999999999999999999999'",
+        ),
+        (
+            ["stream", "produce", "s", "--records", "9" * 5000, "--keys", "1"],
+            f"argument --records: must be a whole number at most 9,223,372,036,854,775,807, got '{'9' * 56}... "
+            "(5,002 characters)",
+        ),
+        # the cap of core.limits: more partitions than a stream can have hung while planning them
+        (
+            ["model", "plan", "--partitions", "99999999999999999999"],
+            "argument --partitions: must be a whole number at most 100,000, got '99999999999999999999'",
+        ),
+        (
+            ["model", "migrate", "--from", "-", "--to-factor", "2", "--partitions", "10000000"],
+            "argument --partitions: must be a whole number at most 100,000, got '10000000'",
+        ),
+        # a window before year 1 had no date; time.sleep(1e300) overflowed
+        (
+            ["status", "j", "--minutes", "1e12"],
+            "argument --minutes: must be at most 5,270,400 minutes (ten years), got '1e12'",
+        ),
+        (
+            ["status", "j", "--minutes", "1e300"],
+            "argument --minutes: must be at most 5,270,400 minutes (ten years), got '1e300'",
+        ),
+        (["status", "j", "--watch", "1e300"], "argument --watch: must be at most 86,400 seconds (a day), got '1e300'"),
+        (
+            ["stream", "describe", "s", "--at", "9999-12-31T23:59:59-14:00"],
+            "argument --at: 9999-12-31T23:59:59-14:00 is after 9999-12-31T23:59:59Z, the last time a timestamp can "
+            "hold: give an earlier one",
+        ),
     ],
 )
 def test_usage_errors_are_one_error_line_naming_the_command_and_its_help(
@@ -174,6 +215,14 @@ def test_usage_errors_are_one_error_line_naming_the_command_and_its_help(
     err = capsys.readouterr().err
     command = "pipelines " + " ".join(a for a in argv[:2] if not a.startswith("-") and a != "j")
     assert err.splitlines() == [f"error: {command}: {reason} (see '{command} --help')"]
+
+
+def test_container_ids_sort_as_numbers_only_when_written_in_digits_0_to_9() -> None:
+    """A Samza model's ``processor-id`` of '²' passed ``str.isdigit`` and ended ``model import`` in ``int()``."""
+    from pipelines.cli.output import container_order
+
+    ids = ["10", "2", "²", "x", "9" * 5000]
+    assert sorted(ids, key=container_order) == ["2", "10", "9" * 5000, "x", "²"]
 
 
 def _listed(parser: argparse.ArgumentParser) -> list[str]:

@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from pipelines.core.limits import check_partition_count
 from pipelines.core.segments import valid_retention
 from pipelines.errors import ConfigError, StreamError
 from pipelines.storage.location import Location, parse
@@ -54,20 +55,9 @@ def position_key(position: Position) -> int:
     return offset(position)
 
 
-MAX_PARTITIONS = 100_000
-"""More than any job here can plan (a model holds a task per partition and key bucket), and far more than Kafka
-advises per cluster. ``stream expand --partitions 100000000`` was still building its metadata minutes later,
-instead of being refused."""
-
-
 def validate_count(partitions: object) -> int:
-    if isinstance(partitions, bool) or not isinstance(partitions, int):
-        raise ConfigError(f"partition count must be a whole number >= 1, got {partitions!r}")
-    if partitions < 1:
-        raise ConfigError(f"partition count must be >= 1, got {partitions}")
-    if partitions > MAX_PARTITIONS:
-        raise ConfigError(f"partition count must be at most {MAX_PARTITIONS:,}, got {partitions:,}")
-    return partitions
+    """A stream's partition count: at most ``core.limits.MAX_PARTITIONS``, the cap every planner keeps too."""
+    return check_partition_count(partitions)
 
 
 def stream_meta(partitions: int, expansions: list[Expansion], retention_ms: int | None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.ssp import SystemStreamPartition
-from pipelines.errors import ModelError
+from pipelines.errors import ConfigError, ModelError
 
 P0 = SystemStreamPartition("deltalog", "events", 0)
 
@@ -128,11 +128,35 @@ def test_json_round_trip_and_three_part_checkpoints() -> None:
             '{"factor": 2, "checkpoints": [{"ssp": ["a", "b", 0, 5], "offset": 1}]}',
             "no offset for|key bucket >= factor",
         ),
+        ('{"factor": 1, "checkpoints": 5}', "'checkpoints' must be a list of .*, got 5$"),
+        ('{"factor": 1, "checkpoints": null}', "'checkpoints' must be a list of .*, got None$"),
+        ('{"factor": 1, "checkpoints": {"a": 1}}', "'checkpoints' must be a list"),
+        ('{"factor": "²", "checkpoints": []}', "got '²' \\(str\\): write it in digits 0-9"),
+        pytest.param("[" * 100_000, "nests too deeply", id="100000-brackets"),
+        pytest.param(
+            '{"checkpoints": [{"ssp": ' + "[" * 500 + "]" * 500 + ', "offset": 1}]}', "SSP must be", id="500-deep-ssp"
+        ),
+        (
+            '{"factor": 1, "checkpoints": [{"ssp": ["a", "b", 1000000000000], "offset": 1}]}',
+            "checkpoint #0: partition 1,000,000,000,000 is past the last partition a stream can have",
+        ),
     ],
 )
 def test_bad_checkpoint_maps(text: str, message: str) -> None:
-    with pytest.raises(ModelError, match=message):
+    with pytest.raises(ModelError, match=message) as info:
         CheckpointMap.loads(text)
+    assert len(str(info.value)) < 300  # one short line: what was given is cut, a RecursionError never escapes
+
+
+def test_a_migration_too_large_to_build_is_refused_before_building_it() -> None:
+    """100,000 partitions x 1024 buckets would be 102 million checkpoints: refused up front, not hours later."""
+    old = _map(1, {0: [0]})
+    many = [SystemStreamPartition("deltalog", "events", p) for p in range(100_000)]
+    with pytest.raises(ConfigError, match=r"100,000 partitions x factor 1,024 = 102,400,000 key buckets"):
+        migrate_checkpoints(old, 1024, many, earliest={}, position_key=int)
+    far = [P0, SystemStreamPartition("deltalog", "events", 10**12)]
+    with pytest.raises(ConfigError, match=r"partition 1,000,000,000,000 is past the last partition"):
+        migrate_checkpoints(old, 2, far, earliest={}, position_key=int)
 
 
 def test_partition_floor_is_the_smallest_bucket_offset_per_whole_partition() -> None:

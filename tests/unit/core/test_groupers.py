@@ -144,6 +144,13 @@ def test_bad_container_count(bad: object) -> None:
 def test_bad_partition_count() -> None:
     with pytest.raises(ConfigError, match="partitions >= 1"):
         plan_job_model("j", 1, {EVENTS: 0})
+    # refused at once, before a task is built: these hung for hours, building 10**20 or 102 million tasks
+    with pytest.raises(ConfigError, match=r"partition count of input deltalog.events must be at most 100,000"):
+        plan_job_model("j", 1, {EVENTS: 99999999999999999999})
+    with pytest.raises(ConfigError, match=r"100,000 partitions x factor 1,024 = 102,400,000 key buckets"):
+        plan_job_model("j", 1, {EVENTS: 100_000}, factor=1024)
+    with pytest.raises(ConfigError, match=r"more than the 1,000,000 a job model can hold"):
+        plan_job_model("j", 1, {EVENTS: 60_000, SystemStream("deltalog", "other"): 60_000}, factor=16)
 
 
 @given(partition_counts, factors, containers)

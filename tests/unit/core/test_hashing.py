@@ -83,10 +83,49 @@ def test_balance_check_would_catch_a_hash_correlated_with_the_partitioner() -> N
     assert len(counts) == 4
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "abc", None, True, "0"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        0,
+        -1,
+        1.5,
+        "abc",
+        None,
+        True,
+        "0",
+        "²",
+        "٣",
+        "1_0",
+        pytest.param("9" * 5000, id="5000-digits"),
+        pytest.param(10**5000, id="10**5000"),
+    ],
+)
 def test_invalid_factor_is_refused_with_a_clear_error(bad: object) -> None:
-    with pytest.raises(ConfigError, match="elasticity factor"):
+    with pytest.raises(ConfigError, match="elasticity factor") as info:
         validate_factor(bad)
+    assert len(str(info.value)) < 200 and "\n" not in str(info.value)  # one short line, however long the input
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("²", "elasticity factor must be a whole number >= 1, got '²' (str): write it in digits 0-9"),
+        ("٣", "elasticity factor must be a whole number >= 1, got '٣' (str): write it in digits 0-9"),
+        pytest.param(
+            "9" * 5000,
+            f"elasticity factor '{'9' * 56}... (5,002 characters) is above the maximum {MAX_FACTOR}",
+            id="5000-digits",
+        ),
+        pytest.param(
+            10**5000, f"elasticity factor <a number of about 5,001 digits> is above the maximum {MAX_FACTOR}", id="int"
+        ),
+    ],
+)
+def test_other_digits_and_overlong_numbers_are_refused_saying_what_a_factor_must_be(text: object, message: str) -> None:
+    """``str.isdigit`` takes '²' (``int()`` then raised ValueError) and ``int()`` of 5,000 digits raised too."""
+    with pytest.raises(ConfigError) as info:
+        validate_factor(text)
+    assert str(info.value) == message
 
 
 def test_factor_from_text_is_accepted() -> None:
@@ -104,4 +143,10 @@ def test_a_factor_above_the_maximum_is_refused_and_the_maximum_is_configurable(
         validate_factor(5)
     monkeypatch.setenv(MAX_FACTOR_ENV, "many")
     with pytest.raises(ConfigError, match=f"{MAX_FACTOR_ENV} must be a whole number >= 1, got 'many'"):
+        validate_factor(2)
+    monkeypatch.setenv(MAX_FACTOR_ENV, "²")
+    with pytest.raises(ConfigError, match=f"{MAX_FACTOR_ENV} must be a whole number >= 1, got '²': write it in digits"):
+        validate_factor(2)
+    monkeypatch.setenv(MAX_FACTOR_ENV, "9" * 5000)
+    with pytest.raises(ConfigError, match=f"{MAX_FACTOR_ENV} must be a whole number >= 1, got '999.*characters"):
         validate_factor(2)

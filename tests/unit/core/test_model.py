@@ -109,6 +109,10 @@ def test_a_model_missing_a_bucket_is_refused() -> None:
         ("Partition 12-3-16", "Partition 12", 3, 16, 12),
         ("SystemStreamPartition [kafka, a-b.c, 5]-1-2", "SystemStreamPartition [kafka, a-b.c, 5]", 1, 2, 5),
         ("Task-0", "Task-0", 0, 1, None),
+        # digits 0-9 only, and no more than 30 of them: int() of 5,000 digits raised ValueError
+        pytest.param(f"Partition 0-0-{'9' * 5000}", f"Partition 0-0-{'9' * 5000}", 0, 1, None, id="5000-digit-factor"),
+        pytest.param(f"Partition {'9' * 5000}", f"Partition {'9' * 5000}", 0, 1, None, id="5000-digit-partition"),
+        ("Partition ٣-1-2", "Partition ٣", 1, 2, None),
     ],
 )
 def test_task_name_parsing(name: str, base: str, bucket: int, factor: int, partition: int | None) -> None:

@@ -116,6 +116,27 @@ def test_a_factor_one_samza_model_without_buckets_is_read() -> None:
         (lambda d: d["config"].pop("job.name"), "no job name"),
         (lambda d: d["config"].update({"job.elasticity.factor": "zero"}), "must be a whole number >= 1"),
         (
+            lambda d: d["config"].update({"job.elasticity.factor": "²"}),
+            "job.elasticity.factor: elasticity factor must be a whole number >= 1, got '²' \\(str\\): write it in "
+            "digits 0-9",
+        ),
+        (
+            lambda d: d["config"].update({"job.elasticity.factor": "9" * 5000}),
+            "job.elasticity.factor: elasticity factor '9+... \\(5,002 characters\\) is above the maximum 1024$",
+        ),
+        (
+            lambda d: d["containers"]["0"]["tasks"]["Partition 0-0-2"].update({"changelog-partition": "²"}),
+            "tasks\\['Partition 0-0-2'\\]: changelog-partition must be an integer below 1,000,000 .* got '²'$",
+        ),
+        (
+            lambda d: d["containers"]["0"]["tasks"]["Partition 0-0-2"].update({"changelog-partition": "9" * 5000}),
+            "changelog-partition must be an integer below 1,000,000 .* got '9+... \\(5,002 characters\\)$",
+        ),
+        (
+            lambda d: d["containers"]["0"]["tasks"]["Partition 0-0-2"].update({"changelog-partition": 10**12}),
+            "changelog-partition must be an integer below 1,000,000 .* got 1000000000000$",
+        ),
+        (
             lambda d: d["config"].update({"job.elasticity.factor": "4"}),
             "key bucket 2 of \\[kafka, orders, 0\\] is read by no task",
         ),
@@ -131,6 +152,25 @@ def test_a_broken_samza_model_is_refused_saying_where(change, message) -> None:
     document = copy.deepcopy(SAMZA_MODEL)
     change(document)
     with pytest.raises(ModelError, match=message):
+        model_from_samza(document)
+
+
+def test_task_names_with_overlong_numbers_are_not_read_as_numbers() -> None:
+    """``int()`` of 5,000 digits raises ValueError; such a name is no virtual task's, and its factor no factor."""
+    import copy
+
+    document = copy.deepcopy(SAMZA_MODEL)
+    del document["config"]["job.elasticity.factor"]
+    tasks = document["containers"]["0"]["tasks"]
+    document["containers"]["0"]["tasks"] = {
+        f"{name}-0-{'9' * 25}": {**task, "task-name": f"{name}-0-{'9' * 25}"} for name, task in tasks.items()
+    }
+    with pytest.raises(ModelError, match=r"the task names' factor: elasticity factor 9{25} is above the maximum 1024"):
+        model_from_samza(document)
+    document["containers"]["0"]["tasks"] = {
+        f"Partition 0-0-{'9' * 5000}": {**next(iter(tasks.values())), "task-name": f"Partition 0-0-{'9' * 5000}"}
+    }
+    with pytest.raises(ModelError, match="not a key bucket of factor 1"):  # no factor in its name: factor 1
         model_from_samza(document)
 
 

@@ -56,6 +56,9 @@ def test_an_unquoted_yaml_timestamp_is_taken_as_the_time_it_names() -> None:
         (None, "is not a start"),
         (["latest"], "is not a start"),
         (True, "is not a start"),
+        ("9999-12-31T23:59:59-14:00", "is after 9999-12-31T23:59:59Z, the last time a timestamp can hold"),
+        (datetime(9999, 12, 31, 20, tzinfo=timezone(timedelta(hours=-5))), "is after 9999-12-31T23:59:59Z"),
+        pytest.param("x" * 5000, "... (5,002 characters) is not a start", id="5000-characters"),
     ],
 )
 def test_anything_else_is_refused_saying_why(value: object, words: str) -> None:

@@ -205,6 +205,23 @@ def test_bad_elasticity_factor(factor: Any) -> None:
     assert "elasticity factor" in error_of(config(elasticity_factor=factor))
 
 
+def test_an_elasticity_factor_in_other_digits_or_too_long_says_what_it_must_be() -> None:
+    """Python's ``invalid literal for int()`` (``'²'`` passed ``str.isdigit``) was the message; now the field's."""
+    message = error_of(config(elasticity_factor="²"))
+    assert message == "test.yaml: elasticity factor must be a whole number >= 1, got '²' (str): write it in digits 0-9"
+    message = error_of(config(elasticity_factor="9" * 5000))
+    assert message.endswith("(5,002 characters) is above the maximum 1024") and "int()" not in message
+
+
+def test_a_start_past_the_last_time_a_timestamp_holds_is_refused() -> None:
+    """``9999-12-31T23:59:59-14:00`` is in year 10000 in UTC: ``OverflowError`` ended ``job create``."""
+    message = error_of(config(start="9999-12-31T23:59:59-14:00"))
+    assert message == (
+        "test.yaml: start: 9999-12-31T23:59:59-14:00 is after 9999-12-31T23:59:59Z, the last time a timestamp can "
+        "hold: give an earlier one"
+    )
+
+
 @pytest.mark.parametrize("containers", [0, -1, "2", 1.0, True])
 def test_bad_containers(containers: Any) -> None:
     assert "'containers'" in error_of(config(containers=containers))

@@ -54,6 +54,11 @@ def test_defaults_and_full_settings() -> None:
         ({"input": "c", "extractor": "not-a-path"}, "package.module:function"),
         ({"input": "c", "bootstrap": "yes"}, "true or false"),
         ({"input": "c", "valid_for": "soon"}, "duration"),
+        pytest.param(
+            {"input": "c", "valid_for": 10**400},
+            "stores.customers: valid_for must be shorter than 999999999 days, got <a number of about 401 digits>",
+            id="valid_for-10**400",
+        ),
     ],
 )
 def test_refusals_name_the_setting(settings: dict, message: str) -> None:

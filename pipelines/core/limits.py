@@ -1,0 +1,106 @@
+"""The bounds a plan and a number read from the user are held to, checked before anything is built.
+
+A partition count, a plan's task count, a whole number typed on the command
+line or written in a file: each is checked here, in plain values, so a typo
+(``--partitions 99999999999999999999``, a factor of ``²``) is refused with a
+sentence instead of hanging while millions of tasks are built, or ending in
+Python's own ``int()`` error. Pure: the CLI's argument types, the planners
+and the embedded log all take their caps from here.
+"""
+
+from __future__ import annotations
+
+from pipelines.errors import ConfigError
+
+MAX_PARTITIONS = 100_000
+"""Partitions of one input stream, at most: more than any job here can plan (a model holds a task per partition
+and key bucket), and far more than Kafka advises per cluster. ``stream expand --partitions 100000000`` was still
+building its metadata minutes later, instead of being refused."""
+
+MAX_TASKS = 1_000_000
+"""Virtual tasks (partitions x elasticity factor, summed over the inputs) of one plan, at most: planning a million
+takes some seconds and a gigabyte, and each is a checkpoint row per micro-batch; 100,000 partitions x 1024 would be
+a hundred million, hours of planning before any error."""
+
+MAX_COUNT = 2**63 - 1
+"""The largest whole number the control tables (64-bit columns) and Arrow can hold: versions, counts, offsets."""
+
+MAX_DIGITS = 30
+"""Digits a whole number typed or written as text may have: ``int()`` of a longer string is slow, and past 4,300
+digits Python refuses it with its own error; no count here has more than 19."""
+
+MAX_MINUTES = 10 * 366 * 24 * 60
+"""How far back ``status --minutes`` may look: ten years. A window reaching before year 1 has no date."""
+
+MAX_WATCH_S = 24 * 60 * 60.0
+"""The longest refresh period of ``status --watch``: a day (``time.sleep`` refuses periods past the platform's
+``time_t``)."""
+
+
+def whole_number(text: object, *, signed: bool = False) -> int | None:
+    """The whole number ``text`` spells in ASCII digits 0-9 (spaces around it allowed), or None.
+
+    ``str.isdigit`` accepts ``²`` (which ``int()`` then refuses) and ``int()``
+    reads ``٣`` as 3 and ``1_000`` as 1000; neither is a number a user typed
+    on purpose. More than ``MAX_DIGITS`` digits is no number either.
+    ``signed`` allows a leading ``-`` or ``+``.
+    """
+    if not isinstance(text, str):
+        return None
+    digits = text.strip()
+    sign = 1
+    if signed and digits[:1] in ("-", "+"):
+        sign, digits = (-1 if digits[0] == "-" else 1), digits[1:]
+    if not digits or len(digits) > MAX_DIGITS or not (digits.isascii() and digits.isdigit()):
+        return None
+    return sign * int(digits)
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``value`` as a message quotes it: its ``repr``, cut to ``limit`` characters (a 5,000-digit number is not
+    one line), and never raising (``repr`` of an integer past 4,300 digits does)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * limit:
+        return f"<a number of about {int(value.bit_length() * 0.30103) + 1:,} digits>"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # a huge integer inside a list or mapping; a list nested 990 deep
+        return f"<a {type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text):,} characters)"
+
+
+def check_partition_count(partitions: object, what: str = "partition count") -> int:
+    """A stream's partition count: a whole number from 1 to ``MAX_PARTITIONS``."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise ConfigError(f"{what} must be a whole number >= 1, got {shown(partitions)}")
+    if partitions < 1:
+        raise ConfigError(f"{what} must be >= 1, got {partitions}")
+    if partitions > MAX_PARTITIONS:
+        raise ConfigError(f"{what} must be at most {MAX_PARTITIONS:,}, got {_big(partitions)}")
+    return partitions
+
+
+def check_partition_number(partition: int, what: str = "partition") -> int:
+    """A partition's number: below ``MAX_PARTITIONS`` (the caller has checked it is a whole number >= 0)."""
+    if partition >= MAX_PARTITIONS:
+        raise ConfigError(
+            f"{what} {_big(partition)} is past the last partition a stream can have "
+            f"({MAX_PARTITIONS - 1:,}: at most {MAX_PARTITIONS:,} partitions)"
+        )
+    return partition
+
+
+def check_task_count(partitions: int, factor: int, what: str = "the plan") -> int:
+    """``partitions`` x ``factor`` key buckets (virtual tasks' inputs, checkpoints), refused past ``MAX_TASKS``
+    before any is built."""
+    tasks = partitions * factor
+    if tasks > MAX_TASKS:
+        raise ConfigError(
+            f"{what} would have {_big(partitions)} partitions x factor {_big(factor)} = {_big(tasks)} key buckets, "
+            f"each a virtual task's input and a checkpoint, more than the {MAX_TASKS:,} a job model can hold: "
+            "use fewer partitions or a smaller factor"
+        )
+    return tasks
+
+
+def _big(number: int) -> str:
+    return f"{number:,}" if number.bit_length() <= 200 else shown(number)
