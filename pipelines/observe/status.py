@@ -108,6 +108,8 @@ def write_export(data: dict[str, Any], target: str) -> Path:
     suffix = path.suffix.lower()
     if suffix not in (".html", ".htm", ".png"):
         raise ConfigError(f"--export writes .html or .png files, got {target!r}")
+    if not path.resolve().parent.is_dir():  # Chromium would make the missing folders for a .png
+        raise ConfigError(f"--export {target!r}: the folder {str(path.resolve().parent)!r} does not exist")
     page = export_page(data)
     if suffix != ".png":
         path.write_text(page, encoding="utf-8")

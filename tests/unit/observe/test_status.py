@@ -61,3 +61,12 @@ def test_check_minutes_takes_the_window_up_to_ten_years() -> None:
         check_minutes(10**400)
     with pytest.raises(ConfigError, match="got True"):
         check_minutes(True)
+
+
+def test_an_export_into_a_folder_that_does_not_exist_is_refused_before_anything_is_drawn(tmp_path: Path) -> None:
+    from pipelines.observe.status import write_export
+
+    for name in ("report.html", "report.png"):  # Chromium would have made the folders for the .png
+        with pytest.raises(ConfigError, match=r"the folder .*missing.* does not exist"):
+            write_export({}, str(tmp_path / "missing" / "deeper" / name))
+    assert not (tmp_path / "missing").exists()
