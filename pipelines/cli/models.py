@@ -17,7 +17,7 @@ from pipelines.core.hashing import validate_factor
 from pipelines.core.limits import check_partition_count, check_task_count
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition, validate_name
-from pipelines.errors import ConfigError, ModelError, PartitionChangeError, StreamError
+from pipelines.errors import ConfigError, ModelError, PartitionChangeError, PipelinesError, StreamError
 
 
 def plan(args: argparse.Namespace, home: Home, output: Output) -> None:
@@ -94,6 +94,11 @@ def migrate(args: argparse.Namespace, home: Home, output: Output) -> None:
         for position in mine.offsets.values():
             key(position)  # a position the system cannot read is refused here, with the system's message
         wholes = [s for s in new_partitions if s.system_stream == stream]
+        if any(s in earliest for s in wholes):  # --earliest is a position of this system too
+            try:
+                key(args.earliest.strip())
+            except PipelinesError as e:
+                raise ConfigError(f"--earliest: {e}") from None
         migrated.update(migrate_checkpoints(mine, factor, wholes, earliest, key).offsets)
     new = CheckpointMap(factor, migrated)
 

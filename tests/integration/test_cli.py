@@ -114,6 +114,19 @@ def test_model_migrate_bad_input(tmp_path: Path) -> None:
     assert "elasticity factor must be >= 1" in fails(
         tmp_path, "model", "migrate", "--from", str(whole), "--to-factor", "0"
     )
+    for earliest, reason in (("abc", "decimal offsets"), ("-5", "offsets >= 0")):  # as the map's own offsets are
+        assert f"--earliest: deltalog positions are {reason}" in fails(
+            tmp_path,
+            "model",
+            "migrate",
+            "--from",
+            str(whole),
+            "--to-factor",
+            "2",
+            "--partitions",
+            "4",
+            f"--earliest={earliest}",
+        )
     assert "cannot read checkpoint file" in fails(
         tmp_path, "model", "migrate", "--from", str(tmp_path / "missing.json"), "--to-factor", "2"
     )
