@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
+from pipelines.core.autosize import AutosizeConfig, load_policy
 from pipelines.core.model import JobModel
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig, job_config
@@ -18,6 +19,8 @@ def create_job(home: Home, config: JobConfig) -> JobModel:
         raise ConfigError(f"job {config.name!r} already exists; change it with a rescale, not a second create")
     _refuse_shared_tables(home, config)
     load_process_function(config.process)  # a typo in the path fails here, not inside Spark's first batch
+    if config.autosize:  # and a policy that does not load here, not at its first decision minutes later
+        load_policy(AutosizeConfig.from_mapping(config.autosize).policy)
     from pipelines.adjunct.runtime import check_job_stores
 
     check_job_stores(home, config)  # adjunct stores: streams exist, partitioned ones are co-partitioned

@@ -265,6 +265,9 @@ def test_a_plugged_policy_by_name_and_its_bad_decisions(home: Home) -> None:
         evaluate(home, JOB, now=now, policy=Crashes())
     with pytest.raises(ConfigError, match="cannot import"):
         evaluate(home, JOB, now=now, policy="nowhere_xyz:Policy")
+    with pytest.raises(ConfigError, match="autosize policy 'nowhere_xyz:Policy': cannot import"):
+        make_job(Home(home.root / "other"), factor=1, autosize={"policy": "nowhere_xyz:Policy"})  # at create
+    assert ControlPlane(Home(home.root / "other")).job_models.jobs() == [], "and nothing of it was written"
     assert len(read_decisions(home, JOB)) == 1  # refused decisions are not recorded
     evaluate(home, JOB, now=now, record=False)
     assert len(read_decisions(home, JOB)) == 1
