@@ -131,7 +131,7 @@ def import_samza(args: argparse.Namespace, home: Home, output: Output) -> None:
         raise ConfigError(f"cannot read Samza job model {where}: {getattr(e, 'strerror', None) or e}") from None
     except RecursionError:  # 100,000 '[': no job model nests deeper than a few levels
         raise ConfigError(f"cannot read Samza job model {where}: its JSON nests too deeply to be a job model") from None
-    job = validate_name("job", args.job) if args.job else None
+    job = validate_name("job", args.job) if args.job is not None else None  # --job "" is refused, not ignored
     model = model_from_samza(document, job=job, version=args.version)
     output.emit(model.to_json(), lambda: _model_text(model, None, saved=False))
 

@@ -20,7 +20,7 @@ from typing import Any
 from pipelines.core.hashing import validate_factor
 from pipelines.core.limits import MAX_TASKS, shown, whole_number
 from pipelines.core.model import ContainerModel, JobModel, TaskModel, TaskName, check_model
-from pipelines.core.ssp import SystemStreamPartition
+from pipelines.core.ssp import SystemStreamPartition, validate_name
 from pipelines.errors import ConfigError, ModelError
 
 FACTOR_KEY = "job.elasticity.factor"
@@ -58,6 +58,10 @@ def model_from_samza(document: Any, *, job: str | None = None, version: int = 1)
     name = job or config.get(NAME_KEY)
     if not name:
         raise ModelError(f"Samza job model: no job name (config {NAME_KEY!r}); give one")
+    try:
+        validate_name("job", name)  # the name every job of the home has, from the config as from --job
+    except ConfigError as e:
+        raise ModelError(f"Samza job model: {NAME_KEY}: {e}") from None
     containers = document.get("containers")
     if not isinstance(containers, dict) or not containers:
         raise ModelError("Samza job model: containers must be a non-empty object")

@@ -415,6 +415,7 @@ def test_a_samza_job_model_is_imported_and_a_stored_one_exported_in_samzas_form(
     imported = JobModel.from_json(json.loads(run(tmp_path, "--json", "model", "import", "--samza", str(samza)).stdout))
     assert imported.ssp_to_task() == stored.ssp_to_task() and imported.grouper == "GroupBySystemStreamPartition"
     assert "cannot read Samza job model" in fails(tmp_path, "model", "import", "--samza", str(tmp_path / "none.json"))
+    assert "job name '' is invalid" in fails(tmp_path, "model", "import", "--samza", str(samza), "--job", "")
     samza.write_text('{"config": {"job.name": "orders"}, "containers": {}}')
     assert "containers must be a non-empty object" in fails(tmp_path, "model", "import", "--samza", str(samza))
     assert "known jobs: orders" in fails(tmp_path, "model", "export", "--job", "payments")

@@ -114,6 +114,7 @@ def test_a_factor_one_samza_model_without_buckets_is_read() -> None:
     [
         (lambda d: d.pop("containers"), "containers must be a non-empty object"),
         (lambda d: d["config"].pop("job.name"), "no job name"),
+        (lambda d: d["config"].update({"job.name": "../x"}), "job.name: job name '../x' is invalid"),
         (lambda d: d["config"].update({"job.elasticity.factor": "zero"}), "must be a whole number >= 1"),
         (
             lambda d: d["config"].update({"job.elasticity.factor": "²"}),
