@@ -201,3 +201,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     for name in [n for n in logging.root.manager.loggerDict if n == "py4j" or n.startswith("py4j.")]:
         logging.getLogger(name).disabled = True
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``PIPELINES_TEST_TIMELINE=FILE``, one JSON line per test phase: which worker ran it, from when to when.
+
+    The suite's wall time is the busiest worker's; this shows where a worker waited for the other (a group of
+    shared-server tests at the end of a run) and what ran beside what. Written by the controller only (under
+    ``pytest -n`` each report names its worker), read by ``scripts/timeline.py``.
+    """
+    path = os.environ.get("PIPELINES_TEST_TIMELINE")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import json
+
+    node = getattr(report, "node", None)
+    worker = node.gateway.id if node is not None else "main"
+    line = {"test": report.nodeid, "when": report.when, "worker": worker, "start": report.start, "stop": report.stop}
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")

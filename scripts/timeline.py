@@ -1,0 +1,52 @@
+"""Where a test run's wall time went, per worker: python scripts/timeline.py FILE [--top N].
+
+FILE is what ``PIPELINES_TEST_TIMELINE=FILE scripts/test.sh`` wrote (tests/conftest.py): one line per test phase.
+The suite's wall time is its busiest worker's, so the table shows each worker's busy time, the time it stood
+idle while the other worked (the tail a late group of shared-server tests leaves), and the modules that took most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--top", type=int, default=15, help="how many modules to list")
+    args = parser.parse_args(argv)
+    try:
+        phases = [json.loads(line) for line in args.file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError) as error:
+        print(f"error: {args.file}: {error}", file=sys.stderr)
+        return 2
+    if not phases:
+        print(f"error: {args.file} holds no test phase", file=sys.stderr)
+        return 2
+    first = min(p["start"] for p in phases)
+    last = max(p["stop"] for p in phases)
+    busy: dict[str, float] = defaultdict(float)
+    ends: dict[str, float] = defaultdict(float)
+    modules: dict[str, float] = defaultdict(float)
+    for p in phases:
+        took = p["stop"] - p["start"]
+        busy[p["worker"]] += took
+        ends[p["worker"]] = max(ends[p["worker"]], p["stop"])
+        modules[p["test"].split("::")[0]] += took
+    wall = last - first
+    print(f"{'worker':<8} {'busy s':>8} {'idle s':>8} {'done at s':>10}")
+    for worker in sorted(busy):
+        print(f"{worker:<8} {busy[worker]:>8.0f} {wall - busy[worker]:>8.0f} {ends[worker] - first:>10.0f}")
+    print(f"\nfirst test to last: {wall:.0f} s; all phases: {sum(busy.values()):.0f} s of work")
+    print(f"\n{'module':<72} {'s':>7}")
+    for module, took in sorted(modules.items(), key=lambda kv: -kv[1])[: args.top]:
+        print(f"{module:<72} {took:>7.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
