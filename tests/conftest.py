@@ -187,6 +187,41 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupt)
+    if getattr(config.option, "loadgroup", False):  # a worker of ``pytest -n --dist loadgroup``
+        config.pluginmanager.register(_GroupSuffix(), "pipelines-xdist-group-suffix")
+
+
+class _GroupSuffix:
+    """Give each test of an ``xdist_group`` the ``@group`` suffix by which ``--dist loadgroup`` keeps a group on one
+    worker, where pytest-xdist's own could not.
+
+    pytest-xdist 3.8 writes the suffix to ``item._nodeid``; pytest 9.2 keeps a node's id in ``item._id`` and
+    ignores that attribute, so no test was grouped: each worker started its own Airflow, broker and cluster of
+    hosts (two Airflows side by side on two cores, two sets of the cluster tests' namespaces with fixed names).
+    Runs after pytest-xdist's hook and only where its suffix is missing, so a pytest-xdist that sets it right
+    gets no second one. ``tests/integration/test_xdist_groups.py`` runs a grouped session and checks the suffix.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            names = sorted(
+                {
+                    str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")
+                }
+            )
+            if names and not item.nodeid.endswith("@" + "_".join(names)):
+                _set_nodeid(item, f"{item.nodeid}@{'_'.join(names)}")
+
+
+def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
+    if hasattr(item, "_id"):  # pytest >= 9.2: a structured NodeId whose string form is kept as parsed
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)
+    else:
+        item._nodeid = nodeid  # type: ignore[attr-defined]
 
 
 def _interrupt(signum: int, frame: object) -> None:
