@@ -2,7 +2,8 @@
 
 FILE is what ``PIPELINES_TEST_TIMELINE=FILE scripts/test.sh`` wrote (tests/conftest.py): one line per test phase.
 The suite's wall time is its busiest worker's, so the table shows each worker's busy time, the time it stood
-idle while the other worked (the tail a late group of shared-server tests leaves), and the modules that took most.
+idle while the other worked (the tail a late group of shared-server tests leaves), each group of tests that share
+a server (which must have run on one worker) and the modules that took most.
 """
 
 from __future__ import annotations
@@ -32,16 +33,26 @@ def main(argv: list[str] | None = None) -> int:
     busy: dict[str, float] = defaultdict(float)
     ends: dict[str, float] = defaultdict(float)
     modules: dict[str, float] = defaultdict(float)
+    groups: dict[str, float] = defaultdict(float)
+    group_workers: dict[str, set[str]] = defaultdict(set)
     for p in phases:
         took = p["stop"] - p["start"]
         busy[p["worker"]] += took
         ends[p["worker"]] = max(ends[p["worker"]], p["stop"])
         modules[p["test"].split("::")[0]] += took
+        test, at, group = p["test"].rpartition("@")
+        if at and "::" in test and "]" not in group:  # --dist loadgroup's suffix (a param may hold an @ too)
+            groups[group] += took
+            group_workers[group].add(p["worker"])
     wall = last - first
     print(f"{'worker':<8} {'busy s':>8} {'idle s':>8} {'done at s':>10}")
     for worker in sorted(busy):
         print(f"{worker:<8} {busy[worker]:>8.0f} {wall - busy[worker]:>8.0f} {ends[worker] - first:>10.0f}")
     print(f"\nfirst test to last: {wall:.0f} s; all phases: {sum(busy.values()):.0f} s of work")
+    if groups:
+        print(f"\n{'group (one worker each)':<40} {'s':>7}  workers")
+        for group, took in sorted(groups.items(), key=lambda kv: -kv[1]):
+            print(f"{group:<40} {took:>7.0f}  {','.join(sorted(group_workers[group]))}")
     print(f"\n{'module':<72} {'s':>7}")
     for module, took in sorted(modules.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"{module:<72} {took:>7.0f}")
