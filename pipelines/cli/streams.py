@@ -46,20 +46,19 @@ def create(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def alter(args: argparse.Namespace, home: Home, output: Output) -> None:
-    """Set a stream's own retention (the embedded log's metadata, a Kafka topic's ``retention.ms``); it deletes
-    nothing by itself: the next trim (the broker's clean-up) applies it."""
+    """Set a stream's own retention (the embedded log's metadata, a Kafka topic's ``retention.ms``, a Kinesis
+    stream's retention period); it deletes nothing by itself: the next trim (the broker's clean-up, Kinesis's own
+    expiry) applies it."""
     name = validate_name("stream", args.name)
     system = _with_retention(args, home, "alter")
     _show_stream(_retention_shown(system, name, system.set_retention(name, args.retention)), output)
 
 
 def _with_retention(args: argparse.Namespace, home: Home, what: str) -> Any:
-    """The system, when its streams keep a retention of their own that this CLI sets; Kinesis's is named."""
+    """The system, when its streams keep a retention of their own that this CLI sets."""
     from pipelines.systems.base import SupportsRetention
 
     system_name = validate_name("system", args.system)
-    if system_name in _OWN_ONLY:
-        raise ConfigError(f"{what} is not for {system_name} streams: set {_OWN_ONLY[system_name]}")
     system = open_system(args, home)
     if not isinstance(system, SupportsRetention):
         raise ConfigError(f"{what} is not for {system_name} streams: they keep no retention of their own here")
@@ -249,12 +248,11 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
     )
 
 
-_OWN_ONLY = {"kinesis": "its retention period with aws kinesis increase- or decrease-stream-retention-period"}
-
 _OWN = {
     "kafka": "the topic's retention.ms ('pipelines stream alter NAME --retention AGE --system kafka', or "
     "kafka-configs.sh; kafka-delete-records.sh deletes at once); a job stopped by it goes on after 'job skip-lost'",
-    "kinesis": "the stream's retention period (aws kinesis increase- and decrease-stream-retention-period)",
+    "kinesis": "the stream's retention period ('pipelines stream alter NAME --retention 48h --system kinesis', or "
+    "aws kinesis increase- and decrease-stream-retention-period)",
 }
 
 

@@ -167,7 +167,8 @@ retention.__name__ = "retention"
 RETENTION_HELP = (
     "the stream's own retention: an age (12h, 7d) that 'stream trim' and the stream_maintenance DAG apply, "
     "'forever' (the DAG never trims it) or 'default' (the DAG's older_than); on Kafka the topic's retention.ms "
-    "(forever: -1; default: the broker's)"
+    "(forever: -1; default: the broker's); on Kinesis its retention period (whole hours from 24h to 365d; "
+    "default: 24h)"
 )
 
 
@@ -221,7 +222,8 @@ STREAM = GroupCommand(
         ),
         ActionCommand(
             "alter",
-            "set a stream's own retention (the embedded log's; a Kafka topic's retention.ms, as kafka-configs --alter)",
+            "set a stream's own retention (the embedded log's; a Kafka topic's retention.ms, as kafka-configs --alter; "
+            "a Kinesis stream's retention period)",
             "pipelines.cli.streams.alter",
             (
                 *SYSTEM,

@@ -318,10 +318,13 @@ class SupportsCommitted(Protocol):
 
 @runtime_checkable
 class SupportsRetention(Protocol):
-    """A stream's own retention, set by the operator (the embedded log's metadata, a Kafka topic's ``retention.ms``).
+    """A stream's own retention, set by the operator (the embedded log's metadata, a Kafka topic's ``retention.ms``,
+    a Kinesis stream's retention period).
 
     Values in ms, ``-1`` keeping every record (``core.segments.RETAIN_FOREVER``), ``None`` leaving it to the
-    default (the ``stream_maintenance`` DAG's ``older_than``; the broker's ``log.retention.*``).
+    default (the ``stream_maintenance`` DAG's ``older_than``; the broker's ``log.retention.*``; Kinesis's 24 h, which
+    Kinesis always reports as the stream's period). A system refuses what it cannot keep (Kinesis: ``forever``,
+    less than a day, more than 365 days, parts of an hour) with ``ConfigError`` before it changes anything.
     """
 
     def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata: ...

@@ -17,8 +17,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pipelines.core.segments import RETAIN_FOREVER, retention_text, valid_retention
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON, ShardInfo, ShardPartitionMapper
-from pipelines.errors import StreamError
+from pipelines.errors import ConfigError, StreamError
 from pipelines.systems.base import Bounded, End, PartitionMetadata, Position, StreamMetadata
 from pipelines.systems.kinesis.client import KinesisClient, Trimmed
 from pipelines.systems.kinesis.positions import (
@@ -34,6 +35,31 @@ from pipelines.systems.kinesis.positions import (
     state_key,
     unread_in_shard,
 )
+
+HOUR_MS = 3_600_000
+DEFAULT_RETENTION_HOURS = 24
+MAX_RETENTION_HOURS = 8760
+"""Kinesis keeps a stream's records 24 h unless told otherwise, and at most 365 days, in whole hours."""
+
+
+def retention_hours(retention_ms: int | None) -> int:
+    """The retention period Kinesis is asked for, from a stream's own retention in ms (``None``: Kinesis's default,
+    24 h); anything Kinesis would refuse is refused here first, in its words, with nothing sent."""
+    valid_retention(retention_ms)
+    if retention_ms is None:
+        return DEFAULT_RETENTION_HOURS
+    if retention_ms == RETAIN_FOREVER:
+        raise ConfigError(
+            f"a Kinesis stream keeps its records at most {MAX_RETENTION_HOURS}h (365d), never forever: "
+            f"give an age from {DEFAULT_RETENTION_HOURS}h to 365d"
+        )
+    hours, rest = divmod(retention_ms, HOUR_MS)
+    if rest or not DEFAULT_RETENTION_HOURS <= hours <= MAX_RETENTION_HOURS:
+        raise ConfigError(
+            f"a Kinesis stream's retention period is whole hours from {DEFAULT_RETENTION_HOURS}h to "
+            f"{MAX_RETENTION_HOURS}h (365d), got {retention_text(retention_ms)}"
+        )
+    return hours
 
 
 class KinesisAdmin:
@@ -236,10 +262,12 @@ class KinesisAdmin:
 
     # ---------------------------------------------------------------- streams (tests, demos)
 
-    def create(self, stream: str, partitions: int) -> StreamMetadata:
-        """Create a provisioned stream of ``partitions`` shards and wait until it is active (tests, demos)."""
+    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
+        """Create a provisioned stream of ``partitions`` shards and wait until it is active; with a retention
+        other than Kinesis's 24 h default, set it once the stream is active (CreateStream takes none)."""
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise StreamError(f"a Kinesis stream needs a shard count >= 1, got {partitions!r}")
+        hours = retention_hours(retention_ms)
         try:
             self.client.call(stream, "create_stream", StreamName=stream, ShardCount=partitions)
         except StreamError as error:
@@ -247,7 +275,30 @@ class KinesisAdmin:
                 raise StreamError(f"Kinesis stream {stream!r} already exists") from None
             raise
         self._wait_active(stream)
+        if hours != DEFAULT_RETENTION_HOURS:
+            self._set_retention_hours(stream, hours, DEFAULT_RETENTION_HOURS)
         return self.describe(stream)
+
+    def retention(self, stream: str) -> int:
+        """The stream's retention period in ms: Kinesis always has one (24 h unless it was changed)."""
+        _, info = self.listing(stream, max_age_s=0)
+        return int(info["retention_hours"] or DEFAULT_RETENTION_HOURS) * HOUR_MS
+
+    def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
+        """Change the retention period (``None``: back to 24 h), as ``aws kinesis increase-`` or
+        ``decrease-stream-retention-period`` does, and wait until the stream is active again. A shorter period
+        makes Kinesis drop the records older than it: a job that had not read them stops on them, naming them."""
+        hours = retention_hours(retention_ms)
+        _, info = self.listing(stream, max_age_s=0)
+        current = int(info["retention_hours"] or DEFAULT_RETENTION_HOURS)
+        if hours != current:
+            self._set_retention_hours(stream, hours, current)
+        return self.describe(stream)
+
+    def _set_retention_hours(self, stream: str, hours: int, current: int) -> None:
+        operation = "increase_stream_retention_period" if hours > current else "decrease_stream_retention_period"
+        self.client.call(stream, operation, StreamName=stream, RetentionPeriodHours=hours)
+        self._wait_active(stream)
 
     def delete(self, stream: str) -> None:
         """Delete a stream (tests, demos); Kinesis finishes deleting it in the background."""

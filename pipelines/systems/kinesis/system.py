@@ -88,8 +88,14 @@ class KinesisSystem:
     ) -> dict[int, End]:
         return self.admin.advance(stream, floors, records, limits)
 
-    def create(self, stream: str, partitions: int) -> StreamMetadata:
-        return self.admin.create(stream, partitions)
+    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
+        return self.admin.create(stream, partitions, retention_ms)
+
+    def retention(self, stream: str) -> int | None:
+        return self.admin.retention(stream)
+
+    def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
+        return self.admin.set_retention(stream, retention_ms)
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
         return self.admin.expand(stream, partitions)

@@ -258,6 +258,55 @@ def test_the_registry_opens_it_with_the_job_settings(endpoint: str, tmp_path: An
     assert isinstance(system, KinesisSystem) and system.settings.endpoint_url == endpoint
 
 
+def test_a_streams_retention_period_is_set_at_create_raised_lowered_and_reset(kinesis: KinesisSystem) -> None:
+    """``stream create/alter --retention`` on Kinesis: Increase/DecreaseStreamRetentionPeriod as the AWS CLI calls
+    them, whole hours from 24 h to 365 days, ``default`` back to 24 h; what Kinesis cannot keep changes nothing."""
+    day = 86_400_000
+    name = f"s{next(_names)}"
+    created = kinesis.create(name, 1, 2 * day)
+    assert created.details["retention_hours"] == 48 and kinesis.retention(name) == 2 * day
+    assert kinesis.set_retention(name, 7 * day).details["retention_hours"] == 168, "raised"
+    assert kinesis.set_retention(name, 3 * day).details["retention_hours"] == 72, "lowered"
+    assert kinesis.set_retention(name, 3 * day).details["retention_hours"] == 72, "the same period: no call"
+    for bad in (-1, 12 * 3_600_000, 366 * day, 3 * day + 1):
+        with pytest.raises(ConfigError):
+            kinesis.set_retention(name, bad)
+    assert kinesis.retention(name) == 3 * day, "a refused period changes nothing"
+    assert kinesis.set_retention(name, None).details["retention_hours"] == 24, "default: Kinesis's 24 h"
+    before = set(kinesis.client.list_streams()["StreamNames"])
+    with pytest.raises(ConfigError):
+        kinesis.create(f"s{next(_names)}", 1, -1)
+    assert set(kinesis.client.list_streams()["StreamNames"]) == before, "a refused create makes no stream"
+
+
+def test_the_cli_sets_and_shows_a_kinesis_streams_retention_period(endpoint: str, tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    settings = json.dumps({"endpoint_url": endpoint, "region": "us-east-1"})
+    name = f"s{next(_names)}"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
+        argv = [sys.executable, "-m", "pipelines", "--home", str(tmp_path / "home"), "stream", *args]
+        return subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+
+    made = cli("create", name, "--partitions", "1", "--system", "kinesis", "--settings", settings, "--retention", "2d")
+    assert made.returncode == 0 and f"stream kinesis.{name}: 1 partitions, retention 2d" in made.stdout, made
+    altered = cli("alter", name, "--system", "kinesis", "--settings", settings, "--retention", "default")
+    assert altered.returncode == 0 and "retention 1d" in altered.stdout, altered
+    refused = cli("alter", name, "--system", "kinesis", "--settings", settings, "--retention", "forever")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: ") and "never forever" in refused.stderr
+    shown = cli("describe", name, "--system", "kinesis", "--settings", settings)
+    assert shown.returncode == 0 and "retention 1d" in shown.stdout, shown
+    missing = cli("alter", "nope", "--system", "kinesis", "--settings", settings, "--retention", "2d")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "nope" in missing.stderr, missing
+    assert len(missing.stderr.splitlines()) == 1, missing.stderr
+
+
 def test_records_trimmed_before_they_were_read_stop_the_read_with_the_shard_and_range() -> None:
     """kinesis-mock keeps records at least 24 h, so the Stubber answers as Kinesis does once they are trimmed."""
     system = KinesisSystem({"endpoint_url": "http://127.0.0.1:9", "region": "us-east-1"})
