@@ -64,7 +64,8 @@ SHARED_BY_GROUP = {
 """Session servers worth one start: the tests that use one run on one worker of ``pytest -n`` (scripts/test.sh).
 The first match wins (an Airflow is built on a database)."""
 GROUPED_FOLDERS = {"cluster": "cluster"}
-"""Folders whose tests share one worker whatever they use: the hosts' namespaces have fixed names."""
+"""Folders whose tests share one worker whatever they use: one set of test hosts (namespaces, a bridge, their
+processes) is built per worker, and building it is the cluster tests' largest cost."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the ``xdist_group`` marks
@@ -197,7 +198,7 @@ class _GroupSuffix:
 
     pytest-xdist 3.8 writes the suffix to ``item._nodeid``; pytest 9.2 keeps a node's id in ``item._id`` and
     ignores that attribute, so no test was grouped: each worker started its own Airflow, broker and cluster of
-    hosts (two Airflows side by side on two cores, two sets of the cluster tests' namespaces with fixed names).
+    hosts (two Airflows seen side by side on two cores).
     Runs after pytest-xdist's hook and only where its suffix is missing, so a pytest-xdist that sets it right
     gets no second one. ``tests/integration/test_xdist_groups.py`` runs a grouped session and checks the suffix.
     """
