@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the table quietly, as a Unix tool's does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", type=Path)
     parser.add_argument("--top", type=int, default=15, help="how many modules to list")
