@@ -145,7 +145,13 @@ class KinesisAdmin:
             system=SYSTEM,
             stream=stream,
             partitions=partitions,
-            details={**info, "open_shards": mapper.open_shards(), "shards": status},
+            details={
+                **info,
+                "retention_ms": int(info["retention_hours"] or DEFAULT_RETENTION_HOURS)
+                * HOUR_MS,  # as the others show it
+                "open_shards": mapper.open_shards(),
+                "shards": status,
+            },
         )
 
     def lineage(self, stream: str, positions: Mapping[int, Position]) -> dict[str, dict[str, Any]]:
