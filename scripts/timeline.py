@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     if not phases:
         print(f"error: {args.file} holds no test phase", file=sys.stderr)
         return 2
+    wrong = next((i for i, p in enumerate(phases, 1) if not _phase(p)), None)
+    if wrong is not None:
+        print(f"error: {args.file}: line {wrong} is not a test phase (test, worker, start, stop)", file=sys.stderr)
+        return 2
     first = min(p["start"] for p in phases)
     last = max(p["stop"] for p in phases)
     busy: dict[str, float] = defaultdict(float)
@@ -59,6 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     for module, took in sorted(modules.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"{module:<72} {took:>7.0f}")
     return 0
+
+
+def _phase(line: object) -> bool:
+    """A line as tests/conftest.py writes it (blank lines skipped before counting)."""
+    return (
+        isinstance(line, dict)
+        and isinstance(line.get("test"), str)
+        and isinstance(line.get("worker"), str)
+        and all(isinstance(line.get(k), int | float) and not isinstance(line.get(k), bool) for k in ("start", "stop"))
+    )
 
 
 if __name__ == "__main__":
