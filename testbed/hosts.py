@@ -459,13 +459,20 @@ def _tail(path: Path, lines: int = 20) -> str:
         return f"(no log: {e})"
 
 
-HOST_SPECIFIC = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS")
-"""Variables naming the test process's own address: loopback there, meaningless on another host. Inherited, they
-made a driver in a host advertise ``localhost`` to executors on others (the e2e tests' Airflow environment sets
-``SPARK_LOCAL_IP=127.0.0.1`` for the whole pytest process)."""
+HOST_SPECIFIC = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS", "SPARK_HOME")
+"""Variables naming the test process's own address or its own ``/tmp``: meaningless on another host. Inherited,
+they made a driver in a host advertise ``localhost`` to executors on others (the e2e tests' Airflow environment
+sets ``SPARK_LOCAL_IP=127.0.0.1`` for the whole pytest process), and start ``spark-submit`` from the links a
+SparkSession of the test process had put in its ``/tmp`` (``build_session`` sets ``SPARK_HOME``), which a host's
+own ``/tmp`` does not hold."""
+HOST_SPECIFIC_PREFIXES = ("AWS_ENDPOINT_URL",)
+"""The S3 and Kinesis servers the test process reaches on its loopback (``AWS_ENDPOINT_URL_S3`` while the
+``s3_server`` fixture is up): a host reaching them there reaches nothing; its store comes in ``env``."""
 
 
 def _host_env(env: Mapping[str, str] | None) -> dict[str, str]:
     """This process's environment without its host-specific variables, plus ``env``."""
-    inherited = {k: v for k, v in os.environ.items() if k not in HOST_SPECIFIC}
+    inherited = {
+        k: v for k, v in os.environ.items() if k not in HOST_SPECIFIC and not k.startswith(HOST_SPECIFIC_PREFIXES)
+    }
     return {**inherited, **(env or {})}

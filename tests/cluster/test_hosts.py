@@ -224,3 +224,19 @@ def _machine_addresses() -> list[str]:
     out = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=True).stdout
     found = [line.split()[3].split("/")[0] for line in out.splitlines()]
     return [address for address in found if not address.startswith("127.")]
+
+
+def test_a_host_inherits_neither_the_test_processs_spark_home_nor_its_loopback_endpoints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A SparkSession of the test process sets SPARK_HOME to links in its own /tmp, and the s3_server fixture sets
+    AWS_ENDPOINT_URL_S3 to its loopback: inherited, a host's driver found no spark-submit and no store."""
+    from testbed.hosts import _host_env
+
+    monkeypatch.setenv("SPARK_HOME", "/tmp/pipelines-spark-home-x")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
+    monkeypatch.setenv("PIPELINES_SOMETHING", "kept")
+    env = _host_env({"AWS_ENDPOINT_URL": "http://10.77.0.20:8333"})
+    assert "SPARK_HOME" not in env and "AWS_ENDPOINT_URL_S3" not in env
+    assert env["AWS_ENDPOINT_URL"] == "http://10.77.0.20:8333" and env["PIPELINES_SOMETHING"] == "kept"
