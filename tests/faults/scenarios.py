@@ -75,6 +75,8 @@ class Outcome:
     verify_exit: int
     recovery_s: float
     problems: list[str] = field(default_factory=list)
+    at_crash: dict[str, int] = field(default_factory=dict)
+    """What a driver's crash left (runtime scenarios): the sink's rows and the last batch checkpointed (-1: none)."""
 
     @property
     def ok(self) -> bool:
@@ -198,9 +200,23 @@ class Scenario:
             raise AssertionError(f"{args} failed without being killed ({done.returncode}): {done.stderr[-3000:]}")
         return False
 
+    def at_crash(self) -> dict[str, int]:
+        """Where the crash left the job: which side of the first commit, of the sink and of the checkpoints, it hit."""
+        rows = read_delta(self.home.sinks / self.config.sink_table, columns=["offset"]).num_rows
+        batch = ControlPlane(self.home).checkpoints.latest_batch(JOB, 1)
+        return {"sink_rows": rows, "checkpointed_batch": -1 if batch is None else int(batch)}
+
     # ------------------------------------------------------------------ the verdict
 
-    def outcome(self, point: str, scenario: str, nth: int, killed: bool, recovery_s: float) -> Outcome:
+    def outcome(
+        self,
+        point: str,
+        scenario: str,
+        nth: int,
+        killed: bool,
+        recovery_s: float,
+        at_crash: dict[str, int] | None = None,
+    ) -> Outcome:
         control = ControlPlane(self.home)
         rows = read_delta(self.home.sinks / self.config.sink_table).to_pandas()
         produced = _stream_records(self.home)
@@ -233,7 +249,7 @@ class Scenario:
         ] + store_problems
         return Outcome(
             point, scenario, nth, killed, lost, duplicated, order, lock_left, unfinished, in_force,
-            verify_exit, recovery_s, problems,
+            verify_exit, recovery_s, problems, at_crash or {},
         )  # fmt: skip
 
     def _store_problems(self, rows: Any) -> list[str]:
@@ -293,17 +309,22 @@ def _model_in_force(home: Home, control: ControlPlane) -> tuple[bool, str]:
 Run = Callable[[Path, random.Random | None, Callable[[str], None]], Outcome]
 
 
-def runtime_crash(point: str, passes: int) -> Run:
-    """Kill the driver at the N-th pass of ``point`` in a run, then run the job again to the end."""
+def runtime_crash(point: str, passes: int, once: int) -> Run:
+    """Kill the driver at the N-th pass of ``point`` in a run, then run the job again to the end.
+
+    N is random up to ``passes`` when repeated (``matrix.py``), ``once`` when run once (CI): the pass whose crash
+    ``test_fault_matrix.py`` holds to a place (``Outcome.at_crash``).
+    """
 
     def run(root: Path, rng: random.Random | None, log: Callable[[str], None]) -> Outcome:
         s = Scenario(root, factor=2, log=log)
         s.producer.round()
-        nth = rng.randint(1, passes) if rng else 2
+        nth = rng.randint(1, passes) if rng else once
         killed = s.crash(f"kill:{point}@{nth}", "run", JOB, "--available-now", "--master", MASTER)
+        at_crash = s.at_crash()
         t0 = time.monotonic()
         s.run_to_end()
-        return s.outcome(point, "driver run", nth, killed, time.monotonic() - t0)
+        return s.outcome(point, "driver run", nth, killed, time.monotonic() - t0, at_crash)
 
     return run
 
@@ -372,8 +393,10 @@ def store_crash(root: Path, rng: random.Random | None, log: Callable[[str], None
 OPERATION_POINTS = ("mid_migration", "after_migrate", "during_switch")
 
 SCENARIOS: dict[str, Run] = {
-    "mid_batch": runtime_crash("mid_batch", passes=12),  # 4 tasks x 4 batches or more per run
-    "after_sink_commit": runtime_crash("after_sink_commit", passes=3),  # 4 batches or more per run
+    # mid_batch: 4 tasks x 4 batches or more per run; once: a task of the second batch, the first committed
+    "mid_batch": runtime_crash("mid_batch", passes=12, once=6),
+    # after_sink_commit: 4 batches or more per run; once: the first batch's rows in the sink, no checkpoint at all
+    "after_sink_commit": runtime_crash("after_sink_commit", passes=3, once=1),
     "mid_migration": operation_crash("mid_migration", "rescale"),
     "after_migrate": operation_crash("after_migrate", "rescale"),
     "during_switch": operation_crash("during_switch", "rescale"),

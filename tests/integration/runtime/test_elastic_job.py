@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import time
 
@@ -12,7 +11,6 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStreamPartition
-from pipelines.faults import FAULT_DIR_ENV, FAULT_ENV
 from pipelines.runtime import launcher, requests
 from pipelines.runtime.driver import batch_budget, run_job
 from pipelines.runtime.session import spark_env
@@ -75,33 +73,6 @@ def test_a_restart_continues_from_the_checkpoints(spark, home: Home) -> None:
     assert len(rows) == 400
     assert not rows.duplicated(["partition", "offset"]).any()
     assert not requests.draining(home, config.name, 1)
-
-
-def _driver(home: Home, job_name: str, **env: str) -> subprocess.Popen:
-    cmd = launcher.driver_command(home, job_name, available_now=True, master="local[2]")
-    return subprocess.Popen(
-        cmd,
-        env={**spark_env(), **env},
-        stdout=subprocess.DEVNULL,
-        stderr=_log_file(home, job_name),  # a file, not a pipe: an unread pipe would block a chatty driver
-        start_new_session=True,
-    )
-
-
-def _log_file(home: Home, job_name: str):
-    home.root.local_path().mkdir(parents=True, exist_ok=True)
-    return open(home.root / f"{job_name}-driver.log", "ab")
-
-
-def _restart_and_check(home: Home, config, records: int) -> None:
-    """Run the job again to the end: every record exactly once, every key in order."""
-    finished = _driver(home, config.name)
-    finished.wait(timeout=300)
-    assert finished.returncode == 0, (home.root.local_path() / f"{config.name}-driver.log").read_text()[-3000:]
-    rows = sink(home, config)
-    assert len(rows) == records
-    assert not rows.duplicated(["partition", "offset"]).any()
-    assert order_violations(rows) == []
 
 
 def test_a_job_created_with_start_latest_reads_what_comes_after_and_new_partitions_from_their_start(
@@ -215,39 +186,6 @@ def test_a_trim_keeps_what_the_job_has_not_read_a_forced_one_stops_it_until_skip
     verdict = verify_job(home, config.name, sequence="seq")
     assert verdict.ok and (verdict.records_expected, verdict.rows, verdict.gone) == (80, 120, 40), verdict.summary()
     assert "40 of the rows are of records the input no longer holds" in verdict.summary()
-
-
-@pytest.mark.slow
-def test_crash_between_sink_commit_and_checkpoint_append_loses_and_doubles_nothing(home: Home) -> None:
-    produce(home, "events", 300, 10)
-    config = job(home, "crashy", 2, max_records=100)
-    counters = home.root.local_path() / "fault-counters"  # this test's own, not the shared temporary directory
-    counters.mkdir(parents=True)
-    crashed = _driver(home, config.name, **{FAULT_ENV: "kill:after_sink_commit", FAULT_DIR_ENV: str(counters)})
-    crashed.wait(timeout=300)
-    assert crashed.returncode != 0, "the injected fault should have failed the driver"
-    committed = len(sink(home, config))
-    assert committed > 0, "the first batch's sink commit should have landed before the crash"
-    assert ControlPlane(home).checkpoints.latest_batch(config.name, 1) == -1, "the crash came before the checkpoints"
-    _restart_and_check(home, config, 300)
-
-
-@pytest.mark.slow
-def test_kill_9_of_the_driver_mid_run_loses_and_doubles_nothing(home: Home) -> None:
-    produce(home, "events", 400, 10)
-    config = job(home, "killed", 2, latency_ms=15, max_records=40)
-    driver = _driver(home, config.name)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        table = home.sinks / config.sink_table
-        if (table / "_delta_log").local_path().exists() and len(sink(home, config)) > 0:
-            break
-        time.sleep(0.3)
-    os.killpg(driver.pid, 9)
-    driver.wait(timeout=30)
-    before = len(sink(home, config))
-    assert 0 < before < 400, f"the kill should land mid-run (sink had {before} rows)"
-    _restart_and_check(home, config, 400)
 
 
 @pytest.mark.slow
