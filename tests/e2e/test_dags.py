@@ -22,6 +22,7 @@ from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.core.groupers import plan_job_model
+from pipelines.core.hashing import max_factor
 from pipelines.demo import producer
 from pipelines.jobs.config import CONFIG_KEY, JobConfig
 from pipelines.operations.jobs import create_job
@@ -125,6 +126,7 @@ def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_not
     cases = [
         ({"job": "enrichment", "factor": None}, "no factor given"),
         ({"job": "enrichment", "factor": 0}, "elasticity factor must be >= 1, got 0"),
+        ({"job": "enrichment", "factor": max_factor() + 1}, f"{max_factor() + 1} is above the maximum {max_factor()}"),
         ({"job": "enrichment", "factor": "lots"}, "got 'lots'"),
         ({"job": "nope", "factor": 2}, "nope"),
         ({"job": "enrichment", "factor": 2, "spark_master": "bogus://x"}, "spark_master: Spark master 'bogus://x'"),
@@ -148,8 +150,6 @@ def test_a_factor_typed_as_text_runs_that_factor(dagbag: Any, home: Home) -> Non
 
 
 def test_every_param_is_described_and_the_factor_is_kept_as_typed(dagbag: Any) -> None:
-    from pipelines.core.hashing import max_factor
-
     for dag_id in sorted(dagbag.dag_ids):
         params = dagbag.get_dag(dag_id).params
         undescribed = [name for name in params if not (params.get_param(name).description or "").strip()]
