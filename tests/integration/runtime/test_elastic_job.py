@@ -1,4 +1,8 @@
-"""The engine end to end on real Spark and Delta: exactly once, per-key order, dead letters, crashes."""
+"""The engine end to end on real Spark and Delta: exactly once, per-key order, dead letters, restarts.
+
+A driver killed mid-run or between its sink commit and its checkpoints is the fault matrix's (``tests/faults``):
+each kill point is tested once in the suite, there.
+"""
 
 from __future__ import annotations
 
