@@ -147,8 +147,7 @@ class KinesisAdmin:
             partitions=partitions,
             details={
                 **info,
-                "retention_ms": int(info["retention_hours"] or DEFAULT_RETENTION_HOURS)
-                * HOUR_MS,  # as the others show it
+                "retention_ms": _period_hours(info) * HOUR_MS,  # as the other systems show it
                 "open_shards": mapper.open_shards(),
                 "shards": status,
             },
@@ -288,7 +287,7 @@ class KinesisAdmin:
     def retention(self, stream: str) -> int:
         """The stream's retention period in ms: Kinesis always has one (24 h unless it was changed)."""
         _, info = self.listing(stream, max_age_s=0)
-        return int(info["retention_hours"] or DEFAULT_RETENTION_HOURS) * HOUR_MS
+        return _period_hours(info) * HOUR_MS
 
     def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
         """Change the retention period (``None``: back to 24 h), as ``aws kinesis increase-`` or
@@ -296,7 +295,7 @@ class KinesisAdmin:
         makes Kinesis drop the records older than it: a job that had not read them stops on them, naming them."""
         hours = retention_hours(retention_ms)
         _, info = self.listing(stream, max_age_s=0)
-        current = int(info["retention_hours"] or DEFAULT_RETENTION_HOURS)
+        current = _period_hours(info)
         if hours != current:
             self._set_retention_hours(stream, hours, current)
         return self.describe(stream)
@@ -379,3 +378,8 @@ def ancestors(mapper: ShardPartitionMapper, shards: Iterable[str]) -> set[str]:
                 seen.add(parent)
                 stack.append(parent)
     return seen
+
+
+def _period_hours(info: Mapping[str, Any]) -> int:
+    """The period a listing shows, in hours: Kinesis's default when the summary gave none."""
+    return int(info["retention_hours"] or DEFAULT_RETENTION_HOURS)
