@@ -258,7 +258,9 @@ def test_the_registry_opens_it_with_the_job_settings(endpoint: str, tmp_path: An
     assert isinstance(system, KinesisSystem) and system.settings.endpoint_url == endpoint
 
 
-def test_a_streams_retention_period_is_set_at_create_raised_lowered_and_reset(kinesis: KinesisSystem) -> None:
+def test_a_streams_retention_period_is_set_at_create_raised_lowered_and_reset(
+    kinesis: KinesisSystem, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``stream create/alter --retention`` on Kinesis: Increase/DecreaseStreamRetentionPeriod as the AWS CLI calls
     them, whole hours from 24 h to 365 days, ``default`` back to 24 h; what Kinesis cannot keep changes nothing."""
     day = 86_400_000
@@ -275,11 +277,9 @@ def test_a_streams_retention_period_is_set_at_create_raised_lowered_and_reset(ki
         calls.append(operation)
         return call(stream, operation, *args, **kwargs)
 
-    kinesis.admin.client.call = counted  # type: ignore[method-assign]
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(kinesis.admin.client, "call", counted)
         assert kinesis.set_retention(name, 3 * day).details["retention_hours"] == 72
-    finally:
-        kinesis.admin.client.call = call  # type: ignore[method-assign]
     assert not [c for c in calls if "retention_period" in c], f"the same period: no change asked, {calls}"
     for bad in (-1, 12 * 3_600_000, 366 * day, 3 * day + 1):
         with pytest.raises(ConfigError):
