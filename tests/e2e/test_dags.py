@@ -1,7 +1,8 @@
 """Every DAG under ``dag.test()``: real Airflow task execution (in this process), real Spark and Delta.
 
-Jobs run through spark-submit, as in production; the control plane is the
-home in ``PIPELINES_HOME``, which each test points at its own folder.
+The DAGs' jobs run through spark-submit, as in production (a test's set-up run
+goes on the session's Spark, ``_ran``); the control plane is the home in
+``PIPELINES_HOME``, which each test points at its own folder.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pipelines.demo import producer
 from pipelines.jobs.config import CONFIG_KEY, JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.runtime import launcher
+from pipelines.runtime.driver import run_job
 from pipelines.systems.deltalog import DeltaLog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,6 +79,16 @@ def _demo_job(home: Home, name: str = "enrichment", *, trigger: str = "continuou
     config = JobConfig.from_dict(raw)
     create_job(home, config)
     return config
+
+
+def _ran(spark: Any, home: Home, config: JobConfig) -> None:
+    """The job run to its inputs' end, as the DAG under test finds it: on the test session's Spark, in this process.
+
+    Only the DAGs' own work goes through spark-submit here; a set-up run through it would cost a JVM's and a
+    Spark application's start (about 10 s per test) to arrive at the same checkpoints and sink.
+    """
+    run_job(spark, home, config.name, available_now=True, progress=QUIET)
+    assert ControlPlane(home).checkpoints.latest_batch(config.name, 1) is not None, "the set-up run read nothing"
 
 
 def _run(dag: Any, **conf: Any) -> str:
@@ -174,10 +186,10 @@ def test_auto_asks_the_autosizer_for_the_factor(dagbag: Any, home: Home) -> None
 
 
 def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
-    dagbag: Any, home: Home, monkeypatch: pytest.MonkeyPatch
+    dagbag: Any, home: Home, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = _demo_job(home)
-    assert launcher.run(home, config.name, available_now=True, master="local[2]", detach=False) == 0
+    _ran(spark, home, config)
     dag = dagbag.get_dag("elastic_rescale")
     control = ControlPlane(home)
 
@@ -208,9 +220,11 @@ def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
     assert all((home.root.local_path() / "quality" / "docs" / page).is_file() for page in window["docs_page"])
 
 
-def test_repartition_watch_absorbs_an_expansion_with_keys_kept_on_their_tasks(dagbag: Any, home: Home) -> None:
+def test_repartition_watch_absorbs_an_expansion_with_keys_kept_on_their_tasks(
+    dagbag: Any, home: Home, spark: Any
+) -> None:
     config = _demo_job(home)
-    assert launcher.run(home, config.name, available_now=True, master="local[2]", detach=False) == 0
+    _ran(spark, home, config)
     log = DeltaLog(home.streams)
     producer.produce(log, home, "events", 100, 20, seed=3)  # unread records in the old partitions ...
     log.expand("events", 4)
@@ -288,9 +302,9 @@ def test_microbatch_runs_available_now_jobs_and_relaunches_a_continuous_one(dagb
         assert launcher.stop(home, continuous.name, timeout=120)
 
 
-def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any, home: Home) -> None:
+def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any, home: Home, spark: Any) -> None:
     config = _demo_job(home)
-    assert launcher.run(home, config.name, available_now=True, master="local[2]", detach=False) == 0
+    _ran(spark, home, config)
     run = dagbag.get_dag("quality_report").test()
     assert str(run.state) == "success", _task_states(run)
     dq = ControlPlane(home).dq_results.read(config.name)
