@@ -19,6 +19,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+# One definition for the whole tree (the DAG tests use them too): the same fixture imported by two conftests is two
+# fixtures, and two ``spark`` fixtures in one worker would share one SparkContext (``getOrCreate``), its s3a set for
+# whichever of two S3 servers came first: NoSuchBucket for every bucket made on the other.
+from tests.integration.s3_fixtures import s3_server  # noqa: F401
+from tests.integration.spark_fixtures import spark  # noqa: F401
+
 # Property tests explore new random cases on a developer's machine (and keep what failed in .hypothesis/); CI runs
 # the same cases every time, so a run's verdict depends on the code, not on the draw (CI machines set CI=true).
 # Neither has a deadline or a too-slow check: on a loaded two-core machine running the suite on two workers a single

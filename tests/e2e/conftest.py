@@ -16,7 +16,5 @@ from tests.e2e.airflow_fixtures import (  # noqa: F401  (fixtures)
     running_airflow,
 )
 from tests.e2e.browser import browser  # noqa: F401  (fixture)
-from tests.integration.s3_fixtures import s3_server  # noqa: F401  (fixture: the spark session's store)
-from tests.integration.spark_fixtures import spark  # noqa: F401  (fixture: set-up runs of the DAG tests)
 
 AIRFLOW_ENV = configure_airflow_environment()

@@ -1,6 +1,5 @@
-"""Integration fixtures: ``spark`` (one local session), ``home``, ``spark_standalone``, ``kafka_broker``,
-``s3_server``."""
+"""Integration fixtures: ``home``, ``spark_standalone``, ``kafka_broker`` (``spark`` and ``s3_server``, used by the
+e2e tests too, are the root conftest's)."""
 
 from tests.integration.kafka_fixtures import kafka_broker  # noqa: F401
-from tests.integration.s3_fixtures import s3_server  # noqa: F401
-from tests.integration.spark_fixtures import home, spark, spark_standalone  # noqa: F401
+from tests.integration.spark_fixtures import home, spark_standalone  # noqa: F401
