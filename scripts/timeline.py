@@ -1,6 +1,10 @@
 """Where a test run's wall time went, per worker: python scripts/timeline.py FILE [--top N] [--against BEFORE].
 
-FILE is what ``PIPELINES_TEST_TIMELINE=FILE scripts/test.sh`` wrote (tests/conftest.py): one line per test phase.
+FILE is what ``PIPELINES_TEST_TIMELINE=FILE scripts/test.sh`` wrote (tests/conftest.py): one line per test phase,
+with the CPU seconds the phase cost its worker's process tree (Spark drivers, session JVM and its Python workers
+included) where the run recorded it; then the modules' CPU and the tests that cost most CPU are shown too. On a
+machine the suite keeps busy, CPU is what a change to a test saves: its wall time also moves with the other
+worker's load.
 The suite's wall time is its busiest worker's, so the table shows each worker's busy time, the time it stood
 idle while the other worked (the tail a late group of shared-server tests leaves), each group of tests that share
 a server (which must have run on one worker) and the modules that took most.
@@ -62,6 +66,7 @@ def _summary(phases: list[dict[str, Any]], top: int) -> None:
     busy: dict[str, float] = defaultdict(float)
     ends: dict[str, float] = defaultdict(float)
     modules: dict[str, float] = defaultdict(float)
+    cpu: dict[str, float] = defaultdict(float)
     groups: dict[str, float] = defaultdict(float)
     group_workers: dict[str, set[str]] = defaultdict(set)
     for p in phases:
@@ -69,6 +74,7 @@ def _summary(phases: list[dict[str, Any]], top: int) -> None:
         busy[p["worker"]] += took
         ends[p["worker"]] = max(ends[p["worker"]], p["stop"])
         modules[p["test"].split("::")[0]] += took
+        cpu[p["test"].split("::")[0]] += p.get("cpu", 0.0)
         test, at, group = p["test"].rpartition("@")
         if at and "::" in test and "]" not in group:  # --dist loadgroup's suffix (a param may hold an @ too)
             groups[group] += took
@@ -82,9 +88,19 @@ def _summary(phases: list[dict[str, Any]], top: int) -> None:
         print(f"\n{'group (one worker each)':<40} {'s':>7}  workers")
         for group, took in sorted(groups.items(), key=lambda kv: -kv[1]):
             print(f"{group:<40} {took:>7.0f}  {','.join(sorted(group_workers[group]))}")
-    print(f"\n{'module':<72} {'s':>7}")
+    if not any("cpu" in p for p in phases):
+        print(f"\n{'module':<72} {'s':>7}")
+        for module, took in sorted(modules.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"{module:<72} {took:>7.0f}")
+        return
+    print(f"\nCPU of the workers' process trees: {sum(cpu.values()):.0f} CPU-s")
+    print(f"\n{'module':<64} {'s':>7} {'CPU s':>7}")
     for module, took in sorted(modules.items(), key=lambda kv: -kv[1])[:top]:
-        print(f"{module:<72} {took:>7.0f}")
+        print(f"{module:<64} {took:>7.0f} {cpu[module]:>7.0f}")
+    tests = _per_test(phases, "cpu")
+    print(f"\n{'test (most CPU)':<100} {'CPU s':>7}")
+    for test, used in sorted(tests.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{test[:100]:<100} {used:>7.1f}")
 
 
 def _compare(before: list[dict[str, Any]], after: list[dict[str, Any]], top: int) -> None:
@@ -113,13 +129,14 @@ def _compare(before: list[dict[str, Any]], after: list[dict[str, Any]], top: int
                 print(f"  {source[test]:>6.1f}  {test}")
 
 
-def _per_test(phases: list[dict[str, Any]]) -> dict[str, float]:
-    """Each test's time over its phases, by its id without --dist loadgroup's suffix (a group may be renamed)."""
+def _per_test(phases: list[dict[str, Any]], measure: str = "s") -> dict[str, float]:
+    """Each test's time (or ``cpu``) over its phases, by its id without --dist loadgroup's suffix (a group may be
+    renamed)."""
     took: dict[str, float] = defaultdict(float)
     for p in phases:
         test, at, group = p["test"].rpartition("@")
         name = test if at and "::" in test and "]" not in group else p["test"]
-        took[name] += p["stop"] - p["start"]
+        took[name] += p["stop"] - p["start"] if measure == "s" else p.get(measure, 0.0)
     return took
 
 
@@ -141,6 +158,7 @@ def _phase(line: object) -> bool:
         and isinstance(line.get("test"), str)
         and isinstance(line.get("worker"), str)
         and all(isinstance(line.get(k), int | float) and not isinstance(line.get(k), bool) for k in ("start", "stop"))
+        and (isinstance(line.get("cpu", 0.0), int | float) and not isinstance(line.get("cpu"), bool))
     )
 
 

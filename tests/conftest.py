@@ -243,10 +243,122 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     for name in [n for n in logging.root.manager.loggerDict if n == "py4j" or n.startswith("py4j.")]:
         logging.getLogger(name).disabled = True
+    _TREE_CPU.leave()
+
+
+_CPU_BEFORE = pytest.StashKey[float]()
+
+
+class _TreeCpu:
+    """CPU seconds this worker and every process it started (and they started) have used so far.
+
+    The difference over a test phase is what the phase cost: the test's own work, the Spark drivers and CLIs it
+    ran, its session JVM and that JVM's Python workers, the servers its fixtures started. Exact where the kernel
+    keeps the account: with Linux's cgroup-v1 ``cpuacct`` controller writable (root), the worker moves itself
+    into a group of its own, which every process it starts inherits, orphans included, and the group's usage is
+    read (the group is removed at exit). Elsewhere it is the sum over the live process tree, each process with
+    the children it reaped, following a process whose parent ended before it (a detached driver): a process that
+    ends after its parent (a JVM's Python workers, left to init) then takes its time with it, and a phase shows
+    less than it cost.
+    """
+
+    CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+    def __init__(self) -> None:
+        self.group: Path | None = None
+        self.members: set[tuple[int, float]] = set()
+        self.adopted: dict[tuple[int, float], float] = {}  # orphans followed: their last reading
+        self.ended = 0.0  # what the followed orphans used, once init reaped them
+
+    def start(self) -> None:
+        if self.group is not None or not (self.CPUACCT / "cpuacct.usage").is_file():
+            return
+        try:
+            here = next(
+                line.split(":", 2)[2].strip()
+                for line in Path("/proc/self/cgroup").read_text().splitlines()
+                if "cpuacct" in line.split(":")[1].split(",")
+            )
+            group = self.CPUACCT / here.lstrip("/") / f"pipelines-tests-{os.getpid()}"
+            group.mkdir(exist_ok=True)
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+        except (OSError, StopIteration):
+            return
+        self.group = group
+
+    def leave(self) -> None:
+        """Back to the group the worker came from, and this one removed (at the session's end)."""
+        if self.group is None:
+            return
+        try:
+            (self.group.parent / "cgroup.procs").write_text(str(os.getpid()))
+            self.group.rmdir()
+        except OSError:  # a process of this worker still runs in it: the group stays until the kernel's next boot
+            pass
+        self.group = None
+
+    def total(self) -> float:
+        self.start()
+        if self.group is not None:
+            return int((self.group / "cpuacct.usage").read_text()) / 1e9
+        import psutil
+
+        readings: dict[tuple[int, float], float] = {}
+
+        def walk(root: psutil.Process) -> None:
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    t = proc.cpu_times()
+                    readings[(proc.pid, proc.create_time())] = t.user + t.system + t.children_user + t.children_system
+                except psutil.Error:  # ended between the listing and the reading: its time is its parent's now
+                    continue
+
+        walk(psutil.Process())
+        for key in [*self.adopted, *(self.members - self.adopted.keys())]:
+            if key in readings:
+                continue
+            try:
+                proc = psutil.Process(key[0])
+                alive = proc.create_time() == key[1] and proc.status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                alive = False
+            if alive:  # out of the tree but running: an orphan, followed
+                self.adopted.setdefault(key, 0.0)
+                walk(proc)
+            elif key in self.adopted:  # a followed orphan ended: init reaped it, its time is ours to keep
+                self.ended += self.adopted.pop(key)
+        for key in self.adopted:
+            self.adopted[key] = readings.get(key, self.adopted[key])
+        self.members = set(readings)
+        return self.ended + sum(readings.values())
+
+
+_TREE_CPU = _TreeCpu()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if os.environ.get("PIPELINES_TEST_TIMELINE"):  # the setup phase's CPU is counted from here
+        item.stash[_CPU_BEFORE] = _TREE_CPU.total()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """With ``PIPELINES_TEST_TIMELINE``, each phase's report carries the CPU seconds it cost (``_TreeCpu``)."""
+    report = yield
+    if os.environ.get("PIPELINES_TEST_TIMELINE"):
+        now = _TREE_CPU.total()
+        before = item.stash.get(_CPU_BEFORE, None)
+        if before is not None:
+            report.user_properties.append(("cpu", round(now - before, 3)))
+        item.stash[_CPU_BEFORE] = now
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """With ``PIPELINES_TEST_TIMELINE=FILE``, one JSON line per test phase: which worker ran it, from when to when.
+    """With ``PIPELINES_TEST_TIMELINE=FILE``, one JSON line per test phase: which worker ran it, from when to when,
+    and the CPU seconds it cost (``cpu``, ``_TreeCpu``).
 
     The suite's wall time is the busiest worker's; this shows where a worker waited for the other (a group of
     shared-server tests at the end of a run) and what ran beside what. Written by the controller only (under
@@ -260,5 +372,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     node = getattr(report, "node", None)
     worker = node.gateway.id if node is not None else "main"
     line = {"test": report.nodeid, "when": report.when, "worker": worker, "start": report.start, "stop": report.stop}
+    line.update((k, v) for k, v in report.user_properties if k == "cpu")
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\n")

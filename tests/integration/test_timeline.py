@@ -47,6 +47,26 @@ def test_a_run_is_shown_per_worker_group_and_module(tmp_path: Path) -> None:
     assert [line.split() for line in lines[-2:]] == [["tests/a.py", "50"], ["tests/b.py", "45"]]
 
 
+def test_a_run_with_cpu_shows_each_modules_cpu_and_the_tests_that_cost_most(tmp_path: Path) -> None:
+    phases = [
+        {**phase("tests/a.py::test_slow@srv", "gw0", 0, 40), "cpu": 30.0},
+        {**phase("tests/a.py::test_slow@srv", "gw0", 40, 41, when="teardown"), "cpu": 2.5},
+        {**phase("tests/a.py::test_quick@srv", "gw0", 41, 50), "cpu": 1.0},
+        {**phase("tests/b.py::test_busy", "gw1", 0, 20), "cpu": 35.0},
+    ]
+    done = timeline(write(tmp_path / "run.jsonl", phases))
+    assert done.returncode == 0, done.stderr
+    assert "CPU of the workers' process trees: 68 CPU-s" in done.stdout
+    modules = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line.startswith("tests/")}
+    assert modules["tests/a.py"] == ["50", "34"] and modules["tests/b.py"] == ["20", "35"]
+    tests = done.stdout.split("test (most CPU)")[1].splitlines()[1:]
+    assert [line.split() for line in tests] == [
+        ["tests/b.py::test_busy", "35.0"],
+        ["tests/a.py::test_slow", "32.5"],  # its phases summed, its group's suffix dropped
+        ["tests/a.py::test_quick", "1.0"],
+    ]
+
+
 def test_one_run_against_another_shows_the_pace_the_changes_and_the_tests_only_one_has(tmp_path: Path) -> None:
     after = [
         phase("tests/a.py::test_slow@server", "gw0", 100, 120),  # its group renamed: still the same test
@@ -82,8 +102,9 @@ def test_one_run_against_another_shows_the_pace_the_changes_and_the_tests_only_o
         ("", "holds no test phase"),
         ('{"test": "t", "worker": "gw0", "start": 0, "stop": 1}\nnot json\n', "Expecting value"),
         ('{"test": "t", "worker": "gw0", "start": 0, "stop": 1}\n{"test": "t", "start": true, "stop": 1}\n', "line 2"),
+        ('{"test": "t", "worker": "gw0", "start": 0, "stop": 1, "cpu": "lots"}\n', "line 1"),
     ],
-    ids=["missing", "empty", "garbled", "not-a-phase"],
+    ids=["missing", "empty", "garbled", "not-a-phase", "cpu-not-a-number"],
 )
 def test_a_file_that_is_not_a_timeline_is_one_error_line(tmp_path: Path, content: str | None, why: str) -> None:
     bad = tmp_path / "bad.jsonl"
