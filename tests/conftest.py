@@ -9,6 +9,7 @@ stays fast by construction rather than by care.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -339,7 +340,8 @@ _TREE_CPU = _TreeCpu()
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     if os.environ.get("PIPELINES_TEST_TIMELINE"):  # the setup phase's CPU is counted from here
-        item.stash[_CPU_BEFORE] = _TREE_CPU.total()
+        with contextlib.suppress(Exception):  # a measurement must never fail the run it measures
+            item.stash[_CPU_BEFORE] = _TREE_CPU.total()
     return (yield)
 
 
@@ -348,7 +350,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """With ``PIPELINES_TEST_TIMELINE``, each phase's report carries the CPU seconds it cost (``_TreeCpu``)."""
     report = yield
     if os.environ.get("PIPELINES_TEST_TIMELINE"):
-        now = _TREE_CPU.total()
+        try:
+            now = _TREE_CPU.total()
+        except Exception:  # a measurement must never fail the run it measures
+            return report
         before = item.stash.get(_CPU_BEFORE, None)
         if before is not None:
             report.user_properties.append(("cpu", round(now - before, 3)))
