@@ -281,21 +281,39 @@ class _TreeCpu:
                 if "cpuacct" in line.split(":")[1].split(",")
             )
             group = self.CPUACCT / here.lstrip("/") / f"pipelines-tests-{os.getpid()}"
+            for old in group.parent.glob("pipelines-tests-*"):  # an earlier run's, emptied since (busy ones stay)
+                with contextlib.suppress(OSError):
+                    old.rmdir()
             group.mkdir(exist_ok=True)
             (group / "cgroup.procs").write_text(str(os.getpid()))
         except (OSError, StopIteration):
             return
         self.group = group
+        import atexit
+
+        atexit.register(self.leave)  # if the session's end was too early: a server of the worker still ran
 
     def leave(self) -> None:
         """Back to the group the worker came from, and this one removed (at the session's end)."""
         if self.group is None:
             return
-        try:
+        import time
+
+        with contextlib.suppress(OSError):
             (self.group.parent / "cgroup.procs").write_text(str(os.getpid()))
-            self.group.rmdir()
-        except OSError:  # a process of this worker still runs in it: the group stays until the kernel's next boot
-            pass
+        for _ in range(10):  # a stopped JVM's Python workers end a moment after it
+            try:
+                self.group.rmdir()
+            except OSError:
+                time.sleep(0.1)
+                continue
+            self.group = None
+            return
+        # Still in use: pyspark's gateway JVM lives until this process exits. A shell outside the group removes it
+        # once it is empty (a minute at most; the next timed run's workers remove any group left empty).
+        script = 'for _ in $(seq 600); do rmdir "$0" 2>/dev/null && exit 0; sleep 0.1; done'
+        with contextlib.suppress(OSError):
+            subprocess.Popen(["sh", "-c", script, str(self.group)], start_new_session=True)
         self.group = None
 
     def total(self) -> float:
