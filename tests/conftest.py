@@ -45,7 +45,6 @@ _MARK_BY_FOLDER = {
 SLOW_FOLDERS = {"e2e", "faults", "cluster"}
 SLOW_FIXTURES = {
     "spark",
-    "spark_standalone",
     "kafka_broker",
     "s3_server",
     "endpoint",  # the Kinesis emulator of the Kinesis modules
@@ -65,7 +64,6 @@ SHARED_BY_GROUP = {
     "browser": "airflow",
     "airflow_db": "airflow-dags",  # one migrated Airflow database for the DAG tests
     "kafka_broker": "kafka",
-    "spark_standalone": "spark_standalone",
     "cluster_session": "cluster",  # one set of hosts
 }
 """Session servers worth one start: the tests that use one run on one worker of ``pytest -n`` (scripts/test.sh).
@@ -116,7 +114,6 @@ RELEASED_AFTER_LAST_USE = (
     "browser",
     "kafka_broker",
     "s3_server",
-    "spark_standalone",
     "spark_cluster",
     "cluster_session",
 )

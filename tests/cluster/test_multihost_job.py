@@ -10,7 +10,8 @@ and every process gets the store's AWS variables in its environment.
 
 In one run: a 2-partition stream read at factor 4 by tasks on both worker
 hosts, each record enriched through a broadcast adjunct store that every
-executor host fills from the home; the store's input updated, then a live
+executor host fills from the home (one record it cannot parse goes to the dead
+letters); the store's input updated, then a live
 rescale to 8 issued from another host, after which the new value is served;
 the stream expanded to 4 partitions and absorbed live; worker1 killed whole
 while one of its tasks runs (Spark retries the task on worker2, the job goes
@@ -126,6 +127,14 @@ else:
     log.produce("customers", [(b"key-3", b"renamed-3", None)])
 print("{}")
 """
+BAD_RECORD = """
+import sys
+from pipelines.control.home import Home
+from pipelines.systems.deltalog import DeltaLog
+DeltaLog(Home(sys.argv[1]).streams).produce("events", [(b"key-1", b"{not json", None)])
+print("{}")
+"""
+"""A record the process function cannot parse: an executor on a worker host writes it to the dead letters."""
 FAULTS = """
 import json, sys
 from pipelines.control import ControlPlane
@@ -335,6 +344,7 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         cli(ops_host, "job", "create", JOB, "--config", job_yaml)
         driver = deployment.start_driver(first_driver_host)
         cli(ops_host, "stream", "produce", "events", "--records", str(STEP), "--keys", str(KEYS))
+        deployment.python(ops_host, BAD_RECORD, deployment.home)
         deployment.wait_rows(driver, STEP, timeout=240)
         timings["first rows"] = time.monotonic() - began
         per_host = _finished_per_host(_tail(driver, 10**8))
@@ -411,9 +421,10 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         assert "faults" in {c["key"] for c in page["charts"]}, page["charts"]
         assert [d["host"] for d in page["driver"]["drivers"]][:2] == ["driver2", "driver1"], page["driver"]
         verdict = deployment.python(first_driver_host, VERIFY, deployment.home, JOB)
-        assert verdict["records_expected"] == verdict["rows"] == total, verdict
+        assert verdict["records_expected"] == total + 1 and verdict["rows"] == total, verdict
+        assert verdict["dead_letters"] == 1, f"the unparsable record in the dead letters: {verdict}"
         assert verdict["lost"] == verdict["duplicates"] == verdict["order_violations"] == 0, verdict
-        assert verdict["misrouted"] == verdict["unread"] == verdict["dead_letters"] == 0, verdict
+        assert verdict["misrouted"] == verdict["unread"] == 0, verdict
         timings["total"] = time.monotonic() - began
     finally:
         print(f"timings (s from the test's start or per step): {json.dumps(timings)}")

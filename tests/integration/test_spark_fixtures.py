@@ -1,9 +1,7 @@
-"""The Spark fixtures themselves: the shared local session and the standalone cluster run real jobs."""
+"""The Spark fixtures themselves: the shared local session runs real jobs with the platform's JVM options."""
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,6 @@ from typing import Any
 import pytest
 
 from pipelines.control.home import Home
-from tests.integration.spark_fixtures import MasterUrl, fast_jvm_confs, run_on_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -77,49 +74,3 @@ def test_a_spark_home_the_user_set_is_left_alone(monkeypatch: pytest.MonkeyPatch
 def test_home_is_fresh_and_lazy(home: Home, tmp_path: Any) -> None:
     assert home.root.local_path().parent == tmp_path
     assert not home.root.local_path().exists()
-
-
-# A separate driver process: the pytest process may already own the local ``spark`` SparkContext.
-CLUSTER_JOB = """
-import json, sys
-from pyspark.sql import SparkSession
-from pipelines.runtime.session import spark_confs
-
-builder = SparkSession.builder.appName(sys.argv[2])
-for key, value in {**spark_confs(sys.argv[1]), **json.loads(sys.argv[3])}.items():
-    builder = builder.config(key, value)
-spark = builder.getOrCreate()
-total = spark.range(100).groupBy().sum("id").collect()[0][0]
-
-def buckets(batches):  # runs in a Python worker on the cluster's executor: needs PYTHONPATH for pipelines
-    import pyarrow as pa
-    from pipelines.core.hashing import key_bucket
-    for b in batches:
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([key_bucket(str(i).encode(), i, 4) for i in b.column(0).to_pylist()], pa.int32())], names=["b"]
-        )
-
-in_range = all(0 <= r.b < 4 for r in spark.range(0, 20, 1, 2).mapInArrow(buckets, "b INT").collect())
-print(json.dumps({"sum": total, "in_range": in_range, "app_id": spark.sparkContext.applicationId}))
-spark.stop()
-"""
-
-
-def test_standalone_cluster_runs_a_job_from_a_subprocess(spark_standalone: MasterUrl) -> None:
-    assert spark_standalone.startswith("spark://127.0.0.1:")
-    assert spark_standalone.state()["aliveworkers"] >= 1
-    args = (str(spark_standalone), "fixture-smoke", json.dumps(fast_jvm_confs()))
-    done = run_on_cluster(spark_standalone, CLUSTER_JOB, *args)
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["sum"] == sum(range(100))
-    assert result["in_range"] is True
-
-    deadline = time.monotonic() + 20  # the master moves the app to "completed" shortly after spark.stop()
-    while True:
-        state = spark_standalone.state()
-        apps = {a["id"]: a for a in state.get("completedapps", []) + state.get("activeapps", [])}
-        if result["app_id"] in apps or time.monotonic() > deadline:
-            break
-        time.sleep(0.25)
-    assert result["app_id"] in apps, state
-    assert apps[result["app_id"]]["name"] == "fixture-smoke"

@@ -7,7 +7,6 @@ each kill point is tested once in the suite, there.
 from __future__ import annotations
 
 import math
-import subprocess
 import time
 
 import pytest
@@ -15,9 +14,8 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStreamPartition
-from pipelines.runtime import launcher, requests
+from pipelines.runtime import requests
 from pipelines.runtime.driver import batch_budget, run_job
-from pipelines.runtime.session import spark_env
 from pipelines.systems.deltalog import DeltaLog
 
 from .jobs import SeqProducer, dead_letters, job, misrouted, order_violations, produce, sink
@@ -190,21 +188,3 @@ def test_a_trim_keeps_what_the_job_has_not_read_a_forced_one_stops_it_until_skip
     verdict = verify_job(home, config.name, sequence="seq")
     assert verdict.ok and (verdict.records_expected, verdict.rows, verdict.gone) == (80, 120, 40), verdict.summary()
     assert "40 of the rows are of records the input no longer holds" in verdict.summary()
-
-
-@pytest.mark.slow
-def test_the_same_job_on_a_standalone_cluster_gives_the_same_output(spark, spark_standalone, home: Home) -> None:
-    produce(home, "events", 300, 16, bad_every=50)
-    local = job(home, "local", 4)
-    run_job(spark, home, local.name, available_now=True, progress=lambda m: None)
-    cluster = job(home, "cluster", 4)
-    cmd = launcher.driver_command(home, cluster.name, available_now=True, master=str(spark_standalone))
-    done = subprocess.run(cmd, env=spark_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    columns = ["partition", "offset", "key_bucket", "event_key", "seq", "enriched"]
-    expected = sink(home, local)[columns].sort_values(["partition", "offset"]).reset_index(drop=True)
-    got = sink(home, cluster)[columns].sort_values(["partition", "offset"]).reset_index(drop=True)
-    assert len(got) == 300 - 6
-    assert got.equals(expected)
-    assert order_violations(sink(home, cluster)) == []
-    assert len(dead_letters(home, cluster)) == 6
