@@ -1,8 +1,8 @@
 """Where a test run's wall time went, per worker: python scripts/timeline.py FILE [--top N] [--against BEFORE].
 
 FILE is what ``PIPELINES_TEST_TIMELINE=FILE scripts/test.sh`` wrote (tests/conftest.py): one line per test phase,
-with the CPU seconds the phase cost its worker's process tree (Spark drivers, session JVM and its Python workers
-included) where the run recorded it; then the modules' CPU and the tests that cost most CPU are shown too. On a
+with the CPU seconds the phase cost its worker and everything it started (Spark drivers, session JVM and its Python
+workers included) where the run recorded it; then the modules' CPU and the tests that cost most CPU are shown too. On a
 machine the suite keeps busy, CPU is what a change to a test saves: its wall time also moves with the other
 worker's load.
 The suite's wall time is its busiest worker's, so the table shows each worker's busy time, the time it stood
@@ -93,7 +93,7 @@ def _summary(phases: list[dict[str, Any]], top: int) -> None:
         for module, took in sorted(modules.items(), key=lambda kv: -kv[1])[:top]:
             print(f"{module:<72} {took:>7.0f}")
         return
-    print(f"\nCPU of the workers' process trees: {sum(cpu.values()):.0f} CPU-s")
+    print(f"\nCPU of the workers and what they started: {sum(cpu.values()):.0f} CPU-s")
     print(f"\n{'module':<64} {'s':>7} {'CPU s':>7}")
     for module, took in sorted(modules.items(), key=lambda kv: -kv[1])[:top]:
         print(f"{module:<64} {took:>7.0f} {cpu[module]:>7.0f}")

@@ -241,32 +241,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     for name in [n for n in logging.root.manager.loggerDict if n == "py4j" or n.startswith("py4j.")]:
         logging.getLogger(name).disabled = True
-    _TREE_CPU.leave()
+    _CPU.leave()
 
 
 _CPU_BEFORE = pytest.StashKey[float]()
 
 
-class _TreeCpu:
+class _CpuAccount:
     """CPU seconds this worker and every process it started (and they started) have used so far.
 
     The difference over a test phase is what the phase cost: the test's own work, the Spark drivers and CLIs it
-    ran, its session JVM and that JVM's Python workers, the servers its fixtures started. Exact where the kernel
-    keeps the account: with Linux's cgroup-v1 ``cpuacct`` controller writable (root), the worker moves itself
-    into a group of its own, which every process it starts inherits, orphans included, and the group's usage is
-    read (the group is removed at exit). Elsewhere it is the sum over the live process tree, each process with
-    the children it reaped, following a process whose parent ended before it (a detached driver): a process that
-    ends after its parent (a JVM's Python workers, left to init) then takes its time with it, and a phase shows
-    less than it cost.
+    ran, its session JVM and that JVM's Python workers, the servers its fixtures started. Read from the kernel's
+    account: with Linux's cgroup-v1 ``cpuacct`` controller writable (root), the worker moves itself into a group
+    of its own, which every process it starts inherits, orphans included (a detached driver, a JVM's Python
+    workers left to init), and the group's usage is read; the group is removed at the end. Without it no CPU is
+    recorded: summing a process tree instead lost the processes that outlive their parent and counted some twice.
     """
 
     CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 
     def __init__(self) -> None:
         self.group: Path | None = None
-        self.members: set[tuple[int, float]] = set()
-        self.adopted: dict[tuple[int, float], float] = {}  # orphans followed: their last reading
-        self.ended = 0.0  # what the followed orphans used, once init reaped them
 
     def start(self) -> None:
         if self.group is not None or not (self.CPUACCT / "cpuacct.usage").is_file():
@@ -313,61 +308,36 @@ class _TreeCpu:
             subprocess.Popen(["sh", "-c", script, str(self.group)], start_new_session=True)
         self.group = None
 
-    def total(self) -> float:
+    def total(self) -> float | None:
+        """CPU seconds so far, or None where the kernel keeps no account for the worker (no CPU is recorded)."""
         self.start()
-        if self.group is not None:
-            return int((self.group / "cpuacct.usage").read_text()) / 1e9
-        import psutil
-
-        readings: dict[tuple[int, float], float] = {}
-
-        def walk(root: psutil.Process) -> None:
-            for proc in [root, *root.children(recursive=True)]:
-                try:
-                    t = proc.cpu_times()
-                    readings[(proc.pid, proc.create_time())] = t.user + t.system + t.children_user + t.children_system
-                except psutil.Error:  # ended between the listing and the reading: its time is its parent's now
-                    continue
-
-        walk(psutil.Process())
-        for key in [*self.adopted, *(self.members - self.adopted.keys())]:
-            if key in readings:
-                continue
-            try:
-                proc = psutil.Process(key[0])
-                alive = proc.create_time() == key[1] and proc.status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                alive = False
-            if alive:  # out of the tree but running: an orphan, followed
-                self.adopted.setdefault(key, 0.0)
-                walk(proc)
-            elif key in self.adopted:  # a followed orphan ended: init reaped it, its time is ours to keep
-                self.ended += self.adopted.pop(key)
-        for key in self.adopted:
-            self.adopted[key] = readings.get(key, self.adopted[key])
-        self.members = set(readings)
-        return self.ended + sum(readings.values())
+        if self.group is None:
+            return None
+        return int((self.group / "cpuacct.usage").read_text()) / 1e9
 
 
-_TREE_CPU = _TreeCpu()
+_CPU = _CpuAccount()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     if os.environ.get("PIPELINES_TEST_TIMELINE"):  # the setup phase's CPU is counted from here
         with contextlib.suppress(Exception):  # a measurement must never fail the run it measures
-            item.stash[_CPU_BEFORE] = _TREE_CPU.total()
+            if (now := _CPU.total()) is not None:
+                item.stash[_CPU_BEFORE] = now
     return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
-    """With ``PIPELINES_TEST_TIMELINE``, each phase's report carries the CPU seconds it cost (``_TreeCpu``)."""
+    """With ``PIPELINES_TEST_TIMELINE``, each phase's report carries the CPU seconds it cost (``_CpuAccount``)."""
     report = yield
     if os.environ.get("PIPELINES_TEST_TIMELINE"):
         try:
-            now = _TREE_CPU.total()
+            now = _CPU.total()
         except Exception:  # a measurement must never fail the run it measures
+            return report
+        if now is None:
             return report
         before = item.stash.get(_CPU_BEFORE, None)
         if before is not None:
@@ -378,7 +348,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With ``PIPELINES_TEST_TIMELINE=FILE``, one JSON line per test phase: which worker ran it, from when to when,
-    and the CPU seconds it cost (``cpu``, ``_TreeCpu``).
+    and the CPU seconds it cost (``cpu``, ``_CpuAccount``).
 
     The suite's wall time is the busiest worker's; this shows where a worker waited for the other (a group of
     shared-server tests at the end of a run) and what ran beside what. Written by the controller only (under

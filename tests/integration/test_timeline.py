@@ -56,7 +56,7 @@ def test_a_run_with_cpu_shows_each_modules_cpu_and_the_tests_that_cost_most(tmp_
     ]
     done = timeline(write(tmp_path / "run.jsonl", phases))
     assert done.returncode == 0, done.stderr
-    assert "CPU of the workers' process trees: 68 CPU-s" in done.stdout
+    assert "CPU of the workers and what they started: 68 CPU-s" in done.stdout
     modules = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line.startswith("tests/")}
     assert modules["tests/a.py"] == ["50", "34"] and modules["tests/b.py"] == ["20", "35"]
     tests = done.stdout.split("test (most CPU)")[1].splitlines()[1:]
