@@ -237,7 +237,22 @@ class KafkaAdmin:
             futures[resource].result()
         except KafkaException as error:
             raise self.clients.error(f"altering the retention.ms of topic {stream!r}", error) from None
+        self._wait_for_retention(stream, retention_ms)
         return self.describe(stream)
+
+    def _wait_for_retention(self, stream: str, retention_ms: int | None) -> None:
+        """Until a broker shows the new setting: the controller answers once it committed the change, and each
+        broker applies it when it replays the metadata log, so a describe right after can still see the old one
+        (as Kafka's own config tests wait for it). Then ``stream alter`` prints, and ``retention`` reads, what holds."""
+        deadline = time.monotonic() + self.clients.timeout_s
+        while (shown := self.retention(stream)) != retention_ms:
+            if time.monotonic() > deadline:
+                wanted = "no retention.ms of its own" if retention_ms is None else f"retention.ms {retention_ms}"
+                raise StreamError(
+                    f"Kafka topic {stream!r}: the controller accepted {wanted}, but {self.brokers} still showed "
+                    f"{shown} after {self.clients.timeout_s:.0f} s"
+                )
+            time.sleep(0.1)
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
         """Grow to a multiple of the current count with ``CreatePartitions``; the current count is a no-op."""
