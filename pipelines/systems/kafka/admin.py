@@ -11,7 +11,7 @@ See docs/systems/kafka.md, "Ends" and "Partition expansion".
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -241,18 +241,9 @@ class KafkaAdmin:
         return self.describe(stream)
 
     def _wait_for_retention(self, stream: str, retention_ms: int | None) -> None:
-        """Until a broker shows the new setting: the controller answers once it committed the change, and each
-        broker applies it when it replays the metadata log, so a describe right after can still see the old one
-        (as Kafka's own config tests wait for it). Then ``stream alter`` prints, and ``retention`` reads, what holds."""
-        deadline = time.monotonic() + self.clients.timeout_s
-        while (shown := self.retention(stream)) != retention_ms:
-            if time.monotonic() > deadline:
-                wanted = "no retention.ms of its own" if retention_ms is None else f"retention.ms {retention_ms}"
-                raise StreamError(
-                    f"Kafka topic {stream!r}: the controller accepted {wanted}, but {self.brokers} still showed "
-                    f"{shown} after {self.clients.timeout_s:.0f} s"
-                )
-            time.sleep(0.1)
+        """Until a broker shows the new setting, so ``stream alter`` prints, and ``retention`` reads, what holds."""
+        wanted = "no retention.ms of its own" if retention_ms is None else f"retention.ms {retention_ms}"
+        self._until_shown(stream, wanted, lambda: self.retention(stream), retention_ms)
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
         """Grow to a multiple of the current count with ``CreatePartitions``; the current count is a no-op."""
@@ -281,17 +272,31 @@ class KafkaAdmin:
         return self._wait_for(stream, count)
 
     def _wait_for(self, stream: str, count: int) -> StreamMetadata:
-        """Metadata propagates to every broker a little after the controller answers."""
+        self._until_shown(stream, f"{count} partitions", lambda: self.partition_count(stream), count)
+        return self.describe(stream)
+
+    def _until_shown(self, stream: str, wanted: str, read: Callable[[], object], value: object) -> None:
+        """Poll ``read`` until it gives ``value``, within the system's ``timeout_ms``. The controller answers a
+        change once it is committed to the metadata log; each broker applies it when it replays that log, so a
+        read right after the answer can still see the old state (Kafka's own tests wait the same way). A
+        ``StreamError`` while waiting (the topic not yet known to the broker asked) counts as not shown yet."""
         deadline = time.monotonic() + self.clients.timeout_s
         while True:
             try:
-                if self.partition_count(stream) == count:
-                    return self.describe(stream)
+                shown = read()
             except StreamError:
                 if time.monotonic() > deadline:
                     raise
-            if time.monotonic() > deadline:
-                raise StreamError(f"Kafka topic {stream!r} on {self.brokers} did not show {count} partitions in time")
+            else:
+                if shown == value:
+                    return
+                if time.monotonic() > deadline:
+                    raise StreamError(
+                        f"Kafka topic {stream!r}: the controller accepted {wanted}, but {self.brokers} still showed "
+                        f"{shown} after {self.clients.settings.timeout_ms} ms. The change is committed and applies "
+                        "when the brokers replay the metadata log: check that they are healthy, or raise the "
+                        "system's timeout_ms"
+                    )
             time.sleep(0.1)
 
 
