@@ -262,10 +262,12 @@ class _CpuAccount:
 
     def __init__(self) -> None:
         self.group: Path | None = None
+        self.tried = False  # a group that could not be made is not tried again at every phase
 
     def start(self) -> None:
-        if self.group is not None or not (self.CPUACCT / "cpuacct.usage").is_file():
+        if self.tried or not (self.CPUACCT / "cpuacct.usage").is_file():
             return
+        self.tried = True
         try:
             here = next(
                 line.split(":", 2)[2].strip()
