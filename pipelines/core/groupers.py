@@ -57,10 +57,13 @@ class GroupByPartition:
 class GroupBySystemStreamPartition:
     """One task per input partition of each stream; after an expansion, still one per original partition.
 
-    SEP-5: the task count does not change when a stream grows from N to kN
-    partitions. New partition p joins the task of partition ``p mod N`` of
-    the same stream (Kafka's partitioner keeps every moved key there), and the
-    task keeps its name. A stream that is new to the job gets tasks of its own.
+    SEP-5, as Samza's ``SSPGrouperProxy`` does it: a partition the previous
+    model read stays with the task that read it, and new partition p joins the
+    task of partition ``p mod N`` of the same stream, N its previous count
+    (Kafka's partitioner keeps every moved key there), so tasks keep their
+    names and keys their task through any number of expansions and re-plans.
+    A stream that is new to the job, or one that another grouper placed
+    before, gets tasks of its own, named after its partitions.
     """
 
     name = "GroupBySystemStreamPartition"
@@ -68,11 +71,15 @@ class GroupBySystemStreamPartition:
 
     def group(self, ssps: set[SystemStreamPartition], previous: Mapping[SystemStreamPartition, str]) -> BaseGrouping:
         before = _partition_counts(previous)
+        own: dict[SystemStream, set[str]] = defaultdict(set)  # the names this grouper gave each stream's tasks
+        for ssp in previous:
+            own[ssp.system_stream].add(ssp_task_base(ssp))
         groups: BaseGrouping = defaultdict(set)
         for ssp in ssps:
             count = before.get(ssp.system_stream)
-            source = ssp if count is None else SystemStreamPartition(ssp.system, ssp.stream, ssp.partition % count)
-            groups[ssp_task_base(source)].add(ssp)
+            source = ssp if count is None or ssp.partition < count else ssp.at_partition(ssp.partition % count)
+            task = previous.get(source)
+            groups[task if task in own[ssp.system_stream] else ssp_task_base(source)].add(ssp)
         return dict(groups)
 
 

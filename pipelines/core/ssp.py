@@ -70,6 +70,10 @@ class SystemStreamPartition:
             return self
         return SystemStreamPartition(self.system, self.stream, self.partition)
 
+    def at_partition(self, partition: int) -> SystemStreamPartition:
+        """Partition ``partition`` of the same stream, whole."""
+        return SystemStreamPartition(self.system, self.stream, partition)
+
     def bucket(self, key_bucket: int) -> SystemStreamPartition:
         return SystemStreamPartition(self.system, self.stream, self.partition, key_bucket)
 

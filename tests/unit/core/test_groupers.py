@@ -212,6 +212,46 @@ def test_an_expanded_per_ssp_job_keeps_one_task_per_original_partition_and_every
         assert before[ssp] == after[ssp]
 
 
+@given(
+    st.integers(1, 4),
+    st.lists(st.tuples(st.sampled_from([1, 1, 2, 3]), factors), min_size=2, max_size=4),
+    st.sampled_from([SSP_GROUPER, "GroupByPartition"]),
+    st.lists(st.binary(min_size=1, max_size=12), max_size=40),
+)
+def test_keys_stay_on_their_base_task_through_any_sequence_of_expansions_and_rescales(
+    n: int, steps: list[tuple[int, int]], grouper: str, keys: list[bytes]
+) -> None:
+    """Samza's SSPGrouperProxy: a partition keeps the task that read it, a new one joins that of ``p mod N``,
+    at every step, not only the first expansion (a re-plan after 4 -> 8 once split the job into 8 tasks)."""
+    model = plan_job_model("j", 1, {EVENTS: n, ORDERS: n}, grouper=grouper)
+    first = model.previous_mapping()
+    count = n
+    for version, (times, factor) in enumerate(steps, start=2):
+        count *= times
+        grouper = expansion_grouper(model.grouper) if times > 1 else model.grouper
+        model = plan_job_model("j", version, {EVENTS: count, ORDERS: n}, factor=factor, grouper=grouper, previous=model)
+        assert len(set(model.previous_mapping().values())) == len(set(first.values())), "SEP-5: no task added"
+        now = model.previous_mapping()
+        for key in keys:
+            before = SystemStreamPartition("deltalog", "events", kafka_partition(key, n))
+            assert now[SystemStreamPartition("deltalog", "events", kafka_partition(key, count))] == first[before]
+        assert all(now[ssp] == task for ssp, task in first.items() if ssp.stream == "orders")
+
+
+def test_a_per_ssp_job_grouped_by_partition_before_gets_names_of_its_own() -> None:
+    """Switching grouper is the user's choice of a new task layout: the per-SSP grouper does not keep the other
+    grouper's names, which would read partition i of every stream in one task as GroupByPartition did."""
+    first = plan_job_model("j", 1, {EVENTS: 2, ORDERS: 2}, grouper="GroupByPartition")
+    switched = plan_job_model("j", 2, {EVENTS: 4, ORDERS: 2}, grouper=SSP_GROUPER, previous=first)
+    tasks = {t.task_name.name: sorted(str(s) for s in t.ssps) for t in switched.tasks()}
+    assert tasks == {
+        "SystemStreamPartition [deltalog, events, 0]": ["[deltalog, events, 0]", "[deltalog, events, 2]"],
+        "SystemStreamPartition [deltalog, events, 1]": ["[deltalog, events, 1]", "[deltalog, events, 3]"],
+        "SystemStreamPartition [deltalog, orders, 0]": ["[deltalog, orders, 0]"],
+        "SystemStreamPartition [deltalog, orders, 1]": ["[deltalog, orders, 1]"],
+    }
+
+
 def test_a_stream_added_with_an_expansion_gets_tasks_of_its_own() -> None:
     first = plan_job_model("j", 1, {EVENTS: 2}, grouper=SSP_GROUPER)
     grown = plan_job_model("j", 2, {EVENTS: 4, ORDERS: 3}, grouper=SSP_GROUPER, previous=first)
