@@ -53,12 +53,37 @@ class SystemStream:
         return f"{self.system}.{self.stream}"
 
 
-@dataclass(frozen=True, order=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class SystemStreamPartition:
+    """Ordered as Samza's ``compareTo``: system, stream, partition, then key bucket, the whole partition first."""
+
     system: str
     stream: str
     partition: int
     key_bucket: int | None = None
+
+    def _order(self) -> tuple[str, str, int, int]:
+        return (self.system, self.stream, self.partition, self.bucket_column)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, SystemStreamPartition):
+            return NotImplemented
+        return self._order() < other._order()
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, SystemStreamPartition):
+            return NotImplemented
+        return self._order() <= other._order()
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, SystemStreamPartition):
+            return NotImplemented
+        return self._order() > other._order()
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, SystemStreamPartition):
+            return NotImplemented
+        return self._order() >= other._order()
 
     @property
     def system_stream(self) -> SystemStream:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel, TaskName
@@ -33,6 +34,29 @@ def test_four_part_ssps_when_elastic_three_part_otherwise() -> None:
     p_ssps = [s for c in plain["containers"].values() for t in c["tasks"].values() for s in t["systemStreamPartitions"]]
     assert sorted(e_ssps) == [["kafka", "t", 0, 0], ["kafka", "t", 0, 1]]
     assert p_ssps == [["kafka", "t", 0]]
+
+
+@given(
+    st.lists(
+        st.builds(
+            SystemStreamPartition,
+            st.sampled_from(["kafka", "kinesis"]),
+            st.sampled_from(["a", "b"]),
+            st.integers(0, 3),
+            st.none() | st.integers(0, 3),
+        ),
+        max_size=20,
+    )
+)
+def test_ssps_sort_as_samzas_compare_to_with_the_whole_partition_before_its_buckets(ssps) -> None:
+    """Samza's ``SystemStreamPartition.compareTo``: system, stream, partition, key bucket, -1 (none) first. Mixing
+    whole partitions and buckets in one sort raised a TypeError before (None against an int)."""
+    ordered = sorted(ssps)
+    keys = [(s.system, s.stream, s.partition, -1 if s.key_bucket is None else s.key_bucket) for s in ordered]
+    assert keys == sorted(keys)
+    assert SystemStreamPartition("kafka", "a", 0) < SystemStreamPartition("kafka", "a", 0, 0)
+    assert SystemStreamPartition("kafka", "a", 0, 3) < SystemStreamPartition("kafka", "a", 1)
+    assert max(SystemStreamPartition("kafka", "a", 1), SystemStreamPartition("kafka", "a", 0, 1)).partition == 1
 
 
 def test_a_model_written_before_elasticity_still_loads() -> None:
