@@ -287,3 +287,17 @@ def test_slotted_streams_may_change_their_count_either_way_others_may_not_shrink
         plan_job_model("j", 2, {kinesis: 2, log: 2}, factor=2, previous=v1)
     with pytest.raises(PartitionChangeError, match="shrank"):
         plan_job_model("j", 2, {kinesis: 3, log: 1}, factor=2, previous=v1, slotted=frozenset({kinesis}))
+
+
+def test_a_removed_stream_an_added_one_and_an_expansion_in_one_plan_as_samzas_grouper_proxy_tests_them() -> None:
+    """Samza's TestGroupByPartitionWithGrouperProxy: the grown stream keeps its tasks, the removed one's tasks go
+    unless another stream reads them, and the new stream reads ``Partition p`` as GroupByPartition would."""
+    a, b, c = (SystemStream("kafka", s) for s in ("PVE", "URE", "BOB"))
+    first = plan_job_model("j", 1, {a: 4, b: 4}, grouper="GroupByPartition")
+    grown = plan_job_model("j", 2, {a: 8, c: 6}, grouper=expansion_grouper(first.grouper), previous=first)
+    tasks = {t.task_name.name: sorted((s.stream, s.partition) for s in t.ssps) for t in grown.tasks()}
+    assert tasks == {
+        **{f"Partition {p}": [("BOB", p), ("PVE", p), ("PVE", p + 4)] for p in range(4)},
+        "Partition 4": [("BOB", 4)],
+        "Partition 5": [("BOB", 5)],
+    }
