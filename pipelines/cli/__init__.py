@@ -34,7 +34,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     err = err or sys.stderr
     words = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(words)
+        parser = build_parser()
+        for word in words:  # a name, path or query in another encoding fails deep in pyarrow, delta-rs or py4j
+            if not _is_utf8(word):
+                shown = word.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                parser.error(f"argument '{shown}' is not UTF-8 text: names, paths and queries must be")
+        args = parser.parse_args(words)
     except SystemExit as e:  # argparse's refusal: its one line is on stderr; --json wants it on stdout too
         if e.code == 2 and "--json" in words and CliParser.last_error is not None:
             json.dump({"error": "usage", "message": CliParser.last_error}, out)
@@ -71,6 +76,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             return _fail(output, "store_unavailable", f"{message}{_remote(home)}")
         raise
     return 0
+
+
+def _is_utf8(word: str) -> bool:
+    """Whether ``word`` is text: Python hands bytes that are not UTF-8 over as lone surrogates."""
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _remote(home: Home | None) -> str:

@@ -19,6 +19,7 @@ from pipelines.core.adjunct import parse_duration
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.limits import MAX_COUNT, MAX_MINUTES, MAX_PARTITIONS, MAX_WATCH_S, shown, whole_number
 from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_ms
+from pipelines.core.ssp import validate_name
 from pipelines.core.start import parse_start, start_time_ms
 from pipelines.errors import ConfigError
 from pipelines.runtime.lifetime import master_problem
@@ -92,7 +93,8 @@ def amount(unit: str, maximum: float | None = None, *, most: str = "") -> Callab
     return parse
 
 
-seconds = amount("seconds")
+seconds = amount("seconds", MAX_MINUTES * 60, most="ten years")
+"""A wait or a run time: ``time.sleep`` overflows past about 292 years (``demo --seconds 1e300`` after its wipe)."""
 
 
 def count(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:
@@ -114,6 +116,17 @@ def count(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:
 
     parse.__name__ = f"whole number >= {minimum}"
     return parse
+
+
+def job_name(text: str) -> str:
+    """A job's name as every table keys it (``core.ssp.validate_name``), refused before any table is read."""
+    try:
+        return validate_name("job", text)
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+job_name.__name__ = "job name"
 
 
 def spark_master(text: str) -> str:
@@ -201,7 +214,7 @@ SYSTEM = (
     arg("--system", default=EMBEDDED_SYSTEM, help="input system (default: the embedded log)"),
     arg("--settings", default=None, help="the system's settings as a JSON object (e.g. Kafka's bootstrap_servers)"),
 )
-JOB = arg("job")
+JOB = arg("job", type=job_name)
 GROUPER_NAMES = ", ".join(sorted(GROUPERS))
 
 STREAM = GroupCommand(
@@ -353,7 +366,12 @@ MODEL = GroupCommand(
                 arg("--stream", default=DEFAULT_STREAM),
                 arg("--system", default=EMBEDDED_SYSTEM),
                 arg("--settings", default=None, help="the system's settings as a JSON object"),
-                arg("--job", default=DEFAULT_JOB, help="plan on top of this job's active model, if it has one"),
+                arg(
+                    "--job",
+                    type=job_name,
+                    default=DEFAULT_JOB,
+                    help="plan on top of this job's active model, if it has one",
+                ),
                 arg("--save", action="store_true", help="store the plan in the control plane (not activated)"),
                 arg("--reason", default="planned from the CLI", help="why the model was planned (with --save)"),
             ),
@@ -432,7 +450,7 @@ JOB_GROUP = GroupCommand(
             "register a job from its YAML config: model v1, start checkpoints, tables",
             "pipelines.cli.jobs.create",
             (
-                arg("job", help="the job's name (must match the config's 'name')"),
+                arg("job", type=job_name, help="the job's name (must match the config's 'name')"),
                 arg("--config", required=True, help="job YAML, e.g. include/jobs/enrichment.yaml"),
             ),
             writes=True,

@@ -35,12 +35,14 @@ import socket
 import sys
 from urllib.parse import urlparse
 
+from pipelines.core.limits import shown
 from pipelines.errors import PipelinesError
 
 PR_SET_PDEATHSIG = 1
 MASTER_CONNECT_TIMEOUT_S = 5.0
 LOCAL_MASTER = re.compile(r"local(\[(?P<threads>[0-9]+|\*)(\s*,\s*[0-9]+)?\])?")
 LOCAL_CLUSTER_MASTER = re.compile(r"local-cluster\[\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*]")
+_JAVA_INT_MAX = 2**31 - 1
 MASTER_FORMS = "local, local[N], local[*], local[N,F], spark://HOST:PORT, k8s://HOST:PORT, yarn or local-cluster[N,C,M]"
 """The masters Spark starts with (``SparkSubmit`` and ``SparkContext``'s master patterns, Spark 4)."""
 
@@ -90,9 +92,16 @@ def master_problem(master: str) -> str | None:
     """Why Spark would refuse this master URL, or None: said before a JVM starts, not by the JVM's stack trace
     after ten seconds (``bogus://x`` reached the user as "the driver exited with code 1", and a rescale had by
     then planned and activated its new model)."""
-    if master == "yarn" or LOCAL_CLUSTER_MASTER.fullmatch(master):
+    if master == "yarn":
         return None
     local = LOCAL_MASTER.fullmatch(master)
+    if local or LOCAL_CLUSTER_MASTER.fullmatch(master):
+        digits = [n.lstrip("0") or "0" for n in re.findall(r"[0-9]+", master)]
+        too_big = [n for n in digits if len(n) > 10 or int(n) > _JAVA_INT_MAX]
+        if too_big:  # Spark reads each with toInt: a NumberFormatException after the driver started
+            return f"Spark master {shown(master)} holds a number above {_JAVA_INT_MAX:,}, the most Spark reads there"
+    if LOCAL_CLUSTER_MASTER.fullmatch(master):
+        return None
     if local:
         if local["threads"] is not None and local["threads"] != "*" and int(local["threads"]) < 1:
             return f"Spark master {master!r} asks for no thread: use local[N] with N >= 1, or local[*]"

@@ -513,3 +513,29 @@ def test_every_command_line_of_the_project_refuses_bad_input_with_one_error_line
     assert len(errors) == 1 and errors[0].startswith("error: "), done.stderr
     assert not (tmp_path / "airflow").exists(), "nothing is started or written on bad input"
     assert not (tmp_path / "s3").exists(), "nothing is started or written on bad input"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("stop", os.fsdecode(b"\xff\xfe")), r"argument '\xff\xfe' is not UTF-8 text"),  # pyarrow's traceback before
+        (("stream", "create", "s", "--partitions", "1", "--home", os.fsdecode(b"q\xff")), r"argument 'q\xff'"),
+        (("stop", ""), "job name '' is invalid"),  # run and stop reached the tables with any name
+        # Commands that would start Spark had they not been refused: the fast tier's guard cannot tell.
+        pytest.param(("sql", os.fsdecode(b"select '\xff'")), "is not UTF-8 text", marks=pytest.mark.slow),
+        pytest.param(("run", "a/b"), "job name 'a/b' is invalid", marks=pytest.mark.slow),
+        pytest.param(  # after the demo had wiped its home
+            ("demo", "--seconds", "1e300"), "must be at most 316,224,000 seconds", marks=pytest.mark.slow
+        ),
+        pytest.param(  # after the rescale had activated its new model
+            ("rescale", "j", "--factor", "2", "--master", "local[99999999999]"),
+            "holds a number above 2,147,483,647",
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_what_the_tables_or_spark_cannot_take_is_refused_before_anything_is_written(
+    tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
+    assert said in fails(tmp_path, *args)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "a refused command wrote nothing, no home either"

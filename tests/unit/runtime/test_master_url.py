@@ -14,6 +14,7 @@ SPARK_STARTS_WITH = [
     "local[16]",
     "local[*]",
     "local[2,3]",
+    "local[2147483647]",  # Java's Integer.MAX_VALUE, the most Spark's toInt reads
     "local[*, 4]",
     "local-cluster[2, 1, 1024]",
     "spark://10.0.0.1:7077",
@@ -41,11 +42,20 @@ def test_every_form_spark_starts_with_passes(master: str) -> None:
         ("local[0]", "asks for no thread"),
         ("spark://", "names no host"),
         ("k8s://  ", "names no host"),
+        ("local[2147483648]", "holds a number above 2,147,483,647"),  # Spark's toInt: NumberFormatException
+        ("local[99999999999]", "holds a number above 2,147,483,647"),
+        ("local[4, 99999999999]", "holds a number above 2,147,483,647"),
+        ("local-cluster[2, 1, 99999999999]", "holds a number above 2,147,483,647"),
     ],
 )
 def test_what_spark_would_refuse_is_named(master: str, reason: str) -> None:
     problem = master_problem(master)
     assert problem is not None and repr(master) in problem and reason in problem
+
+
+def test_a_number_of_thousands_of_digits_is_refused_in_one_line_that_quotes_it_cut() -> None:
+    problem = master_problem(f"local[{'9' * 5000}]")
+    assert problem is not None and "holds a number above" in problem and len(problem) < 200
 
 
 def test_check_master_refuses_the_form_before_any_connection() -> None:
