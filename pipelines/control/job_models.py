@@ -25,6 +25,7 @@ from deltalake.exceptions import CommitFailedError
 
 from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column
+from pipelines.core.limits import shown
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError, ModelError, UnknownJobError
@@ -184,7 +185,7 @@ class JobModels:
     def unknown_job(self, job: str) -> UnknownJobError:
         known = self.jobs()
         listing = f"known jobs: {_join(known)}" if known else "no job has a model yet"
-        return UnknownJobError(f"job {job!r} has no job model in {self.home.control}; {listing}")
+        return UnknownJobError(f"job {shown(job)} has no job model in {self.home.control}; {listing}")
 
     def _activations(self, job: str) -> list[dict[str, Any]]:
         """Activated rows, the one in force last."""

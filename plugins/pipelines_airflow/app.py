@@ -48,6 +48,7 @@ from pipelines_airflow import collect, datadocs, rescale
 from pipelines_airflow.page import TITLE, plain, render
 
 URL_PREFIX = "/elastic-pipelines"
+FORM_FIELDS = "a rescale takes the fields job, factor and reason"
 
 
 def render_page(data: Any) -> str:
@@ -66,11 +67,12 @@ def create_app() -> Any:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
     from fastapi import Depends, FastAPI, Form, Query, Request
-    from fastapi.exceptions import HTTPException
+    from fastapi.exceptions import HTTPException, RequestValidationError
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
     from pipelines.control.home import resolve_home
-    from pipelines.errors import PipelinesError
+    from pipelines.core.limits import shown
+    from pipelines.errors import PipelinesError, UnknownJobError
 
     app = FastAPI(
         title=TITLE,
@@ -97,15 +99,42 @@ def create_app() -> Any:
             return HTMLResponse(page, status_code=exc.status_code)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Any:
+        # FastAPI's own answer echoes each bad input whole (an uploaded file's internals): name the field instead
+        said = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'request'}: {e.get('msg')}" for e in exc.errors()
+        )
+        return JSONResponse({"detail": said}, status_code=422)
+
+    async def form_fields(request: Request) -> list[str]:
+        """The names a post carries: FastAPI fills the declared fields and drops the rest, and a dropped
+        ``dry_run=true`` made a real rescale. A body that is no form fills none of them ("name the job")."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            raise HTTPException(
+                status_code=415, detail=f"post the rescale as a form, not {kind or 'no content type'}: {FORM_FIELDS}"
+            )
+        form = await request.form()
+        if any(not isinstance(value, str) for _, value in form.multi_items()):
+            raise HTTPException(status_code=422, detail=f"a rescale's fields are text, not files: {FORM_FIELDS}")
+        return [name for name, _ in form.multi_items()]
+
     # --- the page ------------------------------------------------------------------------------------------------
 
     @app.get("/", response_class=HTMLResponse)
-    def page(job: str | None = Query(default=None)) -> HTMLResponse:
-        return HTMLResponse(render_page(collect.collect(job)), headers=fresh)
+    def page(request: Request, job: str | None = Query(default=None)) -> Any:
+        try:
+            return HTMLResponse(render_page(collect.collect(job)), headers=fresh)
+        except UnknownJobError as e:
+            return refused(request, str(e), 404, "./")
 
     @app.get("/api/jobs")
     def jobs(job: str | None = Query(default=None)) -> JSONResponse:
-        return JSONResponse(collect.collect(job), headers=fresh)
+        try:
+            return JSONResponse(collect.collect(job), headers=fresh)
+        except UnknownJobError as e:
+            raise HTTPException(status_code=404, detail=str(e)) from None
 
     @app.get("/index.html", include_in_schema=False)
     def index() -> RedirectResponse:
@@ -154,6 +183,7 @@ def create_app() -> Any:
     def trigger(
         request: Request,
         user: Annotated[Any, Depends(get_user)],
+        fields: Annotated[list[str], Depends(form_fields)],
         job: str = Form(default=""),
         factor: str = Form(default=""),
         reason: str = Form(default=rescale.DEFAULT_REASON),
@@ -161,6 +191,13 @@ def create_app() -> Any:
         back = "./?" + urlencode({"job": job}) if job else "./"
         if not rescale.same_origin(request.headers.get("origin"), request.headers.get("host")):
             return refused(request, "refused: the form was posted from another site", 403, back)
+        unknown = sorted(set(fields) - {"job", "factor", "reason"})
+        if unknown:
+            said = f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(shown, unknown))}"
+            return refused(request, f"{said}: {FORM_FIELDS} (a dry run is the preview)", 400, back)
+        twice = sorted({name for name in fields if fields.count(name) > 1})
+        if twice:
+            return refused(request, f"field {', '.join(twice)} given more than once: {FORM_FIELDS}", 400, back)
         try:
             checked = rescale.rescale_request(resolve_home(), job, factor, reason)
             run = rescale.trigger_run(rescale.RESCALE_DAG, rescale.run_conf(checked), user.get_name())

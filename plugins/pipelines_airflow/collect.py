@@ -31,7 +31,8 @@ OBSERVE_MINUTES = 60.0
 
 
 def collect(job: str | None = None, home: Any = None) -> dict[str, Any]:
-    """``{"home", "generated_at", "jobs": [...]}``, narrowed to one job when ``job`` is given."""
+    """``{"home", "generated_at", "jobs": [...]}``, narrowed to one job when ``job`` is given (``UnknownJobError``
+    when it has no model)."""
     from pipelines.control import ControlPlane
     from pipelines.control.home import resolve_home
 
@@ -39,7 +40,9 @@ def collect(job: str | None = None, home: Any = None) -> dict[str, Any]:
     control = ControlPlane(home)
     names = control.job_models.jobs()
     if job is not None:
-        names = [n for n in names if n == job]
+        if job not in names:  # an empty list would read as "this job has nothing" rather than "no such job"
+            raise control.job_models.unknown_job(job)
+        names = [job]
     return {
         "home": str(home.root),
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

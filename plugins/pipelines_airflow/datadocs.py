@@ -132,12 +132,16 @@ def gx_static() -> Path:
 
 
 def resolve_page(root: Path, page: str) -> Path | None:
-    """The file of ``page`` inside ``root``, or None (outside it, missing, or not a file)."""
-    root = root.resolve()
-    target = (root / page).resolve() if page else root / "index.html"
-    if target.is_dir():
-        target = target / "index.html"
-    if not target.is_relative_to(root) or not target.is_file():
+    """The file of ``page`` inside ``root``, or None (outside it, missing, not a file, or no name a file system
+    takes: a NUL byte, a name past ``NAME_MAX``, which ``resolve`` and ``stat`` raise on)."""
+    try:
+        root = root.resolve()
+        target = (root / page).resolve() if page else root / "index.html"
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_relative_to(root) or not target.is_file():
+            return None
+    except (OSError, ValueError):
         return None
     return target
 

@@ -296,4 +296,8 @@ def same_origin(origin: str | None, host: str | None) -> bool:
         return True
     if origin == "null" or not host:
         return False
-    return urlparse(origin).netloc.lower() == host.lower()
+    try:
+        netloc = urlparse(origin).netloc
+    except ValueError:  # "http://[::1" and the like: no site this server is
+        return False
+    return netloc.lower() == host.lower()

@@ -332,6 +332,23 @@ def test_bad_rescale_input_on_the_page_is_refused_with_the_reason(
         "/elastic-pipelines/rescale", data={"job": JOB, "factor": "2"}, headers={"Origin": "https://evil.example"}
     )
     assert other_site.status_code == 403
+    torn = post("/elastic-pipelines/rescale", data={"job": JOB, "factor": "2"}, headers={"Origin": "http://[::1"})
+    assert torn.status_code == 403, torn.text  # urlparse's ValueError was a 500
+    as_json = {"Accept": "application/json"}
+    not_taken = [  # each was a 201 (a real rescale) or a 400 that blamed the job, or echoed a file's internals
+        ({"data": {"job": JOB, "factor": "2", "dry_run": "true"}}, 400, "unknown field 'dry_run'"),
+        ({"data": {"job": [JOB, "other"], "factor": "2"}}, 400, "field job given more than once"),
+        ({"json": {"job": JOB, "factor": "2"}}, 415, "post the rescale as a form, not application/json"),
+        ({"data": {"factor": "2"}, "files": {"job": ("a.txt", JOB.encode())}}, 422, "text, not files"),
+    ]
+    for request, status, message in not_taken:
+        answer = post("/elastic-pipelines/rescale", headers=as_json, **request)
+        assert answer.status_code == status and message in answer.json()["detail"], (request, answer.text)
+        assert "_max_mem_size" not in answer.text
+    unknown = running_airflow.get("/elastic-pipelines/api/jobs", params={"job": "nope"})
+    assert unknown.status_code == 404 and "job 'nope' has no job model" in unknown.json()["detail"], unknown.text
+    for path in ("/elastic-pipelines/docs/a%00b.html", "/elastic-pipelines/docs/" + "x" * 5000):
+        assert running_airflow.get(path).status_code == 404, path  # a NUL or a name past NAME_MAX was a 500
     anonymous = running_airflow.http.build_request("POST", "/elastic-pipelines/rescale", data={"job": JOB})
     anonymous.headers.pop("Authorization")
     assert running_airflow.http.send(anonymous).status_code == 401

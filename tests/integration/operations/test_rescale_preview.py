@@ -167,6 +167,7 @@ def test_a_post_from_another_site_is_not_the_same_origin() -> None:
     assert rescale.same_origin("http://127.0.0.1:8080", "127.0.0.1:8080")
     assert not rescale.same_origin("https://evil.example", "127.0.0.1:8080")
     assert not rescale.same_origin("null", "127.0.0.1:8080")
+    assert not rescale.same_origin("http://[::1", "127.0.0.1:8080")  # urlparse's ValueError was a 500
 
 
 @pytest.fixture

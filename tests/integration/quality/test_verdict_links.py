@@ -96,6 +96,8 @@ def test_only_files_inside_the_site_are_served(validated: dict[str, Any], tmp_pa
     (tmp_path / "secret.txt").write_text("not a Data Docs page")
     for outside in ("../gx/great_expectations.yml", "../../control", "/etc/passwd", "static/../../gx", "nope.html"):
         assert datadocs.resolve_page(site, outside) is None, outside
+    for unnamable in ("a\x00b.html", "x" * 5000, "x/" * 3000):  # ValueError and ENAMETOOLONG were 500s
+        assert datadocs.resolve_page(site, unnamable) is None
 
 
 def test_rows_written_before_the_new_columns_read_as_no_link() -> None:
