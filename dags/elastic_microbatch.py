@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.sdk import dag, task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.submit import SubmitDriver
 
 from pipelines.operations import keepalive
@@ -32,6 +33,7 @@ def elastic_microbatch() -> None:
     @task
     def batch_jobs() -> list[list[str]]:
         """spark-submit arguments of every available-now job's driver."""
+        check_conf()
         home = PipelinesHook().home()
         return [
             ["--home", str(home.root), "--job", job, "--available-now"]
@@ -41,6 +43,7 @@ def elastic_microbatch() -> None:
     @task
     def keep_continuous_jobs_running() -> dict[str, Any]:
         """Heartbeat of every continuous job; a driver whose heartbeat is stale is launched again (detached)."""
+        check_conf()
         return keepalive.keep_running(PipelinesHook().home(), launch=keepalive.launches())
 
     SubmitDriver.partial(task_id="run_available_now", conn_id="spark_default", name="pipelines-microbatch").expand(

@@ -23,10 +23,12 @@ from typing import Any
 from airflow.sdk import Param, dag, get_current_context, task
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.notes import REFUSAL
+from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import scaling_path
 
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor, validate_factor
+from pipelines.core.limits import MAX_WAIT_S
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.operations import scaling
 from pipelines.runtime.lifetime import master_problem
@@ -65,13 +67,25 @@ from pipelines.runtime.lifetime import master_problem
             description="how partitions and key buckets become virtual tasks; empty keeps the job's grouper",
         ),
         "lock_wait_s": Param(
-            0, type="integer", minimum=0, description="seconds to wait for another scaling step's lock, then fail"
+            0,
+            type="integer",
+            minimum=0,
+            maximum=MAX_WAIT_S,
+            description="seconds to wait for another scaling step's lock, then fail",
         ),
         "catch_up_timeout_s": Param(
-            600, type="integer", minimum=1, description="seconds the new model may take to catch up with the input"
+            600,
+            type="integer",
+            minimum=1,
+            maximum=MAX_WAIT_S,
+            description="seconds the new model may take to catch up with the input",
         ),
         "restart_timeout_s": Param(
-            300, type="integer", minimum=1, description="seconds the job may take to restart on the new model"
+            300,
+            type="integer",
+            minimum=1,
+            maximum=MAX_WAIT_S,
+            description="seconds the job may take to restart on the new model",
         ),
         "sequence_column": Param(
             None, type=["null", "string"], description="per-key sequence column in the sink, for the order check"
@@ -95,6 +109,7 @@ def elastic_rescale() -> None:
             raise
 
     def _request(params: dict[str, Any]) -> scaling.ScalingRequest:
+        check_conf()  # a misspelt "factr" ran the default factor
         factor = params.get("factor")
         reason = params["reason"]
         if params.get("auto"):

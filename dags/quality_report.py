@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 from pipelines_airflow.assets import JOB_MODELS, QUALITY
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import dag_run
 
 from pipelines.control import ControlPlane
@@ -32,6 +33,7 @@ def quality_report() -> None:
         from pipelines.operations.scaling.readings import default_sequence
         from pipelines.quality.report import run_quality
 
+        check_conf()
         home = PipelinesHook().home()
         produced_by = dag_run()  # recorded with every verdict: the UI links each one to this run
         verdicts: dict[str, Any] = {}

@@ -14,8 +14,10 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import scaling_path
 
+from pipelines.core.limits import MAX_WAIT_S
 from pipelines.errors import PartitionChangeError
 from pipelines.operations import repartition
 
@@ -28,13 +30,25 @@ from pipelines.operations import repartition
     tags=["elastic-pipelines", "scaling"],
     params={
         "catch_up_timeout_s": Param(
-            600, type="integer", minimum=1, description="seconds a new model may take to catch up with the input"
+            600,
+            type="integer",
+            minimum=1,
+            maximum=MAX_WAIT_S,
+            description="seconds a new model may take to catch up with the input",
         ),
         "restart_timeout_s": Param(
-            300, type="integer", minimum=1, description="seconds a job may take to restart on its new model"
+            300,
+            type="integer",
+            minimum=1,
+            maximum=MAX_WAIT_S,
+            description="seconds a job may take to restart on its new model",
         ),
         "lock_wait_s": Param(
-            0, type="integer", minimum=0, description="seconds to wait for another scaling step's lock (0: next minute)"
+            0,
+            type="integer",
+            minimum=0,
+            maximum=MAX_WAIT_S,
+            description="seconds to wait for another scaling step's lock (0: next minute)",
         ),
     },
     doc_md=__doc__,
@@ -42,6 +56,7 @@ from pipelines.operations import repartition
 def repartition_watch() -> None:
     @task
     def detect() -> list[dict[str, Any]]:
+        check_conf()
         changes = repartition.detect(PipelinesHook().home())
         for c in changes:
             state = "refused" if c.error else ("busy" if c.busy else "absorb")

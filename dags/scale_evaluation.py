@@ -14,6 +14,7 @@ from typing import Any
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.run_conf import check_conf
 
 from pipelines.control import ControlPlane
 
@@ -30,6 +31,7 @@ def scale_evaluation() -> None:
     @task
     def evaluate_jobs() -> list[dict[str, Any]]:
         """One decision per job; a job being scaled right now gets a recorded skip naming the lock's holder."""
+        check_conf()
         from pipelines.core.autosize import DOWN, UP
         from pipelines.operations.autosize import evaluate
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.run_conf import check_conf
 
 from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
 from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_cutoff, retention_text
@@ -54,6 +55,7 @@ def stream_maintenance() -> None:
     def streams() -> list[str]:
         from pipelines.systems.deltalog import DeltaLog
 
+        check_conf()  # a misspelt "strems" trimmed every stream
         params = get_current_context()["params"]
         parse_duration(params["older_than"], "older_than")  # a bad age fails here, before any stream is touched
         named = list(params["streams"])

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipelines.core.adjunct import parse_duration
 from pipelines.core.groupers import GROUPERS
-from pipelines.core.limits import MAX_COUNT, MAX_MINUTES, MAX_PARTITIONS, MAX_WATCH_S, shown, whole_number
+from pipelines.core.limits import MAX_COUNT, MAX_MINUTES, MAX_PARTITIONS, MAX_WAIT_S, MAX_WATCH_S, shown, whole_number
 from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_ms
 from pipelines.core.ssp import validate_name
 from pipelines.core.start import parse_start, start_time_ms
@@ -93,7 +93,7 @@ def amount(unit: str, maximum: float | None = None, *, most: str = "") -> Callab
     return parse
 
 
-seconds = amount("seconds", MAX_MINUTES * 60, most="ten years")
+seconds = amount("seconds", MAX_WAIT_S, most="ten years")
 """A wait or a run time: ``time.sleep`` overflows past about 292 years (``demo --seconds 1e300`` after its wipe)."""
 
 

@@ -32,6 +32,11 @@ digits Python refuses it with its own error; no count here has more than 19."""
 MAX_MINUTES = 10 * 366 * 24 * 60
 """How far back ``status --minutes`` may look: ten years. A window reaching before year 1 has no date."""
 
+MAX_WAIT_S = MAX_MINUTES * 60
+"""The longest wait or timeout an operator may give (a lock wait, a restart or catch-up timeout, a demo's run on a
+model): ten years. ``time.sleep`` and ``float`` overflow long before a number a JSON conf can hold (``10**400``
+passed Airflow's Params and failed after the rescale had stopped the job)."""
+
 MAX_WATCH_S = 24 * 60 * 60.0
 """The longest refresh period of ``status --watch``: a day (``time.sleep`` refuses periods past the platform's
 ``time_t``)."""

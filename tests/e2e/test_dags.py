@@ -7,6 +7,7 @@ goes on the session's Spark, ``_ran``); the control plane is the home in
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -142,6 +143,7 @@ def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_not
         ({"job": "enrichment", "factor": "lots"}, "got 'lots'"),
         ({"job": "nope", "factor": 2}, "nope"),
         ({"job": "enrichment", "factor": 2, "spark_master": "bogus://x"}, "spark_master: Spark master 'bogus://x'"),
+        ({"job": "enrichment", "factr": 8}, "unknown conf key 'factr': it takes auto, catch_up_timeout_s"),  # ran 2
     ]
     for conf, reason in cases:
         run = dag.test(run_conf=conf)
@@ -151,6 +153,20 @@ def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_not
         note = _note(run)
         assert note is not None and reason in note and note.startswith("Refused by validate: "), note
     assert ControlPlane(home).job_models.latest_version("enrichment") == 1
+
+
+def test_a_wait_past_ten_years_is_refused_by_the_params_before_any_task_runs(dagbag: Any) -> None:
+    """``10**400`` passed the Params and overflowed ``float`` in the restart step, after the job was stopped."""
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    for dag_id in ("elastic_rescale", "repartition_watch"):
+        for name in ("lock_wait_s", "catch_up_timeout_s", "restart_timeout_s"):
+            params = copy.deepcopy(dagbag.get_dag(dag_id).params)  # as a trigger's conf is merged into them
+            with pytest.raises(ParamValidationError, match=f"Invalid input for param {name}"):
+                params[name] = 10**400
+                params.validate()
+            params[name] = 3600
+            assert params.validate()[name] == 3600
 
 
 def test_a_factor_typed_as_text_runs_that_factor(dagbag: Any, home: Home) -> None:
