@@ -23,6 +23,8 @@ from pipelines_airflow.run_conf import check_conf
 
 from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
 from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_cutoff, retention_text
+from pipelines.core.ssp import validate_name
+from pipelines.errors import ConfigError
 
 
 @dag(
@@ -58,8 +60,14 @@ def stream_maintenance() -> None:
         check_conf()  # a misspelt "strems" trimmed every stream
         params = get_current_context()["params"]
         parse_duration(params["older_than"], "older_than")  # a bad age fails here, before any stream is touched
-        named = list(params["streams"])
-        return named or DeltaLog(PipelinesHook().home().streams).list_streams()
+        named = [validate_name("stream", name) for name in params["streams"]]
+        existing = DeltaLog(PipelinesHook().home().streams).list_streams()
+        missing = sorted(set(named) - set(existing))
+        if missing:  # refused before any stream is trimmed, not by its mapped task after the others were
+            raise ConfigError(
+                f"no stream {', '.join(missing)} in the home; its streams: {', '.join(existing) or 'none'}"
+            )
+        return named or existing
 
     @task(map_index_template="{{ stream_name }}")
     def maintain(stream: str) -> dict[str, Any]:

@@ -364,6 +364,10 @@ def test_stream_maintenance_trims_and_compacts_every_stream_but_never_takes_what
     )
     assert sorted(files.values()) == [1, 1], "the three files of each partition it kept were merged into one"
     assert _run(dag, older_than="1ms", streams=["nope"]) == "failed", "a stream that does not exist is named"
+    refused = dag.test(run_conf={"older_than": "1ms", "streams": ["views", "../x"]})
+    states = _task_states(refused)  # refused as a whole by the first task, not by "../x"'s after "views" was trimmed
+    assert str(refused.state) == "failed" and states["streams"] == "failed", states
+    assert states.get("maintain") in (None, "upstream_failed"), states
 
 
 def _utc_now() -> Any:
