@@ -321,6 +321,21 @@ def test_home_comes_from_the_environment(tmp_path: Path) -> None:
     assert f"no jobs in {tmp_path / 'env-home' / 'control'}" in done.stdout
 
 
+def test_job_create_refuses_a_key_written_twice_and_writes_nothing(tmp_path: Path) -> None:
+    """The demo config with ``elasticity_factor`` given twice: one error line naming both, not a job at factor 4."""
+    lines = (REPO / "include/jobs/enrichment.yaml").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("elasticity_factor:"))
+    lines.insert(at + 1, "elasticity_factor: 4")
+    config = tmp_path / "twice.yaml"
+    config.write_text("\n".join(lines) + "\n")
+    message = fails(tmp_path, "job", "create", "enrichment", "--config", str(config))
+    assert message == (
+        f"error: job config {config} is not valid YAML: duplicate key 'elasticity_factor' at line {at + 2}, "
+        f"column 1 (first at line {at + 1}; the keys of a mapping must be unique)\n"
+    )
+    assert not (tmp_path / "home" / "control").exists()  # refused before the home is touched
+
+
 def _registered_demo_job(tmp_path: Path) -> None:
     run(tmp_path, "stream", "create", "events", "--partitions", "2")
     run(tmp_path, "stream", "produce", "events", "--records", "50", "--keys", "5")
