@@ -77,6 +77,15 @@ def test_model_plan_bad_input(tmp_path: Path, args: list[str], message: str) -> 
     assert message in fails(tmp_path, "model", "plan", "--partitions", "2", *args)
 
 
+def test_model_plan_refuses_an_unknown_system_with_or_without_save(tmp_path: Path) -> None:
+    """A plan for a system no module serves is no plan: without --save it printed one, with it it was refused."""
+    unknown = "error: unknown input system 'zzz'; choose one of deltalog, kafka, kinesis\n"
+    plan = ("model", "plan", "--partitions", "2", "--system", "zzz")
+    assert fails(tmp_path, *plan) == unknown
+    assert fails(tmp_path, *plan, "--save") == unknown  # the same words either way
+    assert not (tmp_path / "home" / "control").exists()
+
+
 def test_model_plan_without_partitions_needs_a_stream(tmp_path: Path) -> None:
     assert "give --partitions N" in fails(tmp_path, "model", "plan", "--factor", "2")
 
