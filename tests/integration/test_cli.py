@@ -141,6 +141,30 @@ def test_model_migrate_bad_input(tmp_path: Path) -> None:
     )
 
 
+def test_model_migrate_refuses_maps_no_job_has_and_takes_its_own_output(tmp_path: Path) -> None:
+    """A stream called 'a/b', a key it would ignore, an empty map: each was migrated (the last as "0 -> 0
+    partitions"); what ``model migrate --json`` writes is still a map it reads."""
+    row = {"ssp": ["deltalog", "events", 0], "offset": "5"}
+    for document, message in (
+        ({"checkpoints": [{**row, "ssp": ["deltalog", "a/b", 0]}]}, "checkpoint #0: stream name 'a/b' is invalid"),
+        ({"factor": 1, "extra": 1, "checkpoints": [row]}, "unknown key 'extra'; its keys are 'factor' and"),
+        ({"factor": 1, "checkpoints": []}, "has no checkpoints: nothing to migrate, so probably not the file meant"),
+    ):
+        source = tmp_path / "map.json"
+        source.write_text(json.dumps(document))
+        error = fails(tmp_path, "model", "migrate", "--from", str(source), "--to-factor", "2")
+        assert error.startswith(f"error: checkpoint file {source}: ") and message in error, error
+    kinesis = "shardId-000000000000:49590338271490256608559692538361571095921575989136588898"  # 56 digits
+    rows = [{"ssp": ["kinesis", "orders", 0], "offset": kinesis}, {"ssp": ["deltalog", "events", 0], "offset": 10**40}]
+    source.write_text(json.dumps({"factor": 1, "checkpoints": rows}))  # a huge offset is no bad input
+    migrated = tmp_path / "migrated.json"
+    migrated.write_text(run(tmp_path, "--json", "model", "migrate", "--from", str(source), "--to-factor", "2").stdout)
+    again = CheckpointMap.from_json(
+        json.loads(run(tmp_path, "--json", "model", "migrate", "--from", str(migrated), "--to-factor", "1").stdout)
+    )
+    assert again.offsets == {SystemStreamPartition("kinesis", "orders", 0): kinesis, ssp(0): str(10**40)}
+
+
 def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
     from pipelines import cli
     from pipelines.systems.deltalog import DeltaLog
