@@ -14,9 +14,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from pipelines.core.adjunct import DURATION_PATTERN, Dataset, Partitioning, Persistence, parse_duration
-from pipelines.core.ssp import NAME_PATTERN, validate_name
+from pipelines.core.ssp import NAME_PATTERN, SYSTEMS, validate_name
 from pipelines.settings import Check, OneOf, PositiveWhole, Said, Section, StrictBool, value_error
-from pipelines.systems.registry import SYSTEMS
 
 DEFAULT_EXTRACTOR = "default"
 DEFAULT_BATCH_RECORDS = 100_000

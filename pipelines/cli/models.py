@@ -16,14 +16,15 @@ from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
 from pipelines.core.limits import check_partition_count, check_task_count
 from pipelines.core.model import JobModel
-from pipelines.core.ssp import SystemStream, SystemStreamPartition, validate_name
+from pipelines.core.ssp import SystemStream, SystemStreamPartition, validate_name, validate_system
 from pipelines.errors import ConfigError, ModelError, PartitionChangeError, PipelinesError, StreamError
 
 
 def plan(args: argparse.Namespace, home: Home, output: Output) -> None:
     factor = validate_factor(args.factor)  # bad input is reported before the Delta libraries load
     job = validate_name("job", args.job)
-    stream = SystemStream(validate_name("system", args.system), validate_name("stream", args.stream))
+    # a system no module serves is refused with or without --save (only --save opens it): a plan for it is no plan
+    stream = SystemStream(validate_system(args.system), validate_name("stream", args.stream))
     from pipelines.control import ControlPlane
 
     partitions = args.partitions

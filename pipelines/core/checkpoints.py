@@ -22,7 +22,7 @@ from pipelines.core.bulk import collector_paused
 from pipelines.core.hashing import validate_factor
 from pipelines.core.limits import check_partition_number, check_task_count, shown
 from pipelines.core.positions import Position
-from pipelines.core.ssp import SystemStreamPartition
+from pipelines.core.ssp import SystemStreamPartition, validate_name
 from pipelines.errors import ConfigError, ModelError
 
 PositionKey = Callable[[Position], Any]
@@ -93,10 +93,19 @@ class CheckpointMap:
 
     @classmethod
     def from_json(cls, value: Any) -> CheckpointMap:
+        """The map a file holds (``model migrate --from``), in the form ``to_json`` writes.
+
+        Only what a job's map can be is taken: names the platform would
+        refuse for a stream, keys it would ignore, or no checkpoints at all
+        mean the file is not the map of a job, and migrating it anyway would
+        print a map no job could start from. Offsets are not limited: they
+        belong to their system (Kinesis sequence numbers run to 128 digits).
+        """
         if not isinstance(value, dict) or "checkpoints" not in value:
             raise ModelError(
                 'checkpoint map must be an object {"factor": X, "checkpoints": [{"ssp": [...], "offset": "..."}]}'
             )
+        _refuse_unknown_keys(value)
         try:
             factor = validate_factor(value.get("factor", 1))
         except Exception as e:
@@ -107,15 +116,25 @@ class CheckpointMap:
                 f'checkpoint map: \'checkpoints\' must be a list of {{"ssp": [...], "offset": "..."}}, '
                 f"got {shown(rows)}"
             )
+        if not rows:  # every job reads at least one partition, so its map holds at least one checkpoint
+            raise ModelError(
+                "checkpoint map has no checkpoints: nothing to migrate, so probably not the file meant; "
+                "'pipelines job checkpoints JOB --json' writes a job's map"
+            )
         offsets: dict[SystemStreamPartition, Position] = {}
+        named: set[tuple[str, str]] = set()  # each stream's names are checked once, not at each of its buckets
         for i, row in enumerate(rows):
             if not isinstance(row, dict) or "ssp" not in row or "offset" not in row:
                 raise ModelError(f"checkpoint #{i} must have 'ssp' and 'offset', got {shown(row)}")
             ssp = SystemStreamPartition.from_json(row["ssp"])
             try:
-                check_partition_number(ssp.partition, f"checkpoint #{i}: partition")
+                if (ssp.system, ssp.stream) not in named:  # a name no stream can have (a/b) is a wrong file
+                    validate_name("system", ssp.system)
+                    validate_name("stream", ssp.stream)
+                    named.add((ssp.system, ssp.stream))
+                check_partition_number(ssp.partition, "partition")
             except ConfigError as e:
-                raise ModelError(str(e)) from None
+                raise ModelError(f"checkpoint #{i}: {e}") from None
             offset = row["offset"]
             if isinstance(offset, bool) or not isinstance(offset, (int, str)):
                 raise ModelError(f"checkpoint #{i} offset must be a string or integer, got {shown(offset)}")
@@ -135,6 +154,22 @@ class CheckpointMap:
         except RecursionError:  # 100,000 '[': no checkpoint map nests deeper than four levels
             raise ModelError("checkpoint map nests too deeply: a checkpoint map's JSON is four levels deep") from None
         return cls.from_json(document)
+
+
+_KEYS = ("factor", "checkpoints")
+"""A checkpoint map's keys, as ``CheckpointMap.to_json`` writes them."""
+
+
+def _refuse_unknown_keys(document: dict[Any, Any]) -> None:
+    """Any other key would be ignored: a misspelt ``factr: 4`` would read the map at factor 1, and a file that
+    merely holds a ``checkpoints`` list (some other tool's) would pass for a map."""
+    unknown = sorted(shown(key) for key in document if key not in _KEYS)
+    if unknown:
+        named = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise ModelError(
+            f"checkpoint map has unknown key{'s' if len(unknown) > 1 else ''} {named}; its keys are "
+            + " and ".join(f"'{key}'" for key in _KEYS)
+        )
 
 
 def migrate_checkpoints(

@@ -31,6 +31,10 @@ NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._-]{1,249}$"
 _NAME = re.compile(NAME_PATTERN)
 
 
+SYSTEMS = ("deltalog", "kafka", "kinesis")
+"""The input systems a stream can be in (``pipelines.systems.registry`` opens each); named here, without the
+systems' modules, so a name is checked before any of them (or the Delta libraries) loads."""
+
 NO_BUCKET = -1
 """The ``key_bucket`` column value of a whole partition (an SSP without a key bucket, factor 1)."""
 
@@ -41,6 +45,13 @@ def validate_name(kind: str, name: str) -> str:
             f"{kind} name {name!r} is invalid: use 1-249 characters of letters, digits, '.', '_' or '-', "
             "other than '.' or '..' alone"
         )
+    return name
+
+
+def validate_system(name: str) -> str:
+    """An input system's name: one of ``SYSTEMS``, refused in the words ``registry.open_system`` uses."""
+    if name not in SYSTEMS:
+        raise ConfigError(f"unknown input system {shown(name)}; choose one of {', '.join(SYSTEMS)}")
     return name
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from pipelines import yamlfile
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream
@@ -168,7 +169,7 @@ class JobConfig:
     def load(cls, path: str | Path) -> JobConfig:
         path = Path(path)
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+            raw = yamlfile.load(path.read_text(encoding="utf-8"))  # a key written twice is refused
         except FileNotFoundError:
             raise ConfigError(f"job config {path} does not exist") from None
         except IsADirectoryError:

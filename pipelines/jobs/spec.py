@@ -22,7 +22,7 @@ from pipelines.adjunct.spec import StoreName, StoreSpec
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR, MAX_FACTOR_ENV, validate_factor
-from pipelines.core.ssp import NAME_PATTERN, SystemStream, validate_name
+from pipelines.core.ssp import NAME_PATTERN, SYSTEMS, SystemStream, validate_name
 from pipelines.core.start import WORDS, parse_start
 from pipelines.errors import ConfigError
 from pipelines.settings import (
@@ -40,7 +40,6 @@ from pipelines.settings import (
 from pipelines.systems.deltalog_settings import DeltaLogSettings
 from pipelines.systems.kinesis.settings import KinesisSettings
 
-SYSTEMS = ("deltalog", "kafka", "kinesis")
 MAX_BATCH_RECORDS = 1_000_000_000
 """Records per micro-batch at factor 1, at most: far past what one batch's memory holds, short of overflowing
 the budget Spark carries as a 64-bit count once the factor multiplies it."""

@@ -77,6 +77,15 @@ def test_model_plan_bad_input(tmp_path: Path, args: list[str], message: str) -> 
     assert message in fails(tmp_path, "model", "plan", "--partitions", "2", *args)
 
 
+def test_model_plan_refuses_an_unknown_system_with_or_without_save(tmp_path: Path) -> None:
+    """A plan for a system no module serves is no plan: without --save it printed one, with it it was refused."""
+    unknown = "error: unknown input system 'zzz'; choose one of deltalog, kafka, kinesis\n"
+    plan = ("model", "plan", "--partitions", "2", "--system", "zzz")
+    assert fails(tmp_path, *plan) == unknown
+    assert fails(tmp_path, *plan, "--save") == unknown  # the same words either way
+    assert not (tmp_path / "home" / "control").exists()
+
+
 def test_model_plan_without_partitions_needs_a_stream(tmp_path: Path) -> None:
     assert "give --partitions N" in fails(tmp_path, "model", "plan", "--factor", "2")
 
@@ -130,6 +139,30 @@ def test_model_migrate_bad_input(tmp_path: Path) -> None:
     assert "cannot read checkpoint file" in fails(
         tmp_path, "model", "migrate", "--from", str(tmp_path / "missing.json"), "--to-factor", "2"
     )
+
+
+def test_model_migrate_refuses_maps_no_job_has_and_takes_its_own_output(tmp_path: Path) -> None:
+    """A stream called 'a/b', a key it would ignore, an empty map: each was migrated (the last as "0 -> 0
+    partitions"); what ``model migrate --json`` writes is still a map it reads."""
+    row = {"ssp": ["deltalog", "events", 0], "offset": "5"}
+    for document, message in (
+        ({"checkpoints": [{**row, "ssp": ["deltalog", "a/b", 0]}]}, "checkpoint #0: stream name 'a/b' is invalid"),
+        ({"factor": 1, "extra": 1, "checkpoints": [row]}, "unknown key 'extra'; its keys are 'factor' and"),
+        ({"factor": 1, "checkpoints": []}, "has no checkpoints: nothing to migrate, so probably not the file meant"),
+    ):
+        source = tmp_path / "map.json"
+        source.write_text(json.dumps(document))
+        error = fails(tmp_path, "model", "migrate", "--from", str(source), "--to-factor", "2")
+        assert error.startswith(f"error: checkpoint file {source}: ") and message in error, error
+    kinesis = "shardId-000000000000:49590338271490256608559692538361571095921575989136588898"  # 56 digits
+    rows = [{"ssp": ["kinesis", "orders", 0], "offset": kinesis}, {"ssp": ["deltalog", "events", 0], "offset": 10**40}]
+    source.write_text(json.dumps({"factor": 1, "checkpoints": rows}))  # a huge offset is no bad input
+    migrated = tmp_path / "migrated.json"
+    migrated.write_text(run(tmp_path, "--json", "model", "migrate", "--from", str(source), "--to-factor", "2").stdout)
+    again = CheckpointMap.from_json(
+        json.loads(run(tmp_path, "--json", "model", "migrate", "--from", str(migrated), "--to-factor", "1").stdout)
+    )
+    assert again.offsets == {SystemStreamPartition("kinesis", "orders", 0): kinesis, ssp(0): str(10**40)}
 
 
 def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
@@ -319,6 +352,21 @@ def test_home_comes_from_the_environment(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert f"no jobs in {tmp_path / 'env-home' / 'control'}" in done.stdout
+
+
+def test_job_create_refuses_a_key_written_twice_and_writes_nothing(tmp_path: Path) -> None:
+    """The demo config with ``elasticity_factor`` given twice: one error line naming both, not a job at factor 4."""
+    lines = (REPO / "include/jobs/enrichment.yaml").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("elasticity_factor:"))
+    lines.insert(at + 1, "elasticity_factor: 4")
+    config = tmp_path / "twice.yaml"
+    config.write_text("\n".join(lines) + "\n")
+    message = fails(tmp_path, "job", "create", "enrichment", "--config", str(config))
+    assert message == (
+        f"error: job config {config} is not valid YAML: duplicate key 'elasticity_factor' at line {at + 2}, "
+        f"column 1 (first at line {at + 1}; the keys of a mapping must be unique)\n"
+    )
+    assert not (tmp_path / "home" / "control").exists()  # refused before the home is touched
 
 
 def _registered_demo_job(tmp_path: Path) -> None:

@@ -148,6 +148,69 @@ def test_bad_checkpoint_maps(text: str, message: str) -> None:
     assert len(str(info.value)) < 300  # one short line: what was given is cut, a RecursionError never escapes
 
 
+ROW = '{"ssp": ["kafka", "t", 0], "offset": 1}'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            '{"checkpoints": [{"ssp": ["deltalog", "a/b", 0], "offset": 1}]}',
+            r"^checkpoint #0: stream name 'a/b' is invalid: use 1-249 characters of letters, digits",
+            id="stream-with-a-slash",
+        ),
+        pytest.param(
+            '{"checkpoints": [' + ROW + ', {"ssp": ["kafka", "..", 0], "offset": 1}]}',
+            r"^checkpoint #1: stream name '\.\.' is invalid",
+            id="stream-dot-dot",
+        ),
+        pytest.param(
+            '{"checkpoints": [{"ssp": {"system": "", "stream": "t", "partition": 0}, "offset": 1}]}',
+            r"^checkpoint #0: system name '' is invalid",
+            id="empty-system-samza-form",
+        ),
+        pytest.param(
+            '{"factor": 1, "extra": 1, "checkpoints": [' + ROW + "]}",
+            r"^checkpoint map has unknown key 'extra'; its keys are 'factor' and 'checkpoints'$",
+            id="one-unknown-key",
+        ),
+        pytest.param(
+            '{"factr": 2, "job": "j", "checkpoints": [' + ROW + "]}",
+            r"^checkpoint map has unknown keys 'factr', 'job'; its keys are 'factor' and 'checkpoints'$",
+            id="a-misspelt-factor",
+        ),
+        pytest.param(
+            '{"checkpoints": [' + ROW + "], " + ", ".join(f'"k{i}": 0' for i in range(1000)) + "}",
+            r"^checkpoint map has unknown keys 'k0', 'k1', 'k10', .* and 99\d more; its keys are",
+            id="a-thousand-unknown-keys",
+        ),
+        pytest.param(
+            '{"factor": 2, "checkpoints": []}',
+            r"^checkpoint map has no checkpoints: nothing to migrate, so probably not the file meant",
+            id="empty",
+        ),
+    ],
+)
+def test_maps_no_job_could_have_are_refused(text: str, message: str) -> None:
+    """A stream name the platform refuses everywhere else, a key that would be ignored (a misspelt 'factor'
+    silently read as factor 1), or no checkpoints at all: each is a wrong file, not a map to migrate."""
+    with pytest.raises(ModelError, match=message) as info:
+        CheckpointMap.loads(text)
+    assert len(str(info.value)) < 300 and "\n" not in str(info.value)
+
+
+@given(
+    st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True).filter(lambda name: name not in (".", "..")),
+    st.integers(0, 10**128),  # Kinesis sequence numbers are integers of up to 128 digits
+    st.booleans(),
+)
+def test_every_valid_name_and_any_large_offset_loads(stream: str, offset: int, as_text: bool) -> None:
+    """What the refusals above must not catch: any name the name rule allows, any offset a system can have."""
+    row = {"ssp": ["kinesis", stream, 0], "offset": str(offset) if as_text else offset}
+    loaded = CheckpointMap.loads(json.dumps({"factor": 1, "checkpoints": [row]}))
+    assert loaded.offsets == {SystemStreamPartition("kinesis", stream, 0): str(offset)}
+
+
 def test_a_migration_too_large_to_build_is_refused_before_building_it() -> None:
     """100,000 partitions x 1024 buckets would be 102 million checkpoints: refused up front, not hours later."""
     old = _map(1, {0: [0]})

@@ -342,6 +342,43 @@ def test_invalid_yaml_is_named_by_line_and_column(tmp_path: Path) -> None:
     assert "at line 3, column 1" in _load_error(tmp_path / "broken.yaml", "name: j\ninputs: [\n")
 
 
+DUPLICATES = [
+    pytest.param("elasticity_factor: 1\nelasticity_factor: 4\n", "elasticity_factor", 6, 7, id="top-level"),
+    pytest.param(
+        "batch:\n  max_records: 5\n  trigger_interval: 1 second\n  max_records: 9\n", "max_records", 7, 9, id="nested"
+    ),
+    pytest.param("stores:\n  c:\n    input: customers\n    input: others\n", "input", 8, 9, id="stores-section"),
+    pytest.param("systems: {kafka: {servers: a, servers: b}}\n", "servers", 6, 6, id="flow"),
+    pytest.param("process_options:\n  items:\n    - {k: 1}\n    - k: 1\n      k: 2\n", "k", 9, 10, id="in-a-list"),
+]
+"""The refused copy of a valid config (five lines), the key written twice, and the lines of both."""
+
+VALID_YAML = (
+    "name: orders\ninputs: [{stream: events}]\nprocess: pipelines.demo.enrich:process\n"
+    "output_schema: key STRING\nsink: {table: enriched}\n"
+)
+
+
+@pytest.mark.parametrize(("extra", "key", "first", "again"), DUPLICATES)
+def test_a_key_written_twice_is_refused_naming_the_file_the_key_and_both_lines(
+    tmp_path: Path, extra: str, key: str, first: int, again: int
+) -> None:
+    """Last-wins would run the job with a value the user may not have meant (factor 4 rather than 1)."""
+    path = tmp_path / "job.yaml"
+    message = _load_error(path, VALID_YAML + extra)
+    assert message.startswith(f"job config {path} is not valid YAML: duplicate key '{key}' at line {again}, "), message
+    assert f"(first at line {first}; the keys of a mapping must be unique)" in message
+    assert "\n" not in message
+
+
+def test_merge_keys_may_override_what_they_bring_in(tmp_path: Path) -> None:
+    """``<<: *base`` then the same key is YAML's override, written once in the mapping: not a duplicate."""
+    path = tmp_path / "job.yaml"
+    merged = "process_options:\n  base: &b {latency_ms: 2, retries: 1}\n  live: {<<: *b, latency_ms: 5}\n"
+    path.write_text(VALID_YAML + merged)
+    assert dict(JobConfig.load(path).process_options)["live"] == {"latency_ms": 5, "retries": 1}
+
+
 def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError) as info:
