@@ -321,6 +321,30 @@ def test_home_comes_from_the_environment(tmp_path: Path) -> None:
     assert f"no jobs in {tmp_path / 'env-home' / 'control'}" in done.stdout
 
 
+def test_a_home_under_a_file_is_refused_naming_the_home(tmp_path: Path) -> None:
+    """A home below a regular file can never be a directory: reads answered "no jobs" with exit 0 and writes
+    failed with a bare "Not a directory (<home>/_pipelines/clock)"; every command now says which home it is."""
+    (tmp_path / "afile").write_text("not a home")
+    home = tmp_path / "afile" / "sub"
+    reads = (["job", "list"], ["watch"], ["store", "list", "x"])
+    for command in (*reads, ["stream", "create", "events", "--partitions", "1"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "pipelines", "--home", str(home), *command],
+            cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (
+            2,
+            "",
+            f"error: --home {str(home)!r} cannot be a directory: {tmp_path / 'afile'} is a file; "
+            "give the home's directory\n",
+        ), command
+    assert (tmp_path / "afile").read_text() == "not a home"
+
+
 def _registered_demo_job(tmp_path: Path) -> None:
     run(tmp_path, "stream", "create", "events", "--partitions", "2")
     run(tmp_path, "stream", "produce", "events", "--records", "50", "--keys", "5")
