@@ -36,9 +36,10 @@ def verify(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def sql(args: argparse.Namespace, home: Home, output: Output) -> None:
-    from pipelines.observe.sql import refuse_before_spark, register, run_query, sql_session
+    from pipelines.observe.sql import refuse_before_spark, refuse_without_home, register, run_query, sql_session
 
     refuse_before_spark(args.query)
+    refuse_without_home(home)
     with sql_session(args.master) as spark:
         register(spark, home)
         columns, rows = run_query(spark, args.query)

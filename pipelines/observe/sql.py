@@ -146,6 +146,20 @@ def refuse_before_spark(query: str) -> None:
         raise SqlError(ONLY_QUERIES)
 
 
+def refuse_without_home(home: Home) -> None:
+    """Refuse a query on a home that does not exist, before Spark starts: a mistyped --home answered "table or
+    view cannot be found" ten seconds later, and Spark's log file had made the home meanwhile. Reading commands
+    answer a missing home from what it lacks (``job show``: "no job model in <home>/control"); this one has no
+    tables at all. An object-store home exists when anything is under its prefix (S3 has no empty folders)."""
+    exists = home.root.local_path().is_dir() if home.is_local else bool(home.store.list(home.root))
+    if exists:
+        return
+    raise SqlError(
+        f"there is no home at {home.root}: no tables to query; give the home of a deployment (--home or "
+        "$PIPELINES_HOME)"
+    )
+
+
 def _refuse_writes(spark: Any, query: str) -> None:
     """Let through what Spark parses as a query, and the reading commands; anything else is refused unrun."""
     if _first_word(query) in COMMANDS:

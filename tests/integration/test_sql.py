@@ -101,6 +101,28 @@ def test_the_command_prints_a_table_or_json(spark: Any, filled: Home, monkeypatc
         assert len(err.getvalue().splitlines()) == 1 and err.getvalue().startswith(f"error: {error}")
 
 
+def test_a_query_on_a_home_that_does_not_exist_is_refused_before_spark_and_makes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped --home started Spark, whose log then made ``<home>/logs/pipelines.log`` (so the home), and
+    answered "table or view `job_models` cannot be found" after two lines; other reading commands say at once
+    that the home has nothing (``job show``: "no job model in <home>/control")."""
+
+    def no_session(master: str) -> Iterator[Any]:
+        raise AssertionError("a Spark session was started for a home that does not exist")
+
+    monkeypatch.setattr(sql, "sql_session", no_session)
+    missing = tmp_path / "new"
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["--home", str(missing), "--json", "sql", "SELECT * FROM job_models"], out=out, err=err) == 2
+    assert err.getvalue() == (
+        f"error: there is no home at {missing}: no tables to query; give the home of a deployment "
+        "(--home or $PIPELINES_HOME)\n"
+    )
+    assert json.loads(out.getvalue())["error"] == "sql"
+    assert not missing.exists()
+
+
 @pytest.mark.slow  # its own Spark driver, in a process of its own
 def test_bad_sql_is_one_error_line_and_exit_2_from_a_session_of_its_own(filled: Home, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
