@@ -59,14 +59,16 @@ def sql_session(master: str) -> Iterator[Any]:
     folder the operator ran the query from."""
     from pyspark.errors import PySparkException
 
+    from pipelines.runtime.logs import target
     from pipelines.runtime.session import build_session
 
     with tempfile.TemporaryDirectory(prefix="pipelines-sql-warehouse-") as warehouse:
         confs = {"spark.sql.session.timeZone": "UTC", "spark.sql.warehouse.dir": warehouse}
         try:
             spark = build_session(master, app_name="pipelines-sql", **confs)
-        except PySparkException as e:
-            raise SqlError(f"Spark did not start: {_first_line(e)}") from None
+        except PySparkException as e:  # why is in the JVM's own lines: say where they are (unless --verbose)
+            log = target()
+            raise SqlError(f"Spark did not start: {_first_line(e)}{f' (its log: {log})' if log else ''}") from None
         try:
             yield spark
         finally:

@@ -38,6 +38,8 @@ from pipelines.storage.hostlocal import host_dir
 
 _target: Path | None = None
 _announced = False
+_holding = False
+_pending = False
 
 
 def log_path(home: Home) -> Path:
@@ -128,12 +130,42 @@ def target() -> Path | None:
 
 
 def announce() -> None:
-    """Say once where the libraries' lines are, when the first of them is about to be written there."""
-    global _announced
+    """Say once where the libraries' lines are, when the first of them is about to be written there (inside
+    ``until_done``: when its block succeeds)."""
+    global _announced, _pending
     if _target is not None and not _announced:
         _announced = True
+        if _holding:
+            _pending = True
+            return
         sys.stderr.write(f"Spark's and Airflow's own log lines go to {_target} (--verbose shows them here)\n")
         sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def until_done() -> Iterator[None]:
+    """While it lasts, ``announce`` waits: its line is printed when the block ends without an error, and not at
+    all when it raises.
+
+    For a command whose whole answer comes at its end (``sql``): bad input there is one ``error:`` line and exit
+    2, and the note printed as Spark started made every failed query two lines. A failure's own line says what
+    is wrong; the note is for a command that got on with its work. Long runs (``run``, the demo) announce at
+    once instead: their own progress lines follow, and the log is where to look while they go.
+    """
+    global _holding, _pending, _announced
+    outer = (_holding, _pending)
+    _holding, _pending = True, False
+    done = False
+    try:
+        yield
+        done = True
+    finally:
+        pending = _pending
+        _holding, _pending = outer
+        if pending:
+            _announced = False  # unsaid: said now on success (or held by an outer block), else by a later Spark
+            if done:
+                announce()
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.control.home import Home
-from pipelines.runtime.logs import log_path, quiet
+from pipelines.runtime.logs import announce, log_path, quiet, until_done
 
 from .jobs import job, produce
 
@@ -69,3 +69,20 @@ def test_a_home_that_does_not_exist_is_not_made_by_the_libraries_log_lines(tmp_p
         logging.getLogger("written").error("and again")
     lines = log_path(made).read_text().splitlines()
     assert [line.split(": ", 1)[1] for line in lines] == ["before the home was made", "after", "and again"]
+
+
+def test_the_note_held_until_done_is_said_on_success_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sql``'s failed query was two lines, the note first: inside ``until_done`` the note waits for success."""
+    home = Home(tmp_path / "home")
+    note = f"Spark's and Airflow's own log lines go to {log_path(home)} (--verbose shows them here)\n"
+    with quiet(home):
+        with pytest.raises(RuntimeError), until_done():
+            announce()
+            raise RuntimeError("the query failed")
+        assert capsys.readouterr().err == ""
+        with until_done():
+            announce()
+            assert capsys.readouterr().err == ""
+        assert capsys.readouterr().err == note
+        announce()  # once per command
+        assert capsys.readouterr().err == ""
