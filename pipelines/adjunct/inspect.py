@@ -49,14 +49,19 @@ def _configs(home: Home, job: str) -> tuple[StoreConfig, ...]:
 
 
 def describe_stores(home: Home, job: str, now: datetime | None = None) -> list[dict[str, Any]]:
-    """One row per configured store: position, size, version, validity, last bootstrap."""
+    """One row per configured store: position, size, version, validity, last bootstrap.
+
+    The job is looked up first and the store's clock read only for a store that has a state to judge: reading
+    that clock writes a probe (``<home>/_pipelines/clock``), and a refused or empty answer must leave the home
+    as it was (a mistyped --home is not made into a new home).
+    """
     from pipelines.adjunct.checkpoints import read_store_checkpoints
     from pipelines.adjunct.ingest import store_now
 
-    now = now or store_now(home)  # the clock a store's written_at is on: the validity age is judged on one clock
+    configs = _configs(home, job)
     checkpoints = read_store_checkpoints(home, job)
     rows = []
-    for config in _configs(home, job):
+    for config in configs:
         durable = DurableStore(home, job, config.name)
         state = durable.latest()
         row: dict[str, Any] = {"store": config.name, "input": str(config.input), **config.to_dict()}
@@ -67,6 +72,7 @@ def describe_stores(home: Home, job: str, now: datetime | None = None) -> list[d
             continue
         snapshots = durable.snapshots(state.incarnation)
         written = datetime.fromisoformat(state.written_at)
+        now = now or store_now(home)  # the clock a store's written_at is on: the validity age is judged on one clock
         validity = judge_store(
             exists=True,
             last_update=written,

@@ -36,10 +36,12 @@ def verify(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def sql(args: argparse.Namespace, home: Home, output: Output) -> None:
-    from pipelines.observe.sql import refuse_before_spark, register, run_query, sql_session
+    from pipelines.observe.sql import refuse_before_spark, refuse_without_home, register, run_query, sql_session
+    from pipelines.runtime.logs import until_done
 
     refuse_before_spark(args.query)
-    with sql_session(args.master) as spark:
+    refuse_without_home(home)
+    with until_done(), sql_session(args.master) as spark:  # a failed query is its one error line
         register(spark, home)
         columns, rows = run_query(spark, args.query)
     output.emit(

@@ -153,7 +153,21 @@ def resolve_home(cli_value: str | None = None) -> Home:
     root = parse(value, what=what)
     if root.is_local:
         local = Path(root.path).resolve()
-        if local.exists() and not local.is_dir():  # read commands would answer "no jobs in <file>/control"
-            raise ConfigError(f"{what} {value!r} is a file, not a directory; give the home's directory")
+        _refuse_a_file(local, what, value)
         root = parse(local)
     return Home(root)
+
+
+def _refuse_a_file(local: Path, what: str, value: str) -> None:
+    """Refuse a home that is, or is below, something other than a directory: it can never be one.
+
+    Read commands would answer "no jobs in <file>/control" with exit 0, and the first write (or the libraries'
+    log file) failed with a bare "Not a directory (<home>/_pipelines/clock)" that names no home. The nearest
+    existing folder on the way decides (``Path.exists`` is False below a file), before anything is read or made.
+    """
+    there = next((p for p in (local, *local.parents) if p.exists()), None)
+    if there is None or there.is_dir():
+        return
+    if there == local:
+        raise ConfigError(f"{what} {value!r} is a file, not a directory; give the home's directory")
+    raise ConfigError(f"{what} {value!r} cannot be a directory: {there} is a file; give the home's directory")

@@ -59,14 +59,16 @@ def sql_session(master: str) -> Iterator[Any]:
     folder the operator ran the query from."""
     from pyspark.errors import PySparkException
 
+    from pipelines.runtime.logs import target
     from pipelines.runtime.session import build_session
 
     with tempfile.TemporaryDirectory(prefix="pipelines-sql-warehouse-") as warehouse:
         confs = {"spark.sql.session.timeZone": "UTC", "spark.sql.warehouse.dir": warehouse}
         try:
             spark = build_session(master, app_name="pipelines-sql", **confs)
-        except PySparkException as e:
-            raise SqlError(f"Spark did not start: {_first_line(e)}") from None
+        except PySparkException as e:  # why is in the JVM's own lines: say where they are (unless --verbose)
+            log = target()
+            raise SqlError(f"Spark did not start: {_first_line(e)}{f' (its log: {log})' if log else ''}") from None
         try:
             yield spark
         finally:
@@ -144,6 +146,20 @@ def refuse_before_spark(query: str) -> None:
         raise SqlError("no query given: pass one, e.g. 'SELECT * FROM job_models LIMIT 5'")
     if re.sub(r"\W.*", "", word, flags=re.S) in WRITES:
         raise SqlError(ONLY_QUERIES)
+
+
+def refuse_without_home(home: Home) -> None:
+    """Refuse a query on a home that does not exist, before Spark starts: a mistyped --home answered "table or
+    view cannot be found" ten seconds later, and Spark's log file had made the home meanwhile. Reading commands
+    answer a missing home from what it lacks (``job show``: "no job model in <home>/control"); this one has no
+    tables at all. An object-store home exists when anything is under its prefix (S3 has no empty folders)."""
+    exists = home.root.local_path().is_dir() if home.is_local else bool(home.store.list(home.root))
+    if exists:
+        return
+    raise SqlError(
+        f"there is no home at {home.root}: no tables to query; give the home of a deployment (--home or "
+        "$PIPELINES_HOME)"
+    )
 
 
 def _refuse_writes(spark: Any, query: str) -> None:

@@ -23,6 +23,7 @@ Airflow tasks never call ``quiet``: their task log is where everything belongs.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import logging
@@ -37,6 +38,8 @@ from pipelines.storage.hostlocal import host_dir
 
 _target: Path | None = None
 _announced = False
+_holding = False
+_pending = False
 
 
 def log_path(home: Home) -> Path:
@@ -45,13 +48,47 @@ def log_path(home: Home) -> Path:
     return host_dir(home.root, "logs") / "pipelines.log"
 
 
+HELD_RECORDS = 1000
+"""The most records kept back while a local home does not exist yet (the last ones are kept)."""
+
+
 class _HomeLog(logging.FileHandler):
     """A file handler that makes its folder and opens its file at the first record: a command that logs
-    nothing leaves nothing behind (a read-only home stays untouched)."""
+    nothing leaves nothing behind (a read-only home stays untouched).
+
+    While a local home does not exist, its records are held back instead: a refused or read-only command on a
+    mistyped --home (a Kafka client logging its failed connections) must not make that home by writing a log in
+    it. They are written when the handler closes if the command made the home meanwhile (a ``stream create``),
+    dropped otherwise: that command's one ``error:`` line says what went wrong.
+    """
+
+    def __init__(self, path: Path, home: Path | None) -> None:
+        super().__init__(path, encoding="utf-8", delay=True)
+        self._home = home
+        self._held: collections.deque[logging.LogRecord] = collections.deque(maxlen=HELD_RECORDS)
 
     def _open(self) -> io.TextIOWrapper:
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
+
+    def _home_missing(self) -> bool:
+        return self.stream is None and self._home is not None and not self._home.is_dir()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._home_missing():
+            self._held.append(record)
+            return
+        while self._held:  # the home appeared: what was held first, in order
+            super().emit(self._held.popleft())
+        super().emit(record)
+
+    def close(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            if self._held and not self._home_missing():
+                while self._held:
+                    super().emit(self._held.popleft())
+            self._held.clear()
+            super().close()
 
 
 @contextlib.contextmanager
@@ -60,7 +97,7 @@ def quiet(home: Home) -> Iterator[Path]:
     global _target, _announced
     before = (_target, _announced)
     _target, _announced = log_path(home), False
-    handler = _HomeLog(_target, encoding="utf-8", delay=True)
+    handler = _HomeLog(_target, home.root.local_path() if home.is_local else None)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     consoles = [
@@ -93,12 +130,42 @@ def target() -> Path | None:
 
 
 def announce() -> None:
-    """Say once where the libraries' lines are, when the first of them is about to be written there."""
-    global _announced
+    """Say once where the libraries' lines are, when the first of them is about to be written there (inside
+    ``until_done``: when its block succeeds)."""
+    global _announced, _pending
     if _target is not None and not _announced:
         _announced = True
+        if _holding:
+            _pending = True
+            return
         sys.stderr.write(f"Spark's and Airflow's own log lines go to {_target} (--verbose shows them here)\n")
         sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def until_done() -> Iterator[None]:
+    """While it lasts, ``announce`` waits: its line is printed when the block ends without an error, and not at
+    all when it raises.
+
+    For a command whose whole answer comes at its end (``sql``): bad input there is one ``error:`` line and exit
+    2, and the note printed as Spark started made every failed query two lines. A failure's own line says what
+    is wrong; the note is for a command that got on with its work. Long runs (``run``, the demo) announce at
+    once instead: their own progress lines follow, and the log is where to look while they go.
+    """
+    global _holding, _pending, _announced
+    outer = (_holding, _pending)
+    _holding, _pending = True, False
+    done = False
+    try:
+        yield
+        done = True
+    finally:
+        pending = _pending
+        _holding, _pending = outer
+        if pending:
+            _announced = False  # unsaid: said now on success (or held by an outer block), else by a later Spark
+            if done:
+                announce()
 
 
 @contextlib.contextmanager

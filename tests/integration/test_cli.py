@@ -369,6 +369,42 @@ def test_job_create_refuses_a_key_written_twice_and_writes_nothing(tmp_path: Pat
     assert not (tmp_path / "home" / "control").exists()  # refused before the home is touched
 
 
+def test_a_home_under_a_file_is_refused_naming_the_home(tmp_path: Path) -> None:
+    """A home below a regular file can never be a directory: reads answered "no jobs" with exit 0 and writes
+    failed with a bare "Not a directory (<home>/_pipelines/clock)"; every command now says which home it is."""
+    (tmp_path / "afile").write_text("not a home")
+    home = tmp_path / "afile" / "sub"
+    reads = (["job", "list"], ["watch"], ["store", "list", "x"])
+    for command in (*reads, ["stream", "create", "events", "--partitions", "1"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "pipelines", "--home", str(home), *command],
+            cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (
+            2,
+            "",
+            f"error: --home {str(home)!r} cannot be a directory: {tmp_path / 'afile'} is a file; "
+            "give the home's directory\n",
+        ), command
+    assert (tmp_path / "afile").read_text() == "not a home"
+
+
+def test_refused_and_read_only_commands_create_nothing_on_a_home_that_does_not_exist(tmp_path: Path) -> None:
+    """`store list` probed the store's clock (``<home>/_pipelines/clock``) before looking for the job, and a Kafka
+    client's log lines (librdkafka's "Connect ... failed") made ``<home>/logs/pipelines.log``: a mistyped --home
+    came out of a refused command as a new home."""
+    home = tmp_path / "home"
+    assert "no job 'nope'" in fails(tmp_path, "store", "list", "nope")
+    unreachable = ["--system", "kafka", "--settings", '{"bootstrap_servers": "127.0.0.1:1", "timeout_ms": 500}']
+    assert "Kafka brokers 127.0.0.1:1 did not answer" in fails(tmp_path, "stream", "describe", "x", *unreachable)
+    assert "give --partitions N" in fails(tmp_path, "model", "plan", "--stream", "x", *unreachable)
+    assert not home.exists(), sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+
+
 def _registered_demo_job(tmp_path: Path) -> None:
     run(tmp_path, "stream", "create", "events", "--partitions", "2")
     run(tmp_path, "stream", "produce", "events", "--records", "50", "--keys", "5")

@@ -101,20 +101,64 @@ def test_the_command_prints_a_table_or_json(spark: Any, filled: Home, monkeypatc
         assert len(err.getvalue().splitlines()) == 1 and err.getvalue().startswith(f"error: {error}")
 
 
+def test_a_query_on_a_home_that_does_not_exist_is_refused_before_spark_and_makes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped --home started Spark, whose log then made ``<home>/logs/pipelines.log`` (so the home), and
+    answered "table or view `job_models` cannot be found" after two lines; other reading commands say at once
+    that the home has nothing (``job show``: "no job model in <home>/control")."""
+
+    def no_session(master: str) -> Iterator[Any]:
+        raise AssertionError("a Spark session was started for a home that does not exist")
+
+    monkeypatch.setattr(sql, "sql_session", no_session)
+    missing = tmp_path / "new"
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["--home", str(missing), "--json", "sql", "SELECT * FROM job_models"], out=out, err=err) == 2
+    assert err.getvalue() == (
+        f"error: there is no home at {missing}: no tables to query; give the home of a deployment "
+        "(--home or $PIPELINES_HOME)\n"
+    )
+    assert json.loads(out.getvalue())["error"] == "sql"
+    assert not missing.exists()
+
+
 @pytest.mark.slow  # its own Spark driver, in a process of its own
 def test_bad_sql_is_one_error_line_and_exit_2_from_a_session_of_its_own(filled: Home, tmp_path: Path) -> None:
+    """A failed query is its one ``error:`` line (where Spark's log went is no part of that answer); a query that
+    runs still says where Spark's own lines went, once."""
     env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
-    argv = [sys.executable, "-m", "pipelines", "--home", str(filled.root), "sql", "SELECT * FROM job_model"]
     where = tmp_path / "cwd"
     where.mkdir()
-    done = subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2, done
-    assert done.stdout == ""
-    note, error = done.stderr.splitlines()  # Spark's own lines and the failure's JVM stack: in the home's log
-    assert note == f"Spark's and Airflow's own log lines go to {log_path(filled)} (--verbose shows them here)"
-    assert error == (
-        "error: [TABLE_OR_VIEW_NOT_FOUND] The table or view `job_model` cannot be found. "
-        "Verify the spelling and correctness of the schema and catalog."
-    )
-    assert "NativeCodeLoader" in log_path(filled).read_text()
+
+    def query(text: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "pipelines", "--home", str(filled.root), "sql", text]
+        return subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=300)
+
+    for text, error in (
+        (
+            "SELECT * FROM job_model",
+            "error: [TABLE_OR_VIEW_NOT_FOUND] The table or view `job_model` cannot be found. "
+            "Verify the spelling and correctness of the schema and catalog.\n",
+        ),
+        ("SELEC 1", "error: [PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC'.\n"),
+    ):
+        done = query(text)
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", error)
+    assert "NativeCodeLoader" in log_path(filled).read_text()  # Spark's own lines and the JVM's stack: in the log
+    done = query("SELECT DISTINCT job FROM job_models")
+    assert (done.returncode, done.stdout) == (0, "job\nsums\n(1 row)\n"), done
+    assert done.stderr == f"Spark's and Airflow's own log lines go to {log_path(filled)} (--verbose shows them here)\n"
     assert list(where.iterdir()) == [], "the query left a spark-warehouse (or anything) where it was run"
+
+
+@pytest.mark.slow  # spark-class runs (and finds no java)
+def test_a_spark_that_does_not_start_is_one_error_line_naming_its_log(filled: Home, tmp_path: Path) -> None:
+    """The reason a JVM did not start is in its own lines, which went to the home's log: the one line names it."""
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"} | {"JAVA_HOME": str(tmp_path / "no-java")}
+    argv = [sys.executable, "-m", "pipelines", "--home", str(filled.root), "sql", "SELECT 1"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("error: Spark did not start: [JAVA_GATEWAY_EXITED]"), done.stderr
+    assert done.stderr.endswith(f" (its log: {log_path(filled)})\n") and len(done.stderr.splitlines()) == 1
+    assert f"{tmp_path / 'no-java'}/bin/java: No such file or directory" in log_path(filled).read_text()
