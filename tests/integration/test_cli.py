@@ -623,3 +623,14 @@ def test_what_the_tables_or_spark_cannot_take_is_refused_before_anything_is_writ
 ) -> None:
     assert said in fails(tmp_path, *args)
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a refused command wrote nothing, no home either"
+
+
+def test_a_home_from_the_environment_that_is_not_utf8_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    home = os.fsdecode(bytes(tmp_path) + b"/q\xff")  # deltalake's traceback, and a half-made stream folder, before
+    env = {"PIPELINES_HOME": home}
+    argv = [sys.executable, "-m", "pipelines", "stream", "create", "s", "--partitions", "1"]
+    done = subprocess.run(argv, cwd=tmp_path, env={**os.environ, **env, "PYTHONPATH": str(REPO)}, capture_output=True)
+    assert done.returncode == 2 and done.stderr.decode() == (
+        f"error: $PIPELINES_HOME '{tmp_path}/q\\xff' is not UTF-8 text: a home's path must be\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
