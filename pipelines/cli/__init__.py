@@ -24,6 +24,7 @@ from pipelines.cli.output import Output
 from pipelines.cli.parser import CliParser, build_parser, handler, writes
 from pipelines.cli.table import EMBEDDED_SYSTEM
 from pipelines.control.home import Home, check_writable, resolve_home
+from pipelines.core.limits import not_utf8
 from pipelines.errors import PipelinesError, one_line
 
 __all__ = ["EMBEDDED_SYSTEM", "Output", "build_parser", "main"]
@@ -36,9 +37,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     try:
         parser = build_parser()
         for word in words:  # a name, path or query in another encoding fails deep in pyarrow, delta-rs or py4j
-            if not _is_utf8(word):
-                shown = word.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                parser.error(f"argument '{shown}' is not UTF-8 text: names, paths and queries must be")
+            if (escaped := not_utf8(word)) is not None:
+                parser.error(f"argument '{escaped}' is not UTF-8 text: names, paths and queries must be")
         args = parser.parse_args(words)
     except SystemExit as e:  # argparse's refusal: its one line is on stderr; --json wants it on stdout too
         if e.code == 2 and "--json" in words and CliParser.last_error is not None:
@@ -76,15 +76,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             return _fail(output, "store_unavailable", f"{message}{_remote(home)}")
         raise
     return 0
-
-
-def _is_utf8(word: str) -> bool:
-    """Whether ``word`` is text: Python hands bytes that are not UTF-8 over as lone surrogates."""
-    try:
-        word.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _remote(home: Home | None) -> str:

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.core.limits import not_utf8
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.storage import conditional
 from pipelines.storage.location import Location, parse
@@ -150,11 +151,8 @@ def resolve_home(cli_value: str | None = None) -> Home:
         raise ConfigError("--home is empty; give a directory, or leave it out to use $PIPELINES_HOME or the default")
     value = cli_value or os.environ.get(HOME_ENV) or DEFAULT_HOME
     what = "--home" if cli_value else f"${HOME_ENV}" if os.environ.get(HOME_ENV) else "the home"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # bytes of another encoding, as Python hands them over: Delta's URIs are UTF-8
-        shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise ConfigError(f"{what} '{shown}' is not UTF-8 text: a home's path must be") from None
+    if (escaped := not_utf8(value)) is not None:  # Delta's URIs are UTF-8
+        raise ConfigError(f"{what} '{escaped}' is not UTF-8 text: a home's path must be")
     root = parse(value, what=what)
     if root.is_local:
         local = Path(root.path).resolve()

@@ -61,6 +61,17 @@ def whole_number(text: object, *, signed: bool = False) -> int | None:
     return sign * int(digits)
 
 
+def not_utf8(text: str) -> str | None:
+    """``text`` with its undecodable bytes as ``\\xff`` escapes when it is not UTF-8 text, else None. Python hands
+    command-line and environment bytes of another encoding over as lone surrogates, which pyarrow, delta-rs and
+    py4j fail on deep inside."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return None
+
+
 def shown(value: object, limit: int = 60) -> str:
     """``value`` as a message quotes it: its ``repr``, cut to ``limit`` characters (a 5,000-digit number is not
     one line), and never raising (``repr`` of an integer past 4,300 digits does)."""

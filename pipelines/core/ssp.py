@@ -14,6 +14,7 @@ real bucket.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class SystemStream:
         return f"{self.system}.{self.stream}"
 
 
+@functools.total_ordering
 @dataclass(frozen=True, slots=True)
 class SystemStreamPartition:
     """Ordered as Samza's ``compareTo``: system, stream, partition, then key bucket, the whole partition first."""
@@ -80,21 +82,6 @@ class SystemStreamPartition:
         if not isinstance(other, SystemStreamPartition):
             return NotImplemented
         return self._order() < other._order()
-
-    def __le__(self, other: object) -> bool:
-        if not isinstance(other, SystemStreamPartition):
-            return NotImplemented
-        return self._order() <= other._order()
-
-    def __gt__(self, other: object) -> bool:
-        if not isinstance(other, SystemStreamPartition):
-            return NotImplemented
-        return self._order() > other._order()
-
-    def __ge__(self, other: object) -> bool:
-        if not isinstance(other, SystemStreamPartition):
-            return NotImplemented
-        return self._order() >= other._order()
 
     @property
     def system_stream(self) -> SystemStream:
