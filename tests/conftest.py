@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -183,6 +185,7 @@ def _fast_tier_starts_nothing_heavy(request: pytest.FixtureRequest) -> Iterator[
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own: its temporary-folder factory exists
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM ends a run the way Ctrl-C does, in the controller and in each worker: every fixture's teardown runs.
 
@@ -192,6 +195,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupt)
+    if not hasattr(config, "workerinput"):  # the controller, once per run
+        _give_the_run_a_temporary_folder(config)
     if getattr(config.option, "loadgroup", False):  # a worker of ``pytest -n --dist loadgroup``
         config.pluginmanager.register(_GroupSuffix(), "pipelines-xdist-group-suffix")
 
@@ -229,6 +234,27 @@ def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
         item._nodeid = nodeid  # type: ignore[attr-defined]
 
 
+_SCRATCH = pytest.StashKey[str]()
+
+
+def _give_the_run_a_temporary_folder(config: pytest.Config) -> None:
+    """Point ``TMPDIR`` at a folder of this run's, removed when the run ends, for every process the tests start.
+
+    The drivers the fault tests kill, the stores and brokers, Airflow and the browser leave their scratch behind
+    (a killed JVM cannot remove its ``spark-*``, ``blockmgr-*`` and ``artifacts-*`` folders): about thirty entries
+    in /tmp per run. The Spark drivers follow ``TMPDIR`` through ``session.driver_java_options``.
+    pytest's own folders (``tmp_path``, the last three runs kept for a look after a failure) stay where pytest puts
+    them: their root is fixed before ``TMPDIR`` changes (pytest-xdist hands it to its workers the same way).
+    """
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None:
+        factory.getbasetemp()
+    scratch = tempfile.mkdtemp(prefix="pipelines-tests-")
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = None  # Python reads TMPDIR again at its next question
+    config.stash[_SCRATCH] = scratch
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
@@ -242,6 +268,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     for name in [n for n in logging.root.manager.loggerDict if n == "py4j" or n.startswith("py4j.")]:
         logging.getLogger(name).disabled = True
     _CPU.leave()
+    if _SCRATCH in config.stash:  # every worker and server of the run has ended by now
+        shutil.rmtree(config.stash[_SCRATCH], ignore_errors=True)
 
 
 _CPU_BEFORE = pytest.StashKey[float]()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shlex
 import socket
 import sys
 import tempfile
@@ -221,12 +222,20 @@ def s3a_confs(env: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 
 def driver_java_options() -> str:
-    """``JVM_OPTIONS`` and, where set-up built one for this JVM and these jars, the class-data archive
-    (``runtime.jvm_archive``): a driver then maps the classes it would otherwise load and verify one by one."""
+    """``JVM_OPTIONS``, Python's temporary folder and, where set-up built one for this JVM and these jars, the
+    class-data archive (``runtime.jvm_archive``): a driver then maps the classes it would otherwise load and
+    verify one by one.
+
+    The JVM ignores ``TMPDIR``: without ``java.io.tmpdir`` a driver's scratch (``spark-*``, ``blockmgr-*``,
+    ``artifacts-*``, the extracted native libraries) went to /tmp even where the user had pointed every other
+    tool elsewhere, and stayed there whenever the driver was killed. ``spark.local.dir`` and
+    ``SPARK_LOCAL_DIRS`` still win for Spark's own scratch.
+    """
     from pipelines.runtime import jvm_archive
 
     extra = os.environ.get(jvm_archive.ARCHIVE_ENV) or jvm_archive.java_options()
-    return f"{JVM_OPTIONS} {extra}".strip()
+    tmp = shlex.quote(f"-Djava.io.tmpdir={tempfile.gettempdir()}")
+    return f"{JVM_OPTIONS} {tmp} {extra}".strip()
 
 
 def spark_confs(master: str) -> dict[str, str]:

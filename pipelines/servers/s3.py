@@ -25,6 +25,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -46,6 +47,9 @@ GRPC_OFFSET = 10000
 admin server whatever ``-admin.port.grpc`` says, so every HTTP port is chosen with that port free too."""
 _PAIRED = ("master.port", "volume.port", "filer.port", "s3.port", "admin.port")  # each with its gRPC port
 _SINGLE = ("s3.port.iceberg", "s3.port.lance")
+_SOCKET_DIR = Path("/tmp")
+"""Where SeaweedFS puts each server's local socket (``seaweedfs-<server>[-grpc]-<port>.sock``) whatever
+``TMPDIR`` says; the S3 and admin ones stay after the server ends, so ``running_s3`` removes its own."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,7 @@ def running_s3(data_dir: Path, *, ip: str = LOOPBACK, timeout: float = START_TIM
         yield dataclasses.replace(server, pgid=proc.pid)
     finally:
         _stop(proc)
+        _remove_sockets(ports)
 
 
 @contextlib.contextmanager
@@ -197,6 +202,15 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=wait)
             return
+
+
+def _remove_sockets(ports: list[int]) -> None:
+    """Unlink the local sockets a stopped store left for its ports (a test run left six per store)."""
+    for port in {*ports, *(p + GRPC_OFFSET for p in ports)}:
+        for path in _SOCKET_DIR.glob(f"seaweedfs-*-{port}.sock"):
+            with contextlib.suppress(OSError):  # gone already, or not ours to remove
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()
 
 
 def _free_port_pairs(n: int, ip: str = LOOPBACK) -> list[int]:

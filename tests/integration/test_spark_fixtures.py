@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,14 @@ def test_the_jvm_compiles_with_c1_only_and_a_users_java_options_come_after_ours(
     assert JVM_OPTIONS in jvm, jvm
     extra = TEST_JVM_OPTIONS.split()[-1]  # this session's spark.driver.extraJavaOptions, the user's place
     assert jvm.index(JVM_OPTIONS) < jvm.index(extra), "the JVM takes the last of repeated flags: the user's"
+
+
+def test_the_drivers_scratch_follows_tmpdir_as_every_other_tool_does(spark: Any) -> None:
+    """The JVM ignores ``TMPDIR``; a killed driver left its ``spark-*`` and ``blockmgr-*`` folders in /tmp."""
+    import tempfile
+
+    assert tempfile.gettempdir() == os.environ["TMPDIR"] != "/tmp", "the test run has a temporary folder of its own"
+    assert spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir") == tempfile.gettempdir()
 
 
 def test_a_spark_home_the_user_set_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
