@@ -153,11 +153,7 @@ class KinesisClient:
                     if stats is not None:
                         stats["throttled"] += 1
                     if attempt == s.max_attempts:
-                        raise StreamError(
-                            f"Kinesis stream {stream!r}: {operation} was throttled {attempt} times in a row ({code}); "
-                            "the stream's shards are read or written faster than Kinesis allows: lower the job's "
-                            "parallel readers or raise max_attempts / backoff_cap_s"
-                        ) from None
+                        raise refused_throughout(stream, operation, attempt, error) from None
                 elif status >= 500 and attempt < s.max_attempts:
                     pass  # a transient server error: retry
                 else:
@@ -169,6 +165,28 @@ class KinesisClient:
                     ) from None
             self.backoff.wait(attempt)
         raise AssertionError("unreachable")
+
+
+def refused_throughout(stream: str, operation: str, attempts: int, error: Any) -> StreamError:
+    """The last of ``attempts`` throttling answers, with Kinesis's own words.
+
+    ``LimitExceededException`` is a rate (``Rate exceeded for stream``, ``Limit exceeded for ListShards``) as
+    often as a quota no retry lifts (``The shard count must be between 1 and 1000``, the account's shard
+    limit, ten ``UpdateShardCount`` a day), and only the message tells which: the error quotes it, where it
+    used to say that the shards were read or written too fast after a ``stream create`` asked for too many.
+    """
+    code = error.response.get("Error", {}).get("Code", "")
+    message = error.response.get("Error", {}).get("Message", "") or str(error)
+    said = f"Kinesis stream {stream!r}: {operation} was refused {attempts} times in a row ({code}: {message})"
+    if code == "LimitExceededException":
+        return StreamError(
+            f"{said}; a Kinesis limit: a quota (shards, consumers, resharding a day) stays until the request or "
+            "the account's limit changes, a rate passes: raise max_attempts / backoff_cap_s"
+        )
+    return StreamError(
+        f"{said}; the stream's shards are read or written faster than Kinesis allows: lower the job's parallel "
+        "readers or raise max_attempts / backoff_cap_s"
+    )
 
 
 def stream_error(stream: str, error: Any, settings: KinesisSettings) -> StreamError:

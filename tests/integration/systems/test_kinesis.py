@@ -229,8 +229,24 @@ def test_throttling_backs_off_is_counted_and_gives_up_with_the_reason() -> None:
         stub.add_response("get_shard_iterator", {"ShardIterator": "it-3"})
         for _ in range(3):
             stub.add_client_error("get_records", **throttled)
-        with pytest.raises(StreamError, match="throttled 3 times"):
+        with pytest.raises(
+            StreamError, match=r"refused 3 times in a row \(ProvisionedThroughputExceededException.*faster"
+        ):
             system.read("s", 0, start, Bounded(start, 1))
+
+
+def test_a_kinesis_quota_is_named_in_kinesis_words_not_blamed_on_the_read_rate(endpoint: str) -> None:
+    """``LimitExceededException`` is a rate or a quota; a stream of 100,000 shards was told its shards were read
+    too fast."""
+    quick = KinesisSystem({"endpoint_url": endpoint, "region": "us-east-1", "backoff_base_s": 0.01, "max_attempts": 2})
+    try:
+        with pytest.raises(StreamError) as refused:
+            quick.create(f"s{next(_names)}", 100_000)
+    finally:
+        quick.close()
+    said = str(refused.value)
+    assert "LimitExceededException: The shard count must be between 1 and 1000" in said, said
+    assert "a Kinesis limit" in said and "faster" not in said, said
 
 
 def test_errors_name_the_stream_and_what_to_do(kinesis: KinesisSystem) -> None:
