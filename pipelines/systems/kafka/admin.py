@@ -35,6 +35,13 @@ from pipelines.systems.kafka.positions import SYSTEM, offset
 
 RETENTION_MS = "retention.ms"
 _TOPIC_CONFIG = ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # a topic's own setting, not the broker's default
+INTERNAL_TOPICS = frozenset(
+    {"__consumer_offsets", "__transaction_state", "__share_group_state", "__remote_log_metadata", "__cluster_metadata"}
+)
+"""The topics Kafka keeps for itself. Its brokers let an admin client create them and add partitions to them:
+``stream create __consumer_offsets --partitions 1`` made the group coordinator's topic with one partition and
+without its ``cleanup.policy=compact``, and adding partitions moves every consumer group to another coordinator
+partition, leaving their committed offsets behind. Reading one as input stays allowed."""
 
 # Untyped classmethods, each returning one shared spec.
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
@@ -191,6 +198,7 @@ class KafkaAdmin:
         return {p: str(min(offset(floors[p]) + max(n, 0), offset(limits[p]))) for p, n in records.items()}
 
     def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
+        _not_internal(stream, "creating")
         count = _validate_count(partitions)
         config = {} if retention_ms is None else {RETENTION_MS: str(valid_retention(retention_ms))}
         timeout_s = self.clients.timeout_s
@@ -224,6 +232,7 @@ class KafkaAdmin:
     def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
         """Set the topic's ``retention.ms`` (``None``: delete it, back to the broker's), as ``kafka-configs.sh
         --alter --add-config`` or ``--delete-config`` does; the broker applies it at its next log clean-up."""
+        _not_internal(stream, "setting the retention of")
         valid_retention(retention_ms)
         self.partition_count(stream)  # an unknown topic is named as the other commands name it
         entry = (
@@ -247,6 +256,7 @@ class KafkaAdmin:
 
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
         """Grow to a multiple of the current count with ``CreatePartitions``; the current count is a no-op."""
+        _not_internal(stream, "adding partitions to")
         count = _validate_count(partitions)
         current = self.partition_count(stream)
         if count == current:
@@ -298,6 +308,14 @@ class KafkaAdmin:
                         "system's timeout_ms"
                     )
             time.sleep(0.1)
+
+
+def _not_internal(stream: str, what: str) -> None:
+    if stream in INTERNAL_TOPICS:
+        raise ConfigError(
+            f"{stream!r} is one of the topics Kafka keeps for itself; {what} it is Kafka's to do "
+            "(its broker settings, e.g. offsets.topic.num.partitions), not a stream's"
+        )
 
 
 def _validate_count(partitions: object) -> int:

@@ -298,6 +298,25 @@ def test_topics_are_created_and_grown_by_request_and_a_bad_count_is_refused_firs
     assert {p: m.end for p, m in grown.partitions.items()} == {**ends, 2: "0", 3: "0"}
 
 
+@pytest.mark.parametrize("topic", ["__consumer_offsets", "__transaction_state"])
+def test_the_topics_kafka_keeps_for_itself_are_not_created_grown_or_altered(kafka: KafkaSystem, topic: str) -> None:
+    """Kafka's brokers let an admin client do all three; a one-partition ``__consumer_offsets`` without
+    compaction, or one grown under live groups, breaks every consumer group of the cluster."""
+    admin = kafka.clients.admin()
+    before = admin.list_topics(timeout=10).topics
+    for refused in (
+        lambda: kafka.create(topic, 1),
+        lambda: kafka.expand(topic, 64),
+        lambda: kafka.set_retention(topic, 60_000),
+    ):
+        with pytest.raises(ConfigError, match=f"'{topic}' is one of the topics Kafka keeps for itself"):
+            refused()
+    after = admin.list_topics(timeout=10).topics
+    assert set(after) == set(before)
+    if topic in after:
+        assert len(after[topic].partitions) == len(before[topic].partitions)
+
+
 def test_a_topics_retention_ms_is_set_at_creation_altered_and_deleted_as_kafka_configs_does(
     kafka_broker: KafkaBroker, kafka: KafkaSystem, tmp_path: Path
 ) -> None:
