@@ -194,6 +194,34 @@ def test_an_unreachable_spark_master_is_one_line_and_quick_and_starts_nothing(tm
     assert ControlPlane(home).job_models.latest_version(config.name) == 1
 
 
+@pytest.mark.slow
+def test_a_detached_run_whose_master_fails_at_once_is_one_error_line_and_leaves_no_driver(tmp_path: Path) -> None:
+    """``yarn`` without ``HADOOP_CONF_DIR`` passes ``check_master`` (a cluster's answer is Spark's to judge) and
+    spark-submit refuses it a second later: the cheapest master that reaches a real driver's start and fails it."""
+    home = Home(tmp_path / "home")
+    produce(home, "events", 10, keys=2)
+    config = job(home, "yarned", 1)
+    hadoop = ("PIPELINES_HOME", "HADOOP_CONF_DIR", "YARN_CONF_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in hadoop} | {"PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-m", "pipelines", "--home", str(home.root)]
+    done = subprocess.run(
+        [*cli, "run", config.name, "--detach", "--master", "yarn"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=launcher.START_WAIT_S + 60,
+    )
+    log = launcher.driver_log(home, config.name)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert f"job {config.name} driver exited with code 1 while starting: " in done.stderr
+    assert "HADOOP_CONF_DIR or YARN_CONF_DIR must be set" in done.stderr and f"(its log: {log})" in done.stderr
+    assert not launcher.pid_file(home, config.name).exists(), "no pid file names the dead driver"
+    assert launcher.running_pid(home, config.name) is None
+    assert launcher.stop(home, config.name, timeout=5) is launcher.StopOutcome.NONE_RUNNING
+
+
 def test_a_stop_request_never_outlives_the_drivers_it_was_for(home: Home) -> None:
     """A request left behind would stop the job's next driver after its first batch (one Airflow submits directly)."""
     produce(home, "events", 10, keys=2)
