@@ -142,6 +142,31 @@ def raised_inside(text: str) -> PipelinesError | None:
     return by_name(name, message.split(" SQLSTATE:")[0].strip())
 
 
+_FRAME = re.compile(r"at [\w$.<>/]+\(|\.\.\. \d+ more$|File \"|Traceback \(most recent call last\)")
+_CHATTER = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:INFO|WARN|DEBUG|TRACE) |WARNING: |Using Spark's default")
+_ERRORISH = re.compile(r"(?:Exception|Error)\b[^:]*:|^error: ", re.IGNORECASE)
+_LINE_LIMIT = 500
+
+
+def last_error_line(text: str) -> str | None:
+    """The line of a process's output that says why it failed, or None for no output.
+
+    A driver that dies while starting leaves a JVM's stack trace or a Python
+    traceback among Spark's INFO and WARN lines; the user needs the exception's
+    own line (``Exception in thread "main" ...: When running with master
+    'yarn' ...``), not the last stack frame. The last exception line wins (the
+    innermost cause); with none, the last line that is neither a frame nor
+    log chatter.
+    """
+    lines = [line.strip() for line in _ANSI.sub("", text).splitlines()]
+    kept = [line for line in lines if line and not _FRAME.match(line) and not _CHATTER.match(line)]
+    errors = [line for line in kept if _ERRORISH.search(line)]
+    picked = (errors or kept or [""])[-1].removeprefix(": ").strip()
+    if len(picked) > _LINE_LIMIT:
+        picked = picked[: _LINE_LIMIT - 3] + "..."
+    return picked or None
+
+
 def by_name(name: str, message: str) -> PipelinesError:
     """The platform error class called ``name`` (``PipelinesError`` for any other name), with ``message``."""
     cls = globals().get(name)

@@ -13,10 +13,21 @@ from pipelines.errors import PartitionChangeError, PipelinesError
 def run(args: argparse.Namespace, home: Home, output: Output) -> None:
     from pipelines.runtime import launcher
 
-    result = launcher.run(home, args.job, available_now=args.available_now, master=args.master, detach=args.detach)
-    if args.detach:
-        output.emit({"job": args.job, "pid": result}, lambda: f"job {args.job} running as pid {result}")
-    elif result != 0:
+    if args.detach:  # returns once the driver registered; a driver that exited first is a PipelinesError
+        started = launcher.start(home, args.job, available_now=args.available_now, master=args.master)
+        pid, log = started.pid, started.log
+        said = {
+            launcher.Started.RUNNING: f"job {args.job} running as pid {pid}",
+            launcher.Started.STARTING: (
+                f"job {args.job} starting as pid {pid}: not running yet after {launcher.START_WAIT_S:.0f} s "
+                f"(its log: {log}; python -m pipelines stop {args.job} ends it)"
+            ),
+            launcher.Started.ENDED: f"job {args.job} ran to its end as pid {pid} (its log: {log})",
+        }[started.state]
+        output.emit({"job": args.job, "pid": pid, "state": str(started.state)}, lambda: said)
+        return
+    result = launcher.run(home, args.job, available_now=args.available_now, master=args.master, detach=False)
+    if result != 0:
         raise launcher.failure(home, args.job) or PipelinesError(f"job {args.job} driver exited with code {result}")
 
 

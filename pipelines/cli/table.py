@@ -510,7 +510,12 @@ RUN = ActionCommand(
         arg("--available-now", action="store_true", exclusive="mode", help="process what is there, then exit"),
         arg("--continuous", action="store_true", exclusive="mode", help="run until stopped (the default)"),
         arg("--master", type=spark_master, default="local[*]", help="Spark master (default local[*])"),
-        arg("--detach", action="store_true", help="run in the background; logs in <home>/run/JOB.log"),
+        arg(
+            "--detach",
+            action="store_true",
+            help="run in the background: returns once the driver is up, fails if it exits first; "
+            "logs in <home>/run/JOB.log",
+        ),
     ),
     writes=True,
 )

@@ -12,6 +12,12 @@ a file naming another host, or no host (written by an older version), is
 never judged. Drivers on other hosts are found, stopped and waited for
 through the control plane: the stop request they poll, and their
 registration in the ``drivers`` table, which says ``stopped`` when they have.
+
+``pipelines run --detach`` returns once its driver has registered in that
+table (its Spark application is up), or fails if the driver exits first: like
+spark-submit or an Airflow operator, a detached submit that says "running"
+must mean it runs, and a master or a conf the JVM refuses must be an error
+now, not a line found later in the driver's log (``start``).
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from pipelines.control import ControlPlane
-from pipelines.control.drivers import DriverRow
+from pipelines.control.drivers import FAILED, RECENT_LIVE_S, DriverRow
 from pipelines.control.home import Home
-from pipelines.errors import PipelinesError, by_name
+from pipelines.errors import PipelinesError, by_name, last_error_line, raised_inside
 from pipelines.runtime import logs, requests
 from pipelines.runtime.lifetime import check_master, master_problem, pid_alive, tied_command
 from pipelines.runtime.session import spark_confs, spark_env
@@ -38,6 +45,12 @@ from pipelines.storage.hostlocal import host_dir
 
 DRIVER = str(Path(__file__).with_name("driver.py"))
 INTERRUPT_GRACE_S = 60.0  # a Ctrl-C'd driver gets this long to stop at a batch boundary
+START_WAIT_S = 120.0
+"""How long ``start`` waits for a detached driver to register: a JVM and a session take 5 to 60 s on a loaded
+2-core machine. One still starting then is left to start (its pid file and log say where it is), not killed:
+a slow start is not a failure, and the CLI that waits for it is not what keeps it."""
+LOG_TAIL_BYTES = 65536
+"""How much of a dead driver's log is searched for its error: the end of a JVM's stack trace and what follows."""
 
 
 def default_master() -> str:
@@ -90,7 +103,78 @@ def driver_log(home: Home, job: str) -> Path:
 def run(
     home: Home, job: str, *, available_now: bool, master: str, detach: bool, max_seconds: float | None = None
 ) -> int:
-    """Run the job's driver; in the foreground returns its exit code, detached returns its pid."""
+    """Run the job's driver; in the foreground returns its exit code, detached returns its pid at once.
+
+    Detached, nothing waits for the driver to start: the keepalive relaunches several jobs in one round and
+    knows a starting driver by its pid file at the next one, and benchmarks wait for the heartbeat they need.
+    ``start`` is the detached run that waits (``pipelines run --detach``).
+    """
+    cmd = _checked_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
+    if not detach:
+        return _foreground(home, job, cmd, master)
+    return _spawn(home, job, cmd, master)[0].pid
+
+
+class Started(StrEnum):
+    """Where a detached driver stood when ``start`` returned."""
+
+    RUNNING = "running"  # registered in the drivers table: its Spark application is up
+    STARTING = "starting"  # neither registered nor exited within START_WAIT_S; it goes on starting
+    ENDED = "ended"  # exited with 0 before a look saw it registered (an available-now run shorter than a poll)
+
+
+@dataclass(frozen=True)
+class Detached:
+    """A detached driver ``start`` launched: its pid on this host, where it stood, and its log."""
+
+    pid: int
+    state: Started
+    log: Path
+
+
+def start(
+    home: Home,
+    job: str,
+    *,
+    available_now: bool,
+    master: str,
+    max_seconds: float | None = None,
+    wait_s: float = START_WAIT_S,
+) -> Detached:
+    """Run the job's driver detached, and return once it has registered in the ``drivers`` table.
+
+    The registration is what the driver writes when its Spark session is up,
+    before its first query (``driver.run_job``): what ``stop``, the keepalive
+    and the status views take for a driver, so "running" here means what it
+    means there. A driver that exits first is a ``PipelinesError`` naming its
+    exit code and why (the failure it recorded, else its log's error line),
+    and its pid file is removed: nothing is left that names a dead driver.
+    A driver that has done neither after ``wait_s`` is ``STARTING``.
+    """
+    cmd = _checked_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
+    drivers = ControlPlane(home).drivers
+    before = {d.driver_id for d in drivers.latest(job, recent_s=RECENT_LIVE_S)}
+    proc, offset = _spawn(home, job, cmd, master)
+    log = driver_log(home, job)
+    poll = 0.5 if home.is_local else 2.0  # on object storage each look is requests
+    end = time.monotonic() + wait_s
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, min(poll, end - time.monotonic())))  # returns as soon as it exits
+        if proc.returncode is not None:
+            _forget(home, job, proc.pid)
+            if proc.returncode == 0:
+                return Detached(proc.pid, Started.ENDED, log)
+            raise _exited(home, job, proc.returncode, _log_since(log, offset), log)
+        new = [d for d in drivers.latest(job, recent_s=RECENT_LIVE_S) if d.driver_id not in before and d.on_this_host]
+        if new and new[0].state != FAILED:  # a failed one is on its way out: its exit code and failure follow
+            return Detached(proc.pid, Started.RUNNING, log)
+        if time.monotonic() >= end:
+            return Detached(proc.pid, Started.STARTING, log)
+
+
+def _checked_command(home: Home, job: str, *, available_now: bool, master: str, max_seconds: float | None) -> list[str]:
+    """The driver's command, after the refusals that need no JVM: an unknown job, a bad master, a live twin."""
     ControlPlane(home).job_models.active(job)  # an unknown job fails here, with the known jobs listed
     check_master(master)  # a dead master is one line now, not a minute of JVM retries
     live = running_pid(home, job)
@@ -108,14 +192,45 @@ def run(
         )
     requests.clear_stop(home, job)
     requests.clear_failure(home, job)
-    cmd = driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
-    if not detach:
-        return _foreground(home, job, cmd, master)
+    return driver_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
+
+
+def _spawn(home: Home, job: str, cmd: list[str], master: str) -> tuple[subprocess.Popen[bytes], int]:
+    """The driver started in its own session, its output appended to its log; and where this run's part begins."""
     driver_log(home, job).parent.mkdir(parents=True, exist_ok=True)
-    log = open(driver_log(home, job), "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(cmd, env=spark_env(master), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(driver_log(home, job), "ab") as log:  # the child has its own descriptor
+        offset = log.tell()
+        proc = subprocess.Popen(
+            cmd, env=spark_env(master), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     pid_file(home, job).write_text(f"{socket.gethostname()} {proc.pid}\n")
-    return proc.pid
+    return proc, offset
+
+
+def _forget(home: Home, job: str, pid: int) -> None:
+    """Remove the pid file of a driver that exited, unless another run has written its own since."""
+    if _pid(home, job) == pid:
+        pid_file(home, job).unlink(missing_ok=True)
+
+
+def _log_since(log: Path, offset: int) -> str:
+    """The end of what this run wrote to the log, which earlier runs' lines precede."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(offset, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _exited(home: Home, job: str, code: int, text: str, log: Path) -> PipelinesError:
+    """Why a detached driver exited while starting: its recorded failure, the platform's error its log carries, or
+    its log's last error line; as the class it was, so ``--json`` names the same error a foreground run would."""
+    said = failure(home, job) or raised_inside(text)
+    why = str(said) if said is not None else last_error_line(text)
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"  # the OOM killer's -9
+    message = f"job {job} driver {how} while starting" + (f": {why}" if why else "")
+    return (type(said) if said is not None else PipelinesError)(f"{message} (its log: {log})")
 
 
 def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:

@@ -6,6 +6,7 @@ from pipelines.errors import (
     DamagedTableError,
     PipelinesError,
     StreamError,
+    last_error_line,
     one_line,
     raised_inside,
     store_unanswered,
@@ -115,3 +116,33 @@ def test_damage_a_missing_object_and_the_user_s_own_mistakes_are_no_outage(text:
 )
 def test_pyarrow_s_s3_outages_are_outages_too(text: str) -> None:
     assert store_unanswered(text)
+
+
+SESSION_FAILED = """WARNING: Using incubator modules: jdk.incubator.vector
+26/11/29 06:41:36 WARN Utils: Set SPARK_LOCAL_IP if you need to bind to another address
+Traceback (most recent call last):
+  File "/x/pipelines/runtime/driver.py", line 540, in <module>
+    sys.exit(main())
+py4j.protocol.Py4JJavaError: An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.
+: org.apache.spark.SparkException: Failed to add file:/missing.jar
+\tat org.apache.spark.SparkContext.addJar(SparkContext.scala:2178)
+Caused by: java.io.FileNotFoundException: Jar /missing.jar not found
+\tat org.apache.spark.SparkContext.addLocalJarFile$1(SparkContext.scala:2099)
+\t... 15 more
+
+26/11/29 06:41:37 INFO ShutdownHookManager: Shutdown hook called
+"""
+
+
+def test_a_dead_driver_s_log_is_its_innermost_exception_line_not_a_frame_or_spark_s_chatter() -> None:
+    assert last_error_line(SESSION_FAILED) == "Caused by: java.io.FileNotFoundException: Jar /missing.jar not found"
+    assert last_error_line(SESSION_FAILED.split("Caused by")[0]) == (
+        "org.apache.spark.SparkException: Failed to add file:/missing.jar"
+    )
+
+
+def test_a_log_without_an_exception_is_its_last_plain_line_and_an_empty_one_is_none() -> None:
+    assert last_error_line("26/11/29 06:41:36 INFO X: up\nKilled\n\n") == "Killed"
+    assert last_error_line("26/11/29 06:41:36 WARN X: slow\n\tat a.B.c(B.java:1)\n") is None
+    assert last_error_line("") is None
+    assert len(last_error_line("java.lang.Error: " + "x" * 5000) or "") == 500

@@ -130,9 +130,10 @@ def test_ctrl_c_stops_a_foreground_run_at_a_batch_boundary_and_a_detached_run_ou
     # the next run starts normally; detached, it outlives the CLI that started it
     produce(home, "events", 60, keys=6)
     detached = Cli(home, "run", config.name, "--detach", "--master", MASTER)
-    assert detached.proc.wait(timeout=60) == 0
+    assert detached.proc.wait(timeout=launcher.START_WAIT_S + 60) == 0, detached.text()
     pid = launcher.running_pid(home, config.name)
     assert pid is not None and f"job {config.name} running as pid {pid}" in detached.text()
+    assert ControlPlane(home).drivers.live(config.name), "it returned once the driver had registered"
     end = time.monotonic() + SPARK_START_S
     while len(sink(home, config)) < 120 and time.monotonic() < end:
         time.sleep(1)

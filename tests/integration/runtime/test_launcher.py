@@ -16,7 +16,7 @@ from pipelines.control import ControlPlane
 from pipelines.control.drivers import Registration
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
-from pipelines.errors import PipelinesError
+from pipelines.errors import ConfigError, PipelinesError
 from pipelines.runtime import launcher, requests
 
 from .jobs import job, produce
@@ -194,6 +194,34 @@ def test_an_unreachable_spark_master_is_one_line_and_quick_and_starts_nothing(tm
     assert ControlPlane(home).job_models.latest_version(config.name) == 1
 
 
+@pytest.mark.slow
+def test_a_detached_run_whose_master_fails_at_once_is_one_error_line_and_leaves_no_driver(tmp_path: Path) -> None:
+    """``yarn`` without ``HADOOP_CONF_DIR`` passes ``check_master`` (a cluster's answer is Spark's to judge) and
+    spark-submit refuses it a second later: the cheapest master that reaches a real driver's start and fails it."""
+    home = Home(tmp_path / "home")
+    produce(home, "events", 10, keys=2)
+    config = job(home, "yarned", 1)
+    hadoop = ("PIPELINES_HOME", "HADOOP_CONF_DIR", "YARN_CONF_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in hadoop} | {"PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-m", "pipelines", "--home", str(home.root)]
+    done = subprocess.run(
+        [*cli, "run", config.name, "--detach", "--master", "yarn"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=launcher.START_WAIT_S + 60,
+    )
+    log = launcher.driver_log(home, config.name)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert f"job {config.name} driver exited with code 1 while starting: " in done.stderr
+    assert "HADOOP_CONF_DIR or YARN_CONF_DIR must be set" in done.stderr and f"(its log: {log})" in done.stderr
+    assert not launcher.pid_file(home, config.name).exists(), "no pid file names the dead driver"
+    assert launcher.running_pid(home, config.name) is None
+    assert launcher.stop(home, config.name, timeout=5) is launcher.StopOutcome.NONE_RUNNING
+
+
 def test_a_stop_request_never_outlives_the_drivers_it_was_for(home: Home) -> None:
     """A request left behind would stop the job's next driver after its first batch (one Airflow submits directly)."""
     produce(home, "events", 10, keys=2)
@@ -225,3 +253,97 @@ def test_a_stop_request_never_outlives_the_drivers_it_was_for(home: Home) -> Non
         dying.kill()
         dying.wait()
     assert not requests.stop_asked(home, config.name), "a driver that died first left its request behind"
+
+
+def _faked_job(home: Home, monkeypatch: pytest.MonkeyPatch, name: str, code: str) -> str:
+    """A job whose driver's command is a Python snippet (no JVM): the launcher's wait is what is tested."""
+    produce(home, "events", 10, keys=2)
+    config = job(home, name, 1)
+    _fake_driver(monkeypatch, code)
+    return config.name
+
+
+def _fake_driver(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    monkeypatch.setattr(
+        launcher, "driver_command", lambda home, job, **_: [sys.executable, "-c", code, str(home.root), job]
+    )
+
+
+REGISTERS = """
+import sys, time
+from pipelines.control.drivers import Registration
+from pipelines.control.home import Home
+time.sleep(1.0)  # a session starting
+Registration(Home(sys.argv[1]), sys.argv[2]).start()
+time.sleep(60)
+"""
+
+
+def test_a_detached_start_returns_once_the_driver_registered_and_leaves_its_pid_file(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = _faked_job(home, monkeypatch, "registers", REGISTERS)
+    started = time.monotonic()
+    detached = launcher.start(home, name, available_now=False, master="local[1]")
+    try:
+        assert detached.state is launcher.Started.RUNNING
+        assert time.monotonic() - started < 30, "returned at the registration, not at the cap"
+        assert launcher.running_pid(home, name) == detached.pid
+        (driver,) = ControlPlane(home).drivers.live(name)
+        assert driver.on_this_host
+    finally:
+        launcher.kill(home, name)
+
+
+def test_a_detached_driver_still_starting_at_the_cap_is_left_starting(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = _faked_job(home, monkeypatch, "slow", "import time; time.sleep(60)")
+    detached = launcher.start(home, name, available_now=False, master="local[1]", wait_s=1.0)
+    try:
+        assert detached.state is launcher.Started.STARTING
+        assert launcher.running_pid(home, name) == detached.pid, "not killed: a slow start is no failure"
+    finally:
+        launcher.kill(home, name)
+
+
+def test_a_detached_driver_that_exits_while_starting_is_its_error_and_leaves_no_pid_file(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jvm = (
+        "print('26/11/29 06:41:36 WARN Utils: Set SPARK_LOCAL_IP if you need to bind to another address')\n"
+        "print('Exception in thread \"main\" org.apache.spark.SparkException: no such master')\n"
+        "print('\\tat org.apache.spark.deploy.SparkSubmit.main(SparkSubmit.scala)')\n"
+        "raise SystemExit(1)\n"
+    )
+    name = _faked_job(home, monkeypatch, "dies", jvm)
+    log = launcher.driver_log(home, name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text('Exception in thread "main" java.lang.RuntimeException: an earlier run\'s failure\n')
+    with pytest.raises(PipelinesError) as refused:
+        launcher.start(home, name, available_now=False, master="local[1]")
+    assert str(refused.value) == (
+        f'job {name} driver exited with code 1 while starting: Exception in thread "main" '
+        f"org.apache.spark.SparkException: no such master (its log: {log})"
+    )
+    assert not launcher.pid_file(home, name).exists(), "no pid file names a dead driver"
+
+    _fake_driver(monkeypatch, "raise SystemExit(3)")  # says nothing: the earlier runs' lines are not its reason
+    with pytest.raises(PipelinesError) as refused:
+        launcher.start(home, name, available_now=False, master="local[1]")
+    assert str(refused.value) == f"job {name} driver exited with code 3 while starting (its log: {log})"
+
+    noted = (
+        "import sys\n"
+        "from pipelines.control.home import Home\n"
+        "from pipelines.runtime import requests\n"
+        "requests.note_failure(Home(sys.argv[1]), sys.argv[2], 'ConfigError', 'sink table: bad schema')\n"
+        "print('error: sink table: bad schema')\n"
+        "raise SystemExit(2)\n"
+    )
+    _fake_driver(monkeypatch, noted)
+    said = r"^job dies driver exited with code 2 while starting: sink table: bad schema"
+    with pytest.raises(ConfigError, match=said):
+        launcher.start(home, name, available_now=False, master="local[1]")
+    assert not launcher.pid_file(home, name).exists()
+    assert launcher.stop(home, name, timeout=5) is launcher.StopOutcome.NONE_RUNNING
