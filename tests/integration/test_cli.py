@@ -605,6 +605,9 @@ def test_every_command_line_of_the_project_refuses_bad_input_with_one_error_line
         (("stop", os.fsdecode(b"\xff\xfe")), r"argument '\xff\xfe' is not UTF-8 text"),  # pyarrow's traceback before
         (("stream", "create", "s", "--partitions", "1", "--home", os.fsdecode(b"q\xff")), r"argument 'q\xff'"),
         (("stop", ""), "job name '' is invalid"),  # run and stop reached the tables with any name
+        # stored with the new model and in the run's conf whatever it held (core.limits.check_reason)
+        (("rescale", "j", "--factor", "2", "--dry-run", "--reason", "x" * 600), "reason has 600 characters"),
+        (("model", "plan", "--save", "--reason", "a\tb"), "reason holds a tab (U+0009) at character 2"),
         # Commands that would start Spark had they not been refused: the fast tier's guard cannot tell.
         pytest.param(("sql", os.fsdecode(b"select '\xff'")), "is not UTF-8 text", marks=pytest.mark.slow),
         pytest.param(("run", "a/b"), "job name 'a/b' is invalid", marks=pytest.mark.slow),
