@@ -142,16 +142,19 @@ def test_model_migrate_bad_input(tmp_path: Path) -> None:
 
 
 def test_model_migrate_refuses_maps_no_job_has_and_takes_its_own_output(tmp_path: Path) -> None:
-    """A stream called 'a/b', a key it would ignore, an empty map: each was migrated (the last as "0 -> 0
-    partitions"); what ``model migrate --json`` writes is still a map it reads."""
+    """A stream called 'a/b', a key it would ignore (in the map or in a row), a key written twice, an empty map:
+    each was migrated (the last as "0 -> 0 partitions", a factor written twice as the last one); what ``model
+    migrate --json`` writes is still a map it reads."""
     row = {"ssp": ["deltalog", "events", 0], "offset": "5"}
     for document, message in (
         ({"checkpoints": [{**row, "ssp": ["deltalog", "a/b", 0]}]}, "checkpoint #0: stream name 'a/b' is invalid"),
         ({"factor": 1, "extra": 1, "checkpoints": [row]}, "unknown key 'extra'; its keys are 'factor' and"),
+        ({"checkpoints": [{**row, "ofset": 7}]}, "checkpoint #0 has unknown key 'ofset'; a checkpoint's keys are"),
+        ('{"factor": 4, "checkpoints": [' + json.dumps(row) + '], "factor": 1}', "the key 'factor' twice"),
         ({"factor": 1, "checkpoints": []}, "has no checkpoints: nothing to migrate, so probably not the file meant"),
     ):
         source = tmp_path / "map.json"
-        source.write_text(json.dumps(document))
+        source.write_text(document if isinstance(document, str) else json.dumps(document))
         error = fails(tmp_path, "model", "migrate", "--from", str(source), "--to-factor", "2")
         assert error.startswith(f"error: checkpoint file {source}: ") and message in error, error
     kinesis = "shardId-000000000000:49590338271490256608559692538361571095921575989136588898"  # 56 digits
@@ -315,7 +318,8 @@ def test_job_list_show_and_checkpoints(tmp_path: Path) -> None:
     shown = run(tmp_path, "job", "show", "orders").stdout
     assert "active version 1, factor 2" in shown and "rescale to 4, not activated" in shown
     assert "activated *" in shown
-    checkpoints = CheckpointMap.from_json(json.loads(run(tmp_path, "job", "checkpoints", "orders", "--json").stdout))
+    written = run(tmp_path, "job", "checkpoints", "orders", "--json").stdout
+    checkpoints = CheckpointMap.loads(written)  # as 'model migrate --from' reads it: no key twice, none unknown
     assert checkpoints.offset(ssp(1), 1) == "2"
     assert "known jobs: orders" in fails(tmp_path, "job", "show", "payments")
     assert "version 2 has no checkpoints" in fails(tmp_path, "job", "checkpoints", "orders", "--version", "2")
