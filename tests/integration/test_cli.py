@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.runtime import requests
+from pipelines.systems.deltalog import DeltaLog
 
 pytestmark = pytest.mark.integration
 
@@ -641,3 +643,83 @@ def test_a_home_from_the_environment_that_is_not_utf8_is_refused_before_anything
         f"error: $PIPELINES_HOME '{tmp_path}/q\\xff' is not UTF-8 text: a home's path must be\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+SLOWED = """
+import os, pathlib, sys, time
+
+import deltalake
+
+marker = pathlib.Path(os.environ["SLOWED_MARKER"])
+real_write, real_commit = pathlib.Path.write_bytes, deltalake.DeltaTable.create_write_transaction
+
+
+def slow_write(self, data):
+    # a slow disk under the home's temporary files: each takes half a second, so a signal lands mid-write
+    if os.environ["SLOWED"] != "write" or not self.name.endswith(".tmp"):
+        return real_write(self, data)
+    with self.open("wb") as file:
+        step = max(1, len(data) // 5)
+        for start in range(0, len(data), step):
+            file.write(data[start : start + step])
+            file.flush()
+            marker.touch()
+            time.sleep(0.1)
+    return len(data)
+
+
+def slow_commit(self, *args, **kwargs):
+    # a signal that arrived during delta-rs's commit is handled at the first Python step after it returns
+    done = real_commit(self, *args, **kwargs)
+    if os.environ["SLOWED"] == "commit":
+        marker.touch()
+        time.sleep(0.5)
+    return done
+
+
+pathlib.Path.write_bytes = slow_write
+deltalake.DeltaTable.create_write_transaction = slow_commit
+from pipelines.cli import main
+
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def _signalled(
+    argv: list[str], cwd: Path, env: dict[str, str], marker: Path, signal_number: int
+) -> tuple[int, str, str]:
+    """Start ``argv``, send it ``signal_number`` once it has touched ``marker`` (it is then in its slowed step), and
+    return its exit code, stdout and stderr."""
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and process.poll() is None:
+            assert time.monotonic() < deadline, f"{argv[3:]} reached no slowed step within a minute"
+            time.sleep(0.005)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal_number)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, out, err
+
+
+def test_a_compaction_interrupted_just_after_its_commit_keeps_every_record(tmp_path: Path) -> None:
+    """The merged file was deleted when Ctrl-C (or now SIGTERM) was raised right after its commit returned: the
+    log then named a missing file in place of the ones it merged, and the stream could not be read."""
+    run(tmp_path, "stream", "create", "events", "--partitions", "1")
+    for _ in range(3):
+        run(tmp_path, "stream", "produce", "events", "--records", "20", "--keys", "3")
+    home = Home(tmp_path / "home")
+    marker = tmp_path / "slowed"
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
+    env |= {"PYTHONPATH": str(REPO), "SLOWED": "commit", "SLOWED_MARKER": str(marker)}
+    argv = [sys.executable, "-c", SLOWED, "--home", str(home.root), "stream", "compact", "events"]
+    returncode, _, err = _signalled(argv, tmp_path, env, marker, signal.SIGINT)
+    assert returncode == 130 and err.splitlines()[-1] == "interrupted", err
+    log = DeltaLog(home.streams)
+    assert log.describe("events").partitions[0].end == "60"
+    assert log.read_range("events", 0, 0, 60).num_rows == 60
+    assert "merged" in run(tmp_path, "stream", "compact", "events").stdout  # and the next compaction works
