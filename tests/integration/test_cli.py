@@ -706,6 +706,42 @@ def _signalled(
     return process.returncode, out, err
 
 
+@pytest.mark.parametrize("where", ["write", "commit"])
+@pytest.mark.parametrize(
+    ("signal_number", "code", "said"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
+)
+def test_a_produce_ended_by_a_signal_leaves_no_temporary_file_and_every_commit_readable(
+    tmp_path: Path, where: str, signal_number: int, code: int, said: str
+) -> None:
+    """``stream produce --records <huge>`` killed (SIGTERM: a CI limit, ``timeout``, a stopped service) or
+    interrupted (Ctrl-C) while it rewrote its per-key sequence file left ``.events.json.<uuid>.tmp`` in the home
+    for good; one interrupted just after a commit returned removed that commit's files, and the stream could no
+    longer be read. It now ends with its signal's exit code, nothing half-written, every commit readable, and
+    the per-key sequences a next produce continues."""
+    run(tmp_path, "stream", "create", "events", "--partitions", "2")
+    home = Home(tmp_path / "home")
+    marker = tmp_path / "slowed"
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
+    env |= {"PYTHONPATH": str(REPO), "SLOWED": where, "SLOWED_MARKER": str(marker)}
+    argv = [sys.executable, "-c", SLOWED, "--home", str(home.root), "stream", "produce", "events"]
+    argv += ["--records", str(10**12), "--keys", "7", "--seed", "1", "--chunk", "40"]
+    returncode, out, err = _signalled(argv, tmp_path, env, marker, signal_number)
+    assert returncode == code, (returncode, err)
+    assert "Traceback" not in err and err.splitlines()[-1] == said, err
+    assert out == ""
+    assert [p.name for p in home.root.local_path().rglob("*.tmp")] == []
+    log = DeltaLog(home.streams)
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for p, meta in log.describe("events").partitions.items():
+        for raw in log.read_range("events", p, 0, int(meta.end)).column("value").to_pylist():
+            doc = json.loads(raw)
+            seqs[doc["key"]].append(doc["seq"])
+    assert sum(len(s) for s in seqs.values()) >= 40  # at least the chunk before the signal
+    assert all(sorted(s) == list(range(len(s))) for s in seqs.values()), seqs
+    more = json.loads(run(tmp_path, "--json", "stream", "produce", "events", "--records", "7", "--keys", "7").stdout)
+    assert more["records"] == 7
+
+
 def test_a_compaction_interrupted_just_after_its_commit_keeps_every_record(tmp_path: Path) -> None:
     """The merged file was deleted when Ctrl-C (or now SIGTERM) was raised right after its commit returned: the
     log then named a missing file in place of the ones it merged, and the stream could not be read."""
