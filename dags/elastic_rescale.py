@@ -14,6 +14,10 @@ blur (0 became 1, 1025 became 1024: a real rescale nobody asked for) and empties
 must refuse comes back as a "Bad Request" toast. So the Param has no type for the form to enforce (a text field that
 keeps what was typed), and a factor `validate` refuses fails the run with the reason as the run's note
 (`pipelines_airflow.notes`), shown on the run's page and the grid. Nothing is changed by a refused run.
+
+The reason is stored with the new model and shown on one line wherever its history is, so it is printable text of at
+most 500 characters with no newline, tab, NUL or other control character (`pipelines.core.limits.check_reason`, the
+CLI's and the page's rule too). The Param's `maxLength` refuses a longer one at trigger time, `validate` the rest.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pipelines_airflow.scaling import scaling_path
 
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor, validate_factor
-from pipelines.core.limits import MAX_WAIT_S
+from pipelines.core.limits import MAX_REASON, MAX_WAIT_S, check_reason
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.operations import scaling
 from pipelines.runtime.lifetime import master_problem
@@ -58,7 +62,14 @@ from pipelines.runtime.lifetime import master_problem
             type="boolean",
             description="let the autosizer choose the factor from the job's metrics (its reasons are recorded)",
         ),
-        "reason": Param("manual rescale", type="string", minLength=1, description="recorded with the new model"),
+        # maxLength: Airflow's form and REST API refuse a longer one at trigger time; validate checks the characters
+        "reason": Param(
+            "manual rescale",
+            type="string",
+            minLength=1,
+            maxLength=MAX_REASON,
+            description=f"recorded with the new model: one line of text, at most {MAX_REASON} characters",
+        ),
         "dry_run": Param(False, type="boolean", description="plan and show the new model, change nothing"),
         "grouper": Param(
             None,
@@ -111,13 +122,13 @@ def elastic_rescale() -> None:
     def _request(params: dict[str, Any]) -> scaling.ScalingRequest:
         check_conf()  # a misspelt "factr" ran the default factor
         factor = params.get("factor")
-        reason = params["reason"]
+        reason = check_reason(params["reason"])  # before the autosizer records a decision for a refused run
         if params.get("auto"):
             from pipelines.operations.autosize import evaluate
 
             decision = evaluate(PipelinesHook().home(), params["job"])
             print(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
-            factor, reason = decision.factor, f"{reason} (auto: {'; '.join(decision.reasons)})"
+            factor, reason = decision.factor, decision.reason_for(reason)
         elif factor is None or (isinstance(factor, str) and not factor.strip()):
             raise ConfigError(f"no factor given: give a whole number from 1 to {max_factor()}, or turn auto on")
         request = scaling.ScalingRequest(

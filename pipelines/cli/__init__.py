@@ -5,6 +5,8 @@ on stderr with exit code 2 (argparse's own usage errors use 2 as well), so
 scripts and Airflow's BashOperator can tell "fix your input" from a crash,
 which keeps its traceback. ``--json`` prints machine-readable output on
 stdout; progress and notes always go to stderr so stdout stays parseable.
+Ctrl-C ends a command with exit code 130 and SIGTERM with 143, both after
+the command's own clean-ups (``_sigterm_raises``).
 
 The commands are declared once in ``table``; ``parser`` builds argparse from it;
 each command group's handlers live in their own module, imported only when
@@ -16,8 +18,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from types import FrameType
 from typing import TextIO
 
 from pipelines.cli.output import Output
@@ -48,11 +53,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     output = Output(args.json, out, err)
     home: Home | None = None
     try:
-        home = resolve_home(args.home)
-        if writes(args):
-            check_writable(home)
-        with _libraries_log(home, args.verbose):  # Spark's and Airflow's own lines: the home's log file
-            handler(args.entry)(args, home, output)
+        with _sigterm_raises():
+            home = resolve_home(args.home)
+            if writes(args):
+                check_writable(home)
+            with _libraries_log(home, args.verbose):  # Spark's and Airflow's own lines: the home's log file
+                handler(args.entry)(args, home, output)
     except PipelinesError as e:
         return _fail(output, e.code, str(e))
     except BrokenPipeError:  # `pipelines ... | head`: the reader is gone, nothing to report (before OSError: it is one)
@@ -65,6 +71,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     except KeyboardInterrupt:
         err.write("interrupted\n")
         return 130
+    except Terminated:  # the shell's code for a process SIGTERM ended: 128 + 15
+        err.write("terminated\n")
+        return 128 + signal.SIGTERM
     except Exception as e:  # boto3's refusals (wrong keys, no bucket, no endpoint) are the user's to fix too
         from pipelines.storage.objects import refused, unanswered
 
@@ -76,6 +85,36 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             return _fail(output, "store_unavailable", f"{message}{_remote(home)}")
         raise
     return 0
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a command ran (``_sigterm_raises``); a ``BaseException``, as ``KeyboardInterrupt`` is,
+    so no ``except Exception`` takes it for a failure to report."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` where the command stands, as Ctrl-C raises ``KeyboardInterrupt``.
+
+    Its default action ends the process on the spot, so no ``finally`` ran: a ``stream produce`` stopped by a CI
+    limit, ``timeout`` or a stopped service left its half-written temporary file in the home, and a rescale its
+    lock for a lease. Now the same clean-ups run as for Ctrl-C. Set only where SIGTERM still has its default action
+    and on the main thread (the only one that may set handlers): a program that calls ``main`` keeps its own. A
+    second SIGTERM ends the process at once, as before.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _remote(home: Home | None) -> str:

@@ -57,7 +57,7 @@ def _resolve_factor(home: Home, job: str, factor: str, reason: str, output: Outp
     if decision.action == SKIP:
         raise ScalingInProgressError(f"the autosizer {'; '.join(decision.reasons)}; try again when it is done")
     output.note(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
-    return decision.factor, f"{reason} (auto: {'; '.join(decision.reasons)})"
+    return decision.factor, decision.reason_for(reason)
 
 
 def rescale(args: argparse.Namespace, home: Home, output: Output) -> None:

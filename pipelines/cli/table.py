@@ -17,7 +17,17 @@ from typing import Any
 
 from pipelines.core.adjunct import parse_duration
 from pipelines.core.groupers import GROUPERS
-from pipelines.core.limits import MAX_COUNT, MAX_MINUTES, MAX_PARTITIONS, MAX_WAIT_S, MAX_WATCH_S, shown, whole_number
+from pipelines.core.limits import (
+    MAX_COUNT,
+    MAX_MINUTES,
+    MAX_PARTITIONS,
+    MAX_REASON,
+    MAX_WAIT_S,
+    MAX_WATCH_S,
+    check_reason,
+    shown,
+    whole_number,
+)
 from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_ms
 from pipelines.core.ssp import validate_name
 from pipelines.core.start import parse_start, start_time_ms
@@ -127,6 +137,18 @@ def job_name(text: str) -> str:
 
 
 job_name.__name__ = "job name"
+
+
+def reason(text: str) -> str:
+    """Why a model was planned, as every reason is held (``core.limits.check_reason``): refused before a table is
+    read, a lock taken or the autosizer asked."""
+    try:
+        return check_reason(text)
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+reason.__name__ = "reason"
 
 
 def spark_master(text: str) -> str:
@@ -373,7 +395,12 @@ MODEL = GroupCommand(
                     help="plan on top of this job's active model, if it has one",
                 ),
                 arg("--save", action="store_true", help="store the plan in the control plane (not activated)"),
-                arg("--reason", default="planned from the CLI", help="why the model was planned (with --save)"),
+                arg(
+                    "--reason",
+                    type=reason,
+                    default="planned from the CLI",
+                    help=f"why the model was planned (with --save; one line, at most {MAX_REASON} characters)",
+                ),
             ),
             writes=_plan_saves,
         ),
@@ -560,7 +587,12 @@ RESCALE = ActionCommand(
     (
         JOB,
         arg("--factor", required=True, help='target elasticity factor, or "auto" to ask the autosizer'),
-        arg("--reason", default="rescale from the CLI", help="recorded with the new model"),
+        arg(
+            "--reason",
+            type=reason,
+            default="rescale from the CLI",
+            help=f"recorded with the new model (one line, at most {MAX_REASON} characters)",
+        ),
         arg("--grouper", help=f"switch grouper too: one of {GROUPER_NAMES}"),
         arg("--dry-run", action="store_true", help="plan and print the new model, change nothing"),
         arg("--lock-wait", type=seconds, default=0.0, help="seconds to wait for another scaling step"),

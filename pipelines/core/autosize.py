@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol, runtime_checkable
 
+from pipelines.core.limits import MAX_REASON, printable
 from pipelines.errors import ConfigError, refuse_unknown
 
 UP = "up"
@@ -222,6 +223,16 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "factor": self.factor, "reasons": list(self.reasons)}
+
+    def reason_for(self, reason: str) -> str:
+        """The reason a model this decision chose is saved with: the operator's (already checked), then ours.
+
+        Held to the operator's rule (``limits.check_reason``) so the rescale is not refused for what the
+        autosizer added: on one line (a plugged policy's reasons may hold newlines) and cut to ``MAX_REASON``;
+        the decision itself is recorded whole in ``autosize_decisions``.
+        """
+        said = printable(f"{reason} (auto: {'; '.join(self.reasons)})")
+        return said if len(said) <= MAX_REASON else said[: MAX_REASON - 1] + "…"
 
 
 @runtime_checkable

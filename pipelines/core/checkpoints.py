@@ -105,7 +105,7 @@ class CheckpointMap:
             raise ModelError(
                 'checkpoint map must be an object {"factor": X, "checkpoints": [{"ssp": [...], "offset": "..."}]}'
             )
-        _refuse_unknown_keys(value)
+        _refuse_unknown_keys(value, "checkpoint map", "its", _KEYS)
         try:
             factor = validate_factor(value.get("factor", 1))
         except Exception as e:
@@ -124,6 +124,8 @@ class CheckpointMap:
         offsets: dict[SystemStreamPartition, Position] = {}
         named: set[tuple[str, str]] = set()  # each stream's names are checked once, not at each of its buckets
         for i, row in enumerate(rows):
+            if isinstance(row, dict):
+                _refuse_unknown_keys(row, f"checkpoint #{i}", "a checkpoint's", _ROW_KEYS)
             if not isinstance(row, dict) or "ssp" not in row or "offset" not in row:
                 raise ModelError(f"checkpoint #{i} must have 'ssp' and 'offset', got {shown(row)}")
             ssp = SystemStreamPartition.from_json(row["ssp"])
@@ -147,8 +149,9 @@ class CheckpointMap:
 
     @classmethod
     def loads(cls, text: str) -> CheckpointMap:
+        """The map a JSON text holds (``from_json``), each key of each of its objects written once."""
         try:
-            document = json.loads(text)
+            document = json.loads(text, object_pairs_hook=_once_each)
         except ValueError as e:
             raise ModelError(f"checkpoint map is not valid JSON: {e}") from None
         except RecursionError:  # 100,000 '[': no checkpoint map nests deeper than four levels
@@ -159,17 +162,39 @@ class CheckpointMap:
 _KEYS = ("factor", "checkpoints")
 """A checkpoint map's keys, as ``CheckpointMap.to_json`` writes them."""
 
+_ROW_KEYS = ("ssp", "offset")
+"""A checkpoint's keys (one row of ``checkpoints``), as ``CheckpointMap.to_json`` writes them."""
 
-def _refuse_unknown_keys(document: dict[Any, Any]) -> None:
-    """Any other key would be ignored: a misspelt ``factr: 4`` would read the map at factor 1, and a file that
-    merely holds a ``checkpoints`` list (some other tool's) would pass for a map."""
-    unknown = sorted(shown(key) for key in document if key not in _KEYS)
+
+def _refuse_unknown_keys(document: dict[Any, Any], where: str, whose: str, keys: tuple[str, ...]) -> None:
+    """Any other key would be ignored: a misspelt ``factr: 4`` would read the map at factor 1, a row's ``ofset``
+    would be taken for no offset at all, and a file that merely holds a ``checkpoints`` list (some other tool's)
+    would pass for a map."""
+    unknown = sorted(shown(key) for key in document if key not in keys)
     if unknown:
         named = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise ModelError(
-            f"checkpoint map has unknown key{'s' if len(unknown) > 1 else ''} {named}; its keys are "
-            + " and ".join(f"'{key}'" for key in _KEYS)
+            f"{where} has unknown key{'s' if len(unknown) > 1 else ''} {named}; {whose} keys are "
+            + " and ".join(f"'{key}'" for key in keys)
         )
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each written once (``json.loads``'s ``object_pairs_hook``, at every depth).
+
+    ``json`` keeps the last of two equal keys without a word, so ``{"factor": 4, ..., "factor": 1}`` was read at
+    factor 1 and a row's second ``offset`` won over its first; another reader may keep the first. Which one the
+    file means is not ours to guess.
+    """
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise ModelError(
+                f"checkpoint map has the key {shown(key)} twice in one object: which one counts would be the "
+                "reader's choice; write each key once"
+            )
+        document[key] = value
+    return document
 
 
 def migrate_checkpoints(

@@ -10,6 +10,8 @@ and the embedded log all take their caps from here.
 
 from __future__ import annotations
 
+import unicodedata
+
 from pipelines.errors import ConfigError
 
 MAX_PARTITIONS = 100_000
@@ -41,6 +43,25 @@ MAX_WATCH_S = 24 * 60 * 60.0
 """The longest refresh period of ``status --watch``: a day (``time.sleep`` refuses periods past the platform's
 ``time_t``)."""
 
+MAX_REASON = 500
+"""Characters a reason an operator gives (a rescale's, a saved model's) may have: a sentence or two. It is stored with
+the new job model and in the Airflow run's conf, and shown in ``job history``, the page's tables and the run's note;
+200,000 were taken. The page's field (``maxlength``) and the DAG's Param (``maxLength``) hold the same number."""
+
+_NOT_IN_A_LINE = {"Cc", "Cs", "Zl", "Zp"}
+"""Unicode categories a one-line text may not hold: control characters (NUL, tab, newline, escape, DEL, C1), lone
+surrogates, and the line and paragraph separators. Format characters (Cf) stay: Persian needs the zero-width
+non-joiner, an emoji sequence the joiner."""
+
+_CALLED = {
+    "\x00": "a NUL",
+    "\t": "a tab",
+    "\n": "a newline",
+    "\r": "a carriage return",
+    "\u2028": "a line separator",
+    "\u2029": "a paragraph separator",
+}
+
 
 def whole_number(text: object, *, signed: bool = False) -> int | None:
     """The whole number ``text`` spells in ASCII digits 0-9 (spaces around it allowed), or None.
@@ -70,6 +91,43 @@ def not_utf8(text: str) -> str | None:
     except UnicodeEncodeError:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return None
+
+
+def check_reason(reason: object, what: str = "reason") -> str:
+    """The reason an operator gave, stripped: one line of printable text of 1 to ``MAX_REASON`` characters.
+
+    The one rule for the CLI's ``--reason``, the page's form and the DAG's Param. A reason is read on one line
+    (a row of ``job history``, a table cell, a run's note, a log line), so it may hold no newline or tab (they
+    break the row), no escape sequence (it repaints the terminal that shows the history), no NUL (C readers end
+    the text there) and no lone surrogate (not UTF-8: Delta cannot store it). The length is the text as given, as
+    the form's ``maxlength`` and the Param's ``maxLength`` count it. A refusal names the character and where it
+    is, never the text, which may be 200,000 characters.
+    """
+    if not isinstance(reason, str):
+        raise ConfigError(f"{what} must be text, got {shown(reason)}")
+    if len(reason) > MAX_REASON:
+        raise ConfigError(
+            f"{what} has {len(reason):,} characters: at most {MAX_REASON}, a sentence or two (it is stored with the "
+            "new job model and shown on one line)"
+        )
+    for at, char in enumerate(reason, 1):
+        category = unicodedata.category(char)
+        if category in _NOT_IN_A_LINE:
+            called = _CALLED.get(char, "a lone surrogate" if category == "Cs" else "a control character")
+            utf8 = ", which is not UTF-8 text" if category == "Cs" else ""
+            raise ConfigError(
+                f"{what} holds {called} (U+{ord(char):04X}) at character {at:,}{utf8}: a reason is one line of "
+                "printable text"
+            )
+    if not reason.strip():
+        raise ConfigError(f"{what} is empty: a new job model needs a reason (it is recorded with the model)")
+    return reason.strip()
+
+
+def printable(text: str) -> str:
+    """``text`` with every character ``check_reason`` refuses made a space: for what the platform itself adds to a
+    reason (a plugged autosize policy's reasons may hold anything), which has no operator to refuse it to."""
+    return "".join(" " if unicodedata.category(char) in _NOT_IN_A_LINE else char for char in text)
 
 
 def shown(value: object, limit: int = 60) -> str:

@@ -242,7 +242,8 @@ def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
     is cut half way. A second Ctrl-C, or a driver that does not stop within
     ``INTERRUPT_GRACE_S``, ends it the hard way (what a crash would, which the
     sink and the checkpoints survive). If this process is killed, the driver is
-    killed with it (``lifetime.tied_command``).
+    killed with it (``lifetime.tied_command``); SIGTERM kills it too, before
+    the caller's own clean-ups run.
     """
     # spark-submit forwards the Python driver's stdout and stderr to its stdout: the driver's own lines, which go
     # to this process's stderr (fd 2: an Airflow task's sys.stderr has no file), so stdout keeps only the CLI's
@@ -270,6 +271,11 @@ def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
             proc.wait()
         finally:
             requests.clear_stop(home, job)
+        raise
+    except BaseException:  # SIGTERM (the CLI raises it as Terminated): the driver goes first, as it would with us
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # before the caller's clean-ups (a rescale's event, its lock) run
+        proc.wait()
         raise
 
 

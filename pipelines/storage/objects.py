@@ -123,18 +123,28 @@ class LocalStore(ObjectStore):
             raise FileNotFoundError(loc.path) from None
 
     def write(self, loc: Location, data: bytes) -> None:
+        """Whole or not at all: written to a temporary file beside it, then renamed over it.
+
+        The temporary file is removed on any exception, an interrupt included (Ctrl-C, or SIGTERM, which the CLI
+        raises as ``Terminated``): nothing else ever removes it, and a produce stopped mid-write left one in the
+        home for good. After the rename there is nothing left to remove.
+        """
         path = Path(loc.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def create(self, loc: Location, data: bytes) -> bool:
         path = Path(loc.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_bytes(data)
-        try:
+        try:  # the temporary file goes whatever happens, an interrupt mid-write included (see ``write``)
+            tmp.write_bytes(data)
             os.link(tmp, path)  # fails if it exists: whole content or nothing, and one winner
         except FileExistsError:
             return False

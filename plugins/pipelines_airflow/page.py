@@ -27,12 +27,14 @@ UNDONE_STATUSES = {"rolled back"}
 
 def render(template: str, **context: Any) -> str:
     """A page of the plugin; ``context`` is plain data (``collect``'s dictionaries and the like)."""
+    from pipelines.core.limits import MAX_REASON
     from pipelines.observe.html import environment
     from pipelines.observe.render import view
     from pipelines_airflow.datadocs import describe_offender, docs_url
 
     env = environment(TEMPLATES)
-    env.globals.update(TITLE=TITLE, REFRESH_S=REFRESH_S, observe_view=view, status_class=status_class)
+    env.globals.update(TITLE=TITLE, REFRESH_S=REFRESH_S, MAX_REASON=MAX_REASON, observe_view=view)
+    env.globals.update(status_class=status_class)
     env.filters.update(docs_url=docs_url, offender=describe_offender, partitions=partitions)
     return env.get_template(template).render(**context)
 

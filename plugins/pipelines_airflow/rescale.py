@@ -39,12 +39,14 @@ def parse_factor(raw: object) -> int:
 
 def rescale_request(home: Any, job: str, factor: object, reason: str | None = None) -> Any:
     """The request the form stands for, checked as ``elastic_rescale``'s ``validate`` task checks it."""
+    from pipelines.core.limits import check_reason
     from pipelines.errors import ConfigError
     from pipelines.operations import scaling
 
     if not isinstance(job, str) or not job.strip():
         raise ConfigError("name the job to rescale")
-    request = scaling.ScalingRequest(job.strip(), parse_factor(factor), (reason or DEFAULT_REASON).strip())
+    said = check_reason(reason) if reason else DEFAULT_REASON  # as typed: 200,000 spaces are no short reason
+    request = scaling.ScalingRequest(job.strip(), parse_factor(factor), said)
     scaling.validate(home, request)  # reason, factor, known job (UnknownJobError names the known ones)
     return request
 

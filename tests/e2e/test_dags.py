@@ -21,10 +21,12 @@ import pytest
 from deltalake import DeltaTable
 
 from pipelines.control import ControlPlane
+from pipelines.control.decisions import read_decisions
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import max_factor
+from pipelines.core.limits import MAX_REASON
 from pipelines.demo import producer
 from pipelines.jobs.config import CONFIG_KEY, JobConfig
 from pipelines.operations.jobs import create_job
@@ -144,6 +146,9 @@ def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_not
         ({"job": "nope", "factor": 2}, "nope"),
         ({"job": "enrichment", "factor": 2, "spark_master": "bogus://x"}, "spark_master: Spark master 'bogus://x'"),
         ({"job": "enrichment", "factr": 8}, "unknown conf key 'factr': it takes auto, catch_up_timeout_s"),  # ran 2
+        # stored with the new model whatever it held; with auto, refused before the autosizer records a decision
+        ({"job": "enrichment", "factor": 2, "reason": "late\nnight"}, "reason holds a newline (U+000A) at character 5"),
+        ({"job": "enrichment", "auto": True, "reason": "a\x00b"}, "reason holds a NUL (U+0000) at character 2"),
     ]
     for conf, reason in cases:
         run = dag.test(run_conf=conf)
@@ -152,7 +157,22 @@ def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_not
         assert states["validate"] == "failed" and states["plan"] == "upstream_failed", conf
         note = _note(run)
         assert note is not None and reason in note and note.startswith("Refused by validate: "), note
-    assert ControlPlane(home).job_models.latest_version("enrichment") == 1
+    assert ControlPlane(home).job_models.latest_version("enrichment") == 1 and read_decisions(home, "enrichment") == []
+
+
+def test_a_reason_past_the_limit_is_refused_by_the_params_before_any_task_runs(dagbag: Any) -> None:
+    """200,000 characters passed the Param and were kept in the run's conf: Airflow's trigger form and REST API now
+    refuse what ``core.limits.check_reason`` would, by its length, at trigger time; the validate task checks the
+    characters."""
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    params = copy.deepcopy(dagbag.get_dag("elastic_rescale").params)
+    assert params.get_param("reason").schema["maxLength"] == MAX_REASON
+    with pytest.raises(ParamValidationError, match="Invalid input for param reason"):
+        params["reason"] = "x" * (MAX_REASON + 1)
+        params.validate()
+    params["reason"] = "x" * MAX_REASON
+    assert params.validate()["reason"] == "x" * MAX_REASON
 
 
 def test_a_wait_past_ten_years_is_refused_by_the_params_before_any_task_runs(dagbag: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pipelines.core.groupers import plan_job_model
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.runtime import requests
+from pipelines.systems.deltalog import DeltaLog
 
 pytestmark = pytest.mark.integration
 
@@ -142,16 +144,19 @@ def test_model_migrate_bad_input(tmp_path: Path) -> None:
 
 
 def test_model_migrate_refuses_maps_no_job_has_and_takes_its_own_output(tmp_path: Path) -> None:
-    """A stream called 'a/b', a key it would ignore, an empty map: each was migrated (the last as "0 -> 0
-    partitions"); what ``model migrate --json`` writes is still a map it reads."""
+    """A stream called 'a/b', a key it would ignore (in the map or in a row), a key written twice, an empty map:
+    each was migrated (the last as "0 -> 0 partitions", a factor written twice as the last one); what ``model
+    migrate --json`` writes is still a map it reads."""
     row = {"ssp": ["deltalog", "events", 0], "offset": "5"}
     for document, message in (
         ({"checkpoints": [{**row, "ssp": ["deltalog", "a/b", 0]}]}, "checkpoint #0: stream name 'a/b' is invalid"),
         ({"factor": 1, "extra": 1, "checkpoints": [row]}, "unknown key 'extra'; its keys are 'factor' and"),
+        ({"checkpoints": [{**row, "ofset": 7}]}, "checkpoint #0 has unknown key 'ofset'; a checkpoint's keys are"),
+        ('{"factor": 4, "checkpoints": [' + json.dumps(row) + '], "factor": 1}', "the key 'factor' twice"),
         ({"factor": 1, "checkpoints": []}, "has no checkpoints: nothing to migrate, so probably not the file meant"),
     ):
         source = tmp_path / "map.json"
-        source.write_text(json.dumps(document))
+        source.write_text(document if isinstance(document, str) else json.dumps(document))
         error = fails(tmp_path, "model", "migrate", "--from", str(source), "--to-factor", "2")
         assert error.startswith(f"error: checkpoint file {source}: ") and message in error, error
     kinesis = "shardId-000000000000:49590338271490256608559692538361571095921575989136588898"  # 56 digits
@@ -315,7 +320,8 @@ def test_job_list_show_and_checkpoints(tmp_path: Path) -> None:
     shown = run(tmp_path, "job", "show", "orders").stdout
     assert "active version 1, factor 2" in shown and "rescale to 4, not activated" in shown
     assert "activated *" in shown
-    checkpoints = CheckpointMap.from_json(json.loads(run(tmp_path, "job", "checkpoints", "orders", "--json").stdout))
+    written = run(tmp_path, "job", "checkpoints", "orders", "--json").stdout
+    checkpoints = CheckpointMap.loads(written)  # as 'model migrate --from' reads it: no key twice, none unknown
     assert checkpoints.offset(ssp(1), 1) == "2"
     assert "known jobs: orders" in fails(tmp_path, "job", "show", "payments")
     assert "version 2 has no checkpoints" in fails(tmp_path, "job", "checkpoints", "orders", "--version", "2")
@@ -605,6 +611,9 @@ def test_every_command_line_of_the_project_refuses_bad_input_with_one_error_line
         (("stop", os.fsdecode(b"\xff\xfe")), r"argument '\xff\xfe' is not UTF-8 text"),  # pyarrow's traceback before
         (("stream", "create", "s", "--partitions", "1", "--home", os.fsdecode(b"q\xff")), r"argument 'q\xff'"),
         (("stop", ""), "job name '' is invalid"),  # run and stop reached the tables with any name
+        # stored with the new model and in the run's conf whatever it held (core.limits.check_reason)
+        (("rescale", "j", "--factor", "2", "--dry-run", "--reason", "x" * 600), "reason has 600 characters"),
+        (("model", "plan", "--save", "--reason", "a\tb"), "reason holds a tab (U+0009) at character 2"),
         # Commands that would start Spark had they not been refused: the fast tier's guard cannot tell.
         pytest.param(("sql", os.fsdecode(b"select '\xff'")), "is not UTF-8 text", marks=pytest.mark.slow),
         pytest.param(("run", "a/b"), "job name 'a/b' is invalid", marks=pytest.mark.slow),
@@ -634,3 +643,119 @@ def test_a_home_from_the_environment_that_is_not_utf8_is_refused_before_anything
         f"error: $PIPELINES_HOME '{tmp_path}/q\\xff' is not UTF-8 text: a home's path must be\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+SLOWED = """
+import os, pathlib, sys, time
+
+import deltalake
+
+marker = pathlib.Path(os.environ["SLOWED_MARKER"])
+real_write, real_commit = pathlib.Path.write_bytes, deltalake.DeltaTable.create_write_transaction
+
+
+def slow_write(self, data):
+    # a slow disk under the home's temporary files: each takes half a second, so a signal lands mid-write
+    if os.environ["SLOWED"] != "write" or not self.name.endswith(".tmp"):
+        return real_write(self, data)
+    with self.open("wb") as file:
+        step = max(1, len(data) // 5)
+        for start in range(0, len(data), step):
+            file.write(data[start : start + step])
+            file.flush()
+            marker.touch()
+            time.sleep(0.1)
+    return len(data)
+
+
+def slow_commit(self, *args, **kwargs):
+    # a signal that arrived during delta-rs's commit is handled at the first Python step after it returns
+    done = real_commit(self, *args, **kwargs)
+    if os.environ["SLOWED"] == "commit":
+        marker.touch()
+        time.sleep(0.5)
+    return done
+
+
+pathlib.Path.write_bytes = slow_write
+deltalake.DeltaTable.create_write_transaction = slow_commit
+from pipelines.cli import main
+
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def _signalled(
+    argv: list[str], cwd: Path, env: dict[str, str], marker: Path, signal_number: int
+) -> tuple[int, str, str]:
+    """Start ``argv``, send it ``signal_number`` once it has touched ``marker`` (it is then in its slowed step), and
+    return its exit code, stdout and stderr."""
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and process.poll() is None:
+            assert time.monotonic() < deadline, f"{argv[3:]} reached no slowed step within a minute"
+            time.sleep(0.005)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal_number)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, out, err
+
+
+@pytest.mark.parametrize("where", ["write", "commit"])
+@pytest.mark.parametrize(
+    ("signal_number", "code", "said"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
+)
+def test_a_produce_ended_by_a_signal_leaves_no_temporary_file_and_every_commit_readable(
+    tmp_path: Path, where: str, signal_number: int, code: int, said: str
+) -> None:
+    """``stream produce --records <huge>`` killed (SIGTERM: a CI limit, ``timeout``, a stopped service) or
+    interrupted (Ctrl-C) while it rewrote its per-key sequence file left ``.events.json.<uuid>.tmp`` in the home
+    for good; one interrupted just after a commit returned removed that commit's files, and the stream could no
+    longer be read. It now ends with its signal's exit code, nothing half-written, every commit readable, and
+    the per-key sequences a next produce continues."""
+    run(tmp_path, "stream", "create", "events", "--partitions", "2")
+    home = Home(tmp_path / "home")
+    marker = tmp_path / "slowed"
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
+    env |= {"PYTHONPATH": str(REPO), "SLOWED": where, "SLOWED_MARKER": str(marker)}
+    argv = [sys.executable, "-c", SLOWED, "--home", str(home.root), "stream", "produce", "events"]
+    argv += ["--records", str(10**12), "--keys", "7", "--seed", "1", "--chunk", "40"]
+    returncode, out, err = _signalled(argv, tmp_path, env, marker, signal_number)
+    assert returncode == code, (returncode, err)
+    assert "Traceback" not in err and err.splitlines()[-1] == said, err
+    assert out == ""
+    assert [p.name for p in home.root.local_path().rglob("*.tmp")] == []
+    log = DeltaLog(home.streams)
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for p, meta in log.describe("events").partitions.items():
+        for raw in log.read_range("events", p, 0, int(meta.end)).column("value").to_pylist():
+            doc = json.loads(raw)
+            seqs[doc["key"]].append(doc["seq"])
+    assert sum(len(s) for s in seqs.values()) >= 40  # at least the chunk before the signal
+    assert all(sorted(s) == list(range(len(s))) for s in seqs.values()), seqs
+    more = json.loads(run(tmp_path, "--json", "stream", "produce", "events", "--records", "7", "--keys", "7").stdout)
+    assert more["records"] == 7
+
+
+def test_a_compaction_interrupted_just_after_its_commit_keeps_every_record(tmp_path: Path) -> None:
+    """The merged file was deleted when Ctrl-C (or now SIGTERM) was raised right after its commit returned: the
+    log then named a missing file in place of the ones it merged, and the stream could not be read."""
+    run(tmp_path, "stream", "create", "events", "--partitions", "1")
+    for _ in range(3):
+        run(tmp_path, "stream", "produce", "events", "--records", "20", "--keys", "3")
+    home = Home(tmp_path / "home")
+    marker = tmp_path / "slowed"
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
+    env |= {"PYTHONPATH": str(REPO), "SLOWED": "commit", "SLOWED_MARKER": str(marker)}
+    argv = [sys.executable, "-c", SLOWED, "--home", str(home.root), "stream", "compact", "events"]
+    returncode, _, err = _signalled(argv, tmp_path, env, marker, signal.SIGINT)
+    assert returncode == 130 and err.splitlines()[-1] == "interrupted", err
+    log = DeltaLog(home.streams)
+    assert log.describe("events").partitions[0].end == "60"
+    assert log.read_range("events", 0, 0, 60).num_rows == 60
+    assert "merged" in run(tmp_path, "stream", "compact", "events").stdout  # and the next compaction works

@@ -199,6 +199,21 @@ def test_usage_and_help_list_every_command_in_table_order() -> None:
             "argument --minutes: must be at most 5,270,400 minutes (ten years), got '1e300'",
         ),
         (["status", "j", "--watch", "1e300"], "argument --watch: must be at most 86,400 seconds (a day), got '1e300'"),
+        # a reason is stored with the new model and shown on one line (core.limits.check_reason)
+        (
+            ["rescale", "j", "--factor", "2", "--reason", "x" * 600],
+            "argument --reason: reason has 600 characters: at most 500, a sentence or two (it is stored with the new "
+            "job model and shown on one line)",
+        ),
+        (
+            ["rescale", "j", "--factor", "auto", "--reason", "late\nnight"],
+            "argument --reason: reason holds a newline (U+000A) at character 5: a reason is one line of printable text",
+        ),
+        (
+            ["model", "plan", "--save", "--reason", "\x1b[2J"],
+            "argument --reason: reason holds a control character (U+001B) at character 1: a reason is one line of "
+            "printable text",
+        ),
         (
             ["stream", "describe", "s", "--at", "9999-12-31T23:59:59-14:00"],
             "argument --at: 9999-12-31T23:59:59-14:00 is after 9999-12-31T23:59:59Z, the last time a timestamp can "

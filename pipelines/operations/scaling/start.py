@@ -18,7 +18,7 @@ from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock, dead_process_own
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.groupers import grouper_by_name
 from pipelines.core.hashing import validate_factor
-from pipelines.errors import ConfigError
+from pipelines.core.limits import check_reason
 from pipelines.operations.scaling.operation import (
     RESCALE,
     Say,
@@ -30,8 +30,7 @@ from pipelines.operations.scaling.operation import (
 
 def validate(home: Home, request: ScalingRequest) -> None:
     """The cheap checks, before any planning: a reason, a valid factor, a known job and grouper."""
-    if not isinstance(request.reason, str) or not request.reason.strip():
-        raise ConfigError("a scaling operation needs a reason (it is recorded with the new model)")
+    check_reason(request.reason)  # stored with the new model, shown on one line: no NUL, newline or 200,000 chars
     if request.factor is not None:
         validate_factor(request.factor)
     if request.grouper is not None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import RemoveAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from pipelines.core.segments import Segment, compaction_runs
 from pipelines.errors import StreamError
@@ -107,6 +107,7 @@ class DeltaLogCompaction:
                 return False  # a trim, or another compaction, got there first
             raise
         written: list[Location] = []
+        add: AddAction | None = None
         try:
             add = write_file(
                 self.tables, stream, run.partition, data.drop_columns(["partition"]), written, data_change=False
@@ -129,14 +130,27 @@ class DeltaLogCompaction:
                     commit_properties=CommitProperties(custom_metadata={"deltalog.operation": "compact"}),
                 )
         except CommitFailedError:
+            assert add is not None  # only the commit raises it
             if add.path in self.tables.latest(stream)[1].paths:
                 return True  # reported failed, but in the log: its file stays
             self._delete(written)
             return False
         except BaseException:
-            self._delete(written)
+            # An interrupt during delta-rs's commit is raised just after it returns, the merged file then committed
+            # and the run's files removed from the log: deleting it would lose the run's records.
+            if not self._maybe_committed(stream, add):
+                self._delete(written)
             raise
         return True
+
+    def _maybe_committed(self, stream: str, add: AddAction | None) -> bool:
+        """Whether the merged file may be in the log (kept when the log cannot be read: an orphan is harmless)."""
+        if add is None:
+            return False
+        try:
+            return add.path in self.tables.latest(stream)[1].paths
+        except Exception:
+            return True
 
     def _delete(self, written: list[Location]) -> None:
         for path in written:

@@ -118,7 +118,10 @@ class DeltaLogProducer:
                 self.tables.commit_backoff(attempt)
                 continue
             except BaseException:
-                self._remove(written)
+                # An interrupt (Ctrl-C, or SIGTERM in the CLI) that came during delta-rs's commit is raised at the
+                # first Python step after it returns: still in here, with the commit made and its files the stream's.
+                if not self._maybe_landed(stream, adds):
+                    self._remove(written)
                 raise
             break
         else:
@@ -163,6 +166,17 @@ class DeltaLogProducer:
         except StreamError:
             return False
         return bool(paths) and all(p in snap.paths for p in paths)
+
+    def _maybe_landed(self, stream: str, adds: list[AddAction]) -> bool:
+        """Whether files given to a commit that raised may be in the log: only files known to be outside it are
+        removed. When the log cannot be read either, they stay: an orphan file is harmless, a committed one
+        removed is a damaged stream."""
+        if not adds:
+            return False  # no commit was asked for
+        try:
+            return self._landed(stream, [a.path for a in adds])
+        except Exception:
+            return True
 
     def _remove(self, paths: list[Location]) -> None:
         for path in paths:

@@ -1,11 +1,16 @@
 """The rescale form's preview: the DAG's own plan, the change named, nothing written, no lock taken.
 
 Real Delta tables (an embedded-log input and the control plane); no Spark (planning reads metadata only)
-and no Airflow (the logic under the form's routes is plain Python).
+and no Airflow (the logic under the form's routes is plain Python), but for one test that asks the routes
+themselves: their app is built in a subprocess with Airflow's security stubbed, and no Airflow runs.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.core.hashing import MAX_FACTOR, MAX_FACTOR_ENV
+from pipelines.core.limits import MAX_REASON
 from pipelines.demo.producer import produce
 from pipelines.errors import ConfigError, PipelinesError, UnknownJobError
 from pipelines.jobs.config import JobConfig
@@ -137,6 +143,32 @@ def test_bad_input_is_refused_with_the_reason(job_home: Home, job: str, factor: 
     assert isinstance(raised.value, PipelinesError)  # the routes answer these with 400 and this text
 
 
+BAD_REASONS = [
+    pytest.param("a\x00b", "reason holds a NUL (U+0000) at character 2", id="nul"),
+    pytest.param("more\nkeys", "reason holds a newline (U+000A) at character 5", id="newline"),
+    pytest.param("\x1b[2J", "reason holds a control character (U+001B) at character 1", id="escape"),
+    pytest.param("x" * 200_000, "reason has 200,000 characters: at most 500", id="200k"),
+]
+
+
+@pytest.mark.parametrize(("reason", "message"), BAD_REASONS)
+def test_a_reason_no_history_can_show_is_refused_by_the_form_and_the_dags_own_check(
+    job_home: Home, reason: str, message: str
+) -> None:
+    """The form's logic and ``scaling.plan`` (the CLI's and the DAG's path) refuse it alike, before any planning,
+    in one short line that does not quote it; it used to be stored with the new model and in the run's conf."""
+    before = _control_state(job_home)
+    for refuse in (
+        lambda: rescale.preview(job_home, JOB, "2", reason),
+        lambda: rescale.rescale_request(job_home, JOB, "2", reason),
+        lambda: scaling.plan(job_home, scaling.ScalingRequest(JOB, 2, reason)),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            refuse()
+        assert str(raised.value).startswith(message) and len(str(raised.value)) < 300
+    assert _control_state(job_home) == before
+
+
 def test_the_allowed_range_follows_pipelines_max_factor(job_home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(MAX_FACTOR_ENV, "8")
     with pytest.raises(ConfigError, match=f"above the maximum 8: .* set {MAX_FACTOR_ENV}"):
@@ -158,6 +190,7 @@ def test_the_preview_page_offers_the_trigger_with_the_checked_conf(job_home: Hom
     assert 'data-kind="split" data-switch="catch-up"' in html
     another = html.split("<h3>Another factor</h3>", 1)[1]  # the form to try another: current 1, field at 4
     assert '<b class="current-factor">1</b>' in another and 'step="1" required value="4"' in another
+    assert f'name="reason" maxlength="{MAX_REASON}" required' in another  # the browser stops where the rule does
     refused = preview_page(None, "0", error="elasticity factor must be >= 1, got 0")
     assert 'class="refusal">elasticity factor must be &gt;= 1, got 0<' in refused and 'class="confirm"' not in refused
 
@@ -222,3 +255,82 @@ def test_a_running_driver_is_named_and_switches_in_place(job_home: Home) -> None
     switch = rescale.preview(job_home, JOB, 2)["switch"]
     assert switch["mode"] == "in-place" and f"(pid {driver.identity['pid']})" in switch["line"]
     assert "same Spark application" in switch["line"]
+
+
+ROUTES = """
+import json, sys
+import airflow.api_fastapi.core_api.security as security
+from fastapi.testclient import TestClient
+
+
+class User:
+    def get_name(self):
+        return "tester"
+
+
+security.requires_access_dag = lambda *args, **kwargs: (lambda: None)  # every caller may read and trigger
+security.get_user = lambda: User()
+from pipelines_airflow.app import create_app
+
+client, answers = TestClient(create_app()), []
+for method, path, fields, accept in json.loads(sys.stdin.read()):
+    if method == "POST":
+        answer = client.post(path, data=fields, headers={"Accept": accept})
+    else:
+        answer = client.get(path, params=fields, headers={"Accept": accept})
+    answers.append([answer.status_code, answer.text])
+print(json.dumps(answers))
+"""
+
+
+@pytest.mark.slow  # no Airflow starts, but importing its API server's modules takes seconds
+def test_the_routes_refuse_a_bad_reason_as_they_refuse_a_bad_factor_without_echoing_it(
+    job_home: Home, tmp_path: Path
+) -> None:
+    """The plugin's own answers, without a running Airflow: its app built in a subprocess (Airflow's security
+    stubbed, its own home), asked as the page and an API client ask. A bad reason gets what a bad factor gets:
+    400 with the message, as JSON or as the refusal page, and neither holds the 200,000 characters sent."""
+    huge, long, json_accept, html_accept = "x" * 200_000, "x" * 20_000, "application/json", "text/html"
+    requests = [
+        ["POST", "/rescale", {"job": JOB, "factor": "0", "reason": "fine"}, json_accept],  # the bad factor's answer
+        ["POST", "/rescale", {"job": JOB, "factor": "2", "reason": huge}, json_accept],
+        ["POST", "/rescale", {"job": JOB, "factor": "2", "reason": huge}, html_accept],
+        ["POST", "/rescale", {"job": JOB, "factor": "2", "reason": "a\x00b"}, json_accept],
+        # a query is shorter than a form can be (httpx stops at 64 KiB, servers sooner): 20,000 characters
+        ["GET", "/api/rescale/preview", {"job": JOB, "factor": "2", "reason": long}, json_accept],
+        ["GET", "/api/rescale/preview", {"job": JOB, "factor": "2", "reason": "a\nb"}, json_accept],
+        ["GET", "/rescale/preview", {"job": JOB, "factor": "2", "reason": long}, html_accept],
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "plugins")]),
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "PIPELINES_HOME": str(job_home.root),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", ROUTES],
+        input=json.dumps(requests),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.splitlines()[-1])
+    factor, *reasons = answers
+    assert factor == [400, json.dumps({"detail": "elasticity factor must be >= 1, got 0"}, separators=(",", ":"))]
+    expected = [
+        "reason has 200,000 characters: at most 500",
+        "reason has 200,000 characters: at most 500",
+        "reason holds a NUL (U+0000) at character 2",
+        "reason has 20,000 characters: at most 500",
+        "reason holds a newline (U+000A) at character 2",
+        "reason has 20,000 characters: at most 500",
+    ]
+    for (status, body), message, request in zip(reasons, expected, requests[1:], strict=True):
+        assert status == 400 and message in body, (request[:2], request[3], status, body[:300])
+        assert len(body) < 20_000 and "x" * 600 not in body, (request[:2], len(body))
+        if request[3] == json_accept:
+            assert json.loads(body)["detail"].startswith(message)
+    assert 'class="refusal">reason has 200,000 characters' in reasons[1][1]  # the page's own refusal
+    assert ControlPlane(job_home).job_models.latest_version(JOB) == 1

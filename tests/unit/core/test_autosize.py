@@ -26,6 +26,7 @@ from pipelines.core.autosize import (
     lag_slope,
     load_policy,
 )
+from pipelines.core.limits import MAX_REASON, check_reason, printable
 from pipelines.errors import ConfigError
 
 POLICY = DefaultPolicy()
@@ -422,3 +423,24 @@ def test_load_policy() -> None:
 def test_load_policy_refuses_bad_names(name: str, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         load_policy(name)
+
+
+def test_an_auto_reason_is_the_operators_then_the_decisions_on_one_line_within_the_limit() -> None:
+    """The model of an auto rescale records why: the operator's reason, then the autosizer's. A custom policy's
+    reasons may hold newlines or run long; the decision is recorded whole in ``autosize_decisions``, so the model's
+    reason is made one line and cut to the limit every reason is held to (``core.limits.check_reason``)."""
+    decision = Decision(UP, 4, ("lag grows:\n+12.0 records/s", "busiest task busy 0.90"))
+    assert decision.reason_for("nightly") == "nightly (auto: lag grows: +12.0 records/s; busiest task busy 0.90)"
+    wordy = Decision(UP, 4, tuple(f"reason {i} " + "x" * 100 for i in range(10)))
+    said = wordy.reason_for("nightly")
+    assert len(said) == MAX_REASON and said.startswith("nightly (auto: reason 0 x") and said.endswith("…")
+    assert check_reason(said) == said
+
+
+@given(
+    st.text(min_size=1, max_size=MAX_REASON).filter(lambda text: text.strip() and printable(text) == text),
+    st.lists(st.text(max_size=300), max_size=6),
+)
+def test_an_auto_reason_passes_the_reason_rule_whatever_the_policy_says(reason: str, reasons: list[str]) -> None:
+    said = Decision(HOLD, 2, tuple(reasons)).reason_for(reason)
+    assert check_reason(said) == said.strip() and said.startswith(reason[: MAX_REASON - 1])

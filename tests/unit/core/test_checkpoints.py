@@ -189,6 +189,47 @@ ROW = '{"ssp": ["kafka", "t", 0], "offset": 1}'
             r"^checkpoint map has no checkpoints: nothing to migrate, so probably not the file meant",
             id="empty",
         ),
+        # a key written twice: json keeps the last one silently, so the map meant whatever its reader chose
+        pytest.param(
+            '{"factor": 4, "checkpoints": [' + ROW + '], "factor": 1}',
+            r"^checkpoint map has the key 'factor' twice in one object: which one counts would be the reader's "
+            r"choice; write each key once$",
+            id="factor-twice",
+        ),
+        pytest.param(
+            '{"checkpoints": [{"ssp": ["kafka", "t", 0], "offset": 1, "offset": 900}]}',
+            r"^checkpoint map has the key 'offset' twice in one object",
+            id="offset-twice-in-a-row",
+        ),
+        pytest.param(
+            '{"checkpoints": [{"ssp": {"system": "kafka", "stream": "t", "partition": 0, "partition": 1}, '
+            '"offset": 1}]}',
+            r"^checkpoint map has the key 'partition' twice in one object",
+            id="partition-twice-in-a-samza-ssp",
+        ),
+        pytest.param(
+            '{"checkpoints": [' + ROW + "], " + '"' + "k" * 5000 + '": 1, "' + "k" * 5000 + '": 2}',
+            r"^checkpoint map has the key 'kkkk.*\(5,002 characters\) twice in one object",
+            id="a-long-key-twice",
+        ),
+        # a key a checkpoint does not have: ignored, a misspelt 'offset' was read as if it were not there
+        pytest.param(
+            '{"checkpoints": [{"ssp": ["kafka", "t", 0], "offset": 1, "ofset": 2}]}',
+            r"^checkpoint #0 has unknown key 'ofset'; a checkpoint's keys are 'ssp' and 'offset'$",
+            id="one-unknown-key-in-a-row",
+        ),
+        pytest.param(
+            '{"checkpoints": [' + ROW + ', {"ssp": ["kafka", "t", 1], "ofset": 2, "note": "x"}]}',
+            r"^checkpoint #1 has unknown keys 'note', 'ofset'; a checkpoint's keys are 'ssp' and 'offset'$",
+            id="a-misspelt-offset-in-the-second-row",
+        ),
+        pytest.param(
+            '{"checkpoints": [{"ssp": ["kafka", "t", 0], "offset": 1, '
+            + ", ".join(f'"k{i}": 0' for i in range(1000))
+            + "}]}",
+            r"^checkpoint #0 has unknown keys 'k0', 'k1', 'k10', .* and 99\d more; a checkpoint's keys are",
+            id="a-thousand-unknown-keys-in-a-row",
+        ),
     ],
 )
 def test_maps_no_job_could_have_are_refused(text: str, message: str) -> None:
