@@ -462,9 +462,9 @@ def _tail(path: Path, lines: int = 20) -> str:
 HOST_SPECIFIC = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS", "SPARK_HOME", "TMPDIR")
 """Variables naming the test process's own address or its own ``/tmp``: meaningless on another host. Inherited,
 they made a driver in a host advertise ``localhost`` to executors on others (the e2e tests' Airflow environment
-sets ``SPARK_LOCAL_IP=127.0.0.1`` for the whole pytest process), and start ``spark-submit`` from the links a
-SparkSession of the test process had put in its ``/tmp`` (``build_session`` sets ``SPARK_HOME``), which a host's
-own ``/tmp`` does not hold; the test run's ``TMPDIR`` is a folder of that ``/tmp`` too."""
+sets ``SPARK_LOCAL_IP=127.0.0.1`` for the whole pytest process); a ``SPARK_HOME`` (``build_session`` sets it) is
+each host's to find, as a user's host finds its own; and the test run's ``TMPDIR`` is a folder of the test
+process's ``/tmp``, which a host's own ``/tmp`` does not hold."""
 HOST_SPECIFIC_PREFIXES = ("AWS_ENDPOINT_URL",)
 """The S3 and Kinesis servers the test process reaches on its loopback (``AWS_ENDPOINT_URL_S3`` while the
 ``s3_server`` fixture is up): a host reaching them there reaches nothing; its store comes in ``env``."""

@@ -49,9 +49,12 @@ SPARK_JARS = Path(PACKAGE_ROOT) / ".jvm" / "spark-jars"
 def spark_home() -> str | None:
     """A ``SPARK_HOME`` for the pip-installed pyspark without its zipped Python copy; None to leave Spark be.
 
-    Built once per installation and user, under the temporary folder (links
-    only, rebuilt if it goes), and made in a sibling folder then renamed, so
-    drivers starting together never see half of one.
+    Links only, built once per installation beside its jars (``.jvm/``), or in the temporary folder where that
+    folder is missing or read-only. Not in the temporary folder first: the drivers' class-data archive
+    (``runtime.jvm_archive``) holds for the class path it was made with, this folder's path included, so a
+    ``TMPDIR`` other than set-up's (each test run has its own) silently started every driver without it; and a
+    removed clone left its links behind in /tmp. Made in a sibling folder then renamed, so drivers starting
+    together never see half of one.
     """
     if os.environ.get("SPARK_HOME"):
         return None
@@ -61,24 +64,35 @@ def spark_home() -> str | None:
     if not (real / "jars").is_dir() or not (real / "bin").is_dir() or not (real / "python" / "lib").is_dir():
         return None  # not the pip layout: nothing to leave out
     tag = hashlib.sha256(str(real).encode()).hexdigest()[:12]
-    home = Path(tempfile.gettempdir()) / f"pipelines-spark-home-{os.getuid()}-{pyspark.__version__}-{tag}"
-    if (home / "jars").is_dir():
-        return str(home)
-    try:
-        building = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
-        for entry in real.iterdir():
-            if entry.name != "python":
-                (building / entry.name).symlink_to(entry)
+    places = [SPARK_JARS.parent / f"spark-home-{pyspark.__version__}-{tag}"] if SPARK_JARS.parent.is_dir() else []
+    places.append(Path(tempfile.gettempdir()) / f"pipelines-spark-home-{os.getuid()}-{pyspark.__version__}-{tag}")
+    problem: OSError | None = None
+    for home in places:
+        if (home / "jars").is_dir():
+            return str(home)
         try:
-            building.rename(home)
-        except OSError:  # another driver made it first
-            for link in building.iterdir():
-                link.unlink()
-            building.rmdir()
-    except OSError as e:  # a read-only temporary folder: slower Python starts, nothing worse
-        print(f"[pipelines] using Spark's zipped pyspark ({e})", file=sys.stderr)
-        return None
-    return str(home) if (home / "jars").is_dir() else None
+            _link_spark_home(real, home)
+        except OSError as e:  # a read-only folder: the next place, or slower Python starts, nothing worse
+            problem = e
+            continue
+        if (home / "jars").is_dir():
+            return str(home)
+    print(f"[pipelines] using Spark's zipped pyspark ({problem})", file=sys.stderr)
+    return None
+
+
+def _link_spark_home(real: Path, home: Path) -> None:
+    """``home``: a link to each entry of pyspark's folder ``real`` but its ``python`` (the zipped copy)."""
+    building = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
+    for entry in real.iterdir():
+        if entry.name != "python":
+            (building / entry.name).symlink_to(entry)
+    try:
+        building.rename(home)
+    except OSError:  # another driver made it first
+        for link in building.iterdir():
+            link.unlink()
+        building.rmdir()
 
 
 LOOPBACK = "127.0.0.1"

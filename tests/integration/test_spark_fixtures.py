@@ -65,10 +65,12 @@ def test_the_drivers_scratch_follows_tmpdir_as_every_other_tool_does(spark: Any)
 
 
 def test_a_spark_home_the_user_set_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipelines.runtime.session import spark_env, spark_home
+    from pipelines.runtime.session import SPARK_JARS, spark_env, spark_home
 
     made = spark_home()
     assert made is not None
+    # beside the jars, whatever TMPDIR says: the drivers' class-data archive holds for this path only
+    assert Path(made).parent == SPARK_JARS.parent, made
     assert (Path(made) / "jars").is_dir() and (Path(made) / "bin" / "spark-class").exists()
     assert not (Path(made) / "python").exists()
     monkeypatch.setenv("SPARK_HOME", "/opt/their-spark")
