@@ -36,6 +36,9 @@ SYSTEMS = ("deltalog", "kafka", "kinesis")
 """The input systems a stream can be in (``pipelines.systems.registry`` opens each); named here, without the
 systems' modules, so a name is checked before any of them (or the Delta libraries) loads."""
 
+_SAMZA_KEYS = ("system", "stream", "partition", "keyBucket")
+"""The fields of Samza's JSON form of an SSP (``SamzaObjectMapper``), ``keyBucket`` optional."""
+
 NO_BUCKET = -1
 """The ``key_bucket`` column value of a whole partition (an SSP without a key bucket, factor 1)."""
 
@@ -110,6 +113,12 @@ class SystemStreamPartition:
     def from_json(cls, value: Any) -> SystemStreamPartition:
         """Read a 3- or 4-part list, or Samza's dict form with optional ``keyBucket`` (-1 there: no key bucket)."""
         if isinstance(value, dict):
+            unknown = sorted(shown(key) for key in value if key not in _SAMZA_KEYS)
+            if unknown:  # a misspelt "keybucket" would read a key bucket as its whole partition
+                raise ModelError(
+                    f"SSP {shown(value)} has unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown[:5])}; "
+                    f"Samza's form takes {', '.join(repr(k) for k in _SAMZA_KEYS)}"
+                )
             try:
                 bucket = value.get("keyBucket")
                 value = [value["system"], value["stream"], value["partition"]] + (

@@ -87,6 +87,15 @@ def test_key_bucket_minus_one_means_no_key_bucket_as_in_samza() -> None:
         ssp_from_samza({"system": "kafka", "stream": "orders", "partition": 3, "keyBucket": -2})
 
 
+def test_a_misspelt_key_bucket_is_refused_not_read_as_the_whole_partition() -> None:
+    misspelt = {"system": "kafka", "stream": "orders", "partition": 3, "keybucket": 1}
+    with pytest.raises(ModelError, match="unknown key 'keybucket'; Samza's form takes 'system', 'stream'"):
+        ssp_from_samza(misspelt)
+    row = {"ssp": misspelt, "offset": "42"}
+    with pytest.raises(ModelError, match="unknown key 'keybucket'"):
+        CheckpointMap.from_json({"factor": 2, "checkpoints": [row]})
+
+
 def test_a_factor_one_samza_model_without_buckets_is_read() -> None:
     document = {
         "config": {"job.name": "plain"},
