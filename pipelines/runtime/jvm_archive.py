@@ -77,7 +77,7 @@ def _current_stamp() -> dict[str, str]:
 
 
 WORKLOAD = r"""
-import sys, tempfile
+import sys
 from pathlib import Path
 from pipelines.control.home import Home
 from pipelines.jobs.config import JobConfig
@@ -86,7 +86,7 @@ from pipelines.runtime.driver import run_job
 from pipelines.runtime.session import build_session
 from pipelines.systems.deltalog import DeltaLog
 
-home = Home(Path(tempfile.mkdtemp()) / "home")
+home = Home(Path.cwd() / "home")  # build's scratch folder, removed after
 log = DeltaLog(home.streams)
 log.create("events", 2)
 log.produce("events", [(f"k{i % 7}".encode(), b'{"key": "k", "seq": 0}', None) for i in range(40)])

@@ -33,11 +33,13 @@ def test_a_server_dies_with_its_killed_starter(module: str, args: list[str], pro
         argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True
     )
     servers: list[psutil.Process] = []
+    sockets: set[Path] = set()  # what a server killed with its starter cannot remove (SeaweedFS's, in /tmp)
     try:
         first = starter.stdout.readline()  # type: ignore[union-attr]  # printed once the server answers
         assert first, f"{module} printed nothing; exit code {starter.poll()}"
         servers = [p for p in psutil.Process(starter.pid).children() if p.name() == program]
         assert len(servers) == 1, psutil.Process(starter.pid).children()
+        sockets = {Path(c.laddr) for c in servers[0].net_connections("unix") if c.laddr}
         starter.kill()
         starter.wait()
         _, alive = psutil.wait_procs(servers, timeout=10)
@@ -47,6 +49,8 @@ def test_a_server_dies_with_its_killed_starter(module: str, args: list[str], pro
         for server in servers:
             if server.is_running():
                 server.kill()
+        for path in sockets:
+            path.unlink(missing_ok=True)
 
 
 def test_a_stopped_store_leaves_none_of_its_local_sockets_behind(tmp_path: Path) -> None:
