@@ -31,6 +31,7 @@ from pipelines.cli.table import EMBEDDED_SYSTEM
 from pipelines.control.home import Home, check_writable, resolve_home
 from pipelines.core.limits import not_utf8
 from pipelines.errors import PipelinesError, one_line
+from pipelines.runtime.lifetime import Terminated
 
 __all__ = ["EMBEDDED_SYSTEM", "Output", "build_parser", "main"]
 
@@ -85,11 +86,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             return _fail(output, "store_unavailable", f"{message}{_remote(home)}")
         raise
     return 0
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived while a command ran (``_sigterm_raises``); a ``BaseException``, as ``KeyboardInterrupt`` is,
-    so no ``except Exception`` takes it for a failure to report."""
 
 
 @contextlib.contextmanager

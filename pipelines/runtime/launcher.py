@@ -39,7 +39,7 @@ from pipelines.control.drivers import FAILED, RECENT_LIVE_S, DriverRow
 from pipelines.control.home import Home
 from pipelines.errors import PipelinesError, by_name, last_error_line, raised_inside
 from pipelines.runtime import logs, requests
-from pipelines.runtime.lifetime import check_master, master_problem, pid_alive, tied_command
+from pipelines.runtime.lifetime import Terminated, check_master, master_problem, pid_alive, tied_command
 from pipelines.runtime.session import spark_confs, spark_env
 from pipelines.storage.hostlocal import host_dir
 
@@ -241,9 +241,11 @@ def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
     ``pipelines stop`` makes: the query stops between micro-batches and nothing
     is cut half way. A second Ctrl-C, or a driver that does not stop within
     ``INTERRUPT_GRACE_S``, ends it the hard way (what a crash would, which the
-    sink and the checkpoints survive). If this process is killed, the driver is
-    killed with it (``lifetime.tied_command``); SIGTERM kills it too, before
-    the caller's own clean-ups run.
+    sink and the checkpoints survive). SIGTERM, which the CLI raises as
+    ``Terminated``, is taken the same way: a supervisor's stop (systemd,
+    Kubernetes, Airflow's task kill) asks for a graceful end and sends SIGKILL
+    after its own grace. If this process is killed, the driver is killed with it
+    (``lifetime.tied_command``).
     """
     # spark-submit forwards the Python driver's stdout and stderr to its stdout: the driver's own lines, which go
     # to this process's stderr (fd 2: an Airflow task's sys.stderr has no file), so stdout keeps only the CLI's
@@ -257,22 +259,21 @@ def _foreground(home: Home, job: str, cmd: list[str], master: str) -> int:
             log.close()  # the child has its own descriptor
     try:
         return proc.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as stopping:  # Ctrl-C, or SIGTERM (a supervisor's graceful stop)
         requests.ask_stop(home, job)
-        sys.stderr.write(
-            f"interrupted: stopping job {job} at its next batch boundary (Ctrl-C again to kill it at once)\n"
-        )
+        how, again = ("interrupted", "Ctrl-C") if isinstance(stopping, KeyboardInterrupt) else ("terminated", "SIGTERM")
+        sys.stderr.write(f"{how}: stopping job {job} at its next batch boundary ({again} again to kill it at once)\n")
         sys.stderr.flush()
         try:
             proc.wait(timeout=INTERRUPT_GRACE_S)
-        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        except (KeyboardInterrupt, Terminated, subprocess.TimeoutExpired):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         finally:
             requests.clear_stop(home, job)
         raise
-    except BaseException:  # SIGTERM (the CLI raises it as Terminated): the driver goes first, as it would with us
+    except BaseException:  # anything else ends this process: the driver goes first, as it would with us
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # before the caller's clean-ups (a rescale's event, its lock) run
         proc.wait()

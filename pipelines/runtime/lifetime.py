@@ -38,6 +38,13 @@ from urllib.parse import urlparse
 from pipelines.core.limits import shown
 from pipelines.errors import PipelinesError
 
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a CLI command ran (``cli._sigterm_raises``); a ``BaseException``, as
+    ``KeyboardInterrupt`` is, so no ``except Exception`` takes it for a failure to report. A foreground driver
+    takes it as it takes Ctrl-C: stopped at its next batch boundary (``launcher._foreground``)."""
+
+
 PR_SET_PDEATHSIG = 1
 MASTER_CONNECT_TIMEOUT_S = 5.0
 LOCAL_MASTER = re.compile(r"local(\[(?P<threads>[0-9]+|\*)(\s*,\s*[0-9]+)?\])?")

@@ -347,3 +347,52 @@ def test_a_detached_driver_that_exits_while_starting_is_its_error_and_leaves_no_
         launcher.start(home, name, available_now=False, master="local[1]")
     assert not launcher.pid_file(home, name).exists()
     assert launcher.stop(home, name, timeout=5) is launcher.StopOutcome.NONE_RUNNING
+
+
+STOPS_AT_A_BOUNDARY = """
+import os, pathlib, sys, time
+from pipelines.control.home import Home
+from pipelines.runtime import requests
+home, job, said = Home(sys.argv[1]), sys.argv[2], pathlib.Path(os.environ["FAKE_DRIVER_SAYS"])
+said.write_text("running")
+while not requests.stop_asked(home, job):  # what a driver reads between micro-batches
+    time.sleep(0.05)
+said.write_text("stopped at a batch boundary")
+"""
+
+WITH_A_FAKE_DRIVER = """
+import sys
+from pipelines.runtime import launcher
+fake = sys.argv.pop(1)
+launcher.driver_command = lambda home, job, **_: [sys.executable, "-c", fake, str(home.root), job]
+from pipelines.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_stops_a_foreground_run_at_a_batch_boundary_as_ctrl_c_does(home: Home, tmp_path: Path) -> None:
+    """A supervisor's stop (systemd, Kubernetes, Airflow's task kill) is SIGTERM, then SIGKILL after its grace: the
+    driver was killed at once, as a crash would, where Ctrl-C let it end its batch."""
+    produce(home, "events", 10, keys=2)
+    config = job(home, "supervised", 1)
+    said = tmp_path / "driver-says"
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINES_HOME"}
+    env |= {"PYTHONPATH": str(REPO), "FAKE_DRIVER_SAYS": str(said)}
+    argv = [sys.executable, "-c", WITH_A_FAKE_DRIVER, STOPS_AT_A_BOUNDARY, "--home", str(home.root), "run"]
+    cli = subprocess.Popen([*argv, config.name], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not said.exists():
+            assert cli.poll() is None and time.monotonic() < deadline, cli.communicate()
+            time.sleep(0.05)
+        cli.terminate()
+        _, err = cli.communicate(timeout=launcher.INTERRUPT_GRACE_S)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 143, err
+    assert f"terminated: stopping job {config.name} at its next batch boundary" in err
+    assert err.splitlines()[-1] == "terminated", err
+    assert said.read_text() == "stopped at a batch boundary"
+    assert not requests.stop_asked(home, config.name), "the request went with the driver it was for"
