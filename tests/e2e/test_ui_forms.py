@@ -345,6 +345,25 @@ def test_bad_rescale_input_on_the_page_is_refused_with_the_reason(
         answer = post("/elastic-pipelines/rescale", headers=as_json, **request)
         assert answer.status_code == status and message in answer.json()["detail"], (request, answer.text)
         assert "_max_mem_size" not in answer.text
+    # a reason no history can show on one line: refused as a bad factor is, never echoed (it went into the run's conf)
+    huge, long = "x" * 200_000, "x" * 20_000  # a query is shorter than a form can be: 20,000 characters there
+    as_page = {"Accept": "text/html"}
+    bad_reasons = [
+        ("POST", "/elastic-pipelines/rescale", huge, as_json, "reason has 200,000 characters: at most 500"),
+        ("POST", "/elastic-pipelines/rescale", huge, as_page, "reason has 200,000 characters: at most 500"),
+        ("POST", "/elastic-pipelines/rescale", "a\x00b", as_json, "reason holds a NUL (U+0000) at character 2"),
+        ("GET", "/elastic-pipelines/api/rescale/preview", "a\nb", as_json, "reason holds a newline (U+000A)"),
+        ("GET", "/elastic-pipelines/rescale/preview", long, as_page, "reason has 20,000 characters: at most 500"),
+    ]
+    for method, path, reason, accept, message in bad_reasons:
+        fields = {"job": JOB, "factor": "2", "reason": reason}
+        sent = {"data": fields} if method == "POST" else {"params": fields}
+        answer = running_airflow.http.request(method, path, headers=accept, **sent)
+        said = (path, accept["Accept"], answer.status_code, answer.text[:300])
+        assert answer.status_code == 400 and message in answer.text, said
+        assert len(answer.text) < 20_000 and "x" * 600 not in answer.text, said
+        if accept is as_json:
+            assert answer.json()["detail"].startswith(message), said
     unknown = running_airflow.get("/elastic-pipelines/api/jobs", params={"job": "nope"})
     assert unknown.status_code == 404 and "job 'nope' has no job model" in unknown.json()["detail"], unknown.text
     for path in ("/elastic-pipelines/docs/a%00b.html", "/elastic-pipelines/docs/" + "x" * 5000):

@@ -1,16 +1,12 @@
 """The rescale form's preview: the DAG's own plan, the change named, nothing written, no lock taken.
 
 Real Delta tables (an embedded-log input and the control plane); no Spark (planning reads metadata only)
-and no Airflow (the logic under the form's routes is plain Python), but for one test that asks the routes
-themselves: their app is built in a subprocess with Airflow's security stubbed, and no Airflow runs.
+and no Airflow (the logic under the form's routes is plain Python; ``tests/e2e/test_ui_forms.py`` asks the routes
+of a running Airflow).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -255,82 +251,3 @@ def test_a_running_driver_is_named_and_switches_in_place(job_home: Home) -> None
     switch = rescale.preview(job_home, JOB, 2)["switch"]
     assert switch["mode"] == "in-place" and f"(pid {driver.identity['pid']})" in switch["line"]
     assert "same Spark application" in switch["line"]
-
-
-ROUTES = """
-import json, sys
-import airflow.api_fastapi.core_api.security as security
-from fastapi.testclient import TestClient
-
-
-class User:
-    def get_name(self):
-        return "tester"
-
-
-security.requires_access_dag = lambda *args, **kwargs: (lambda: None)  # every caller may read and trigger
-security.get_user = lambda: User()
-from pipelines_airflow.app import create_app
-
-client, answers = TestClient(create_app()), []
-for method, path, fields, accept in json.loads(sys.stdin.read()):
-    if method == "POST":
-        answer = client.post(path, data=fields, headers={"Accept": accept})
-    else:
-        answer = client.get(path, params=fields, headers={"Accept": accept})
-    answers.append([answer.status_code, answer.text])
-print(json.dumps(answers))
-"""
-
-
-@pytest.mark.slow  # no Airflow starts, but importing its API server's modules takes seconds
-def test_the_routes_refuse_a_bad_reason_as_they_refuse_a_bad_factor_without_echoing_it(
-    job_home: Home, tmp_path: Path
-) -> None:
-    """The plugin's own answers, without a running Airflow: its app built in a subprocess (Airflow's security
-    stubbed, its own home), asked as the page and an API client ask. A bad reason gets what a bad factor gets:
-    400 with the message, as JSON or as the refusal page, and neither holds the 200,000 characters sent."""
-    huge, long, json_accept, html_accept = "x" * 200_000, "x" * 20_000, "application/json", "text/html"
-    requests = [
-        ["POST", "/rescale", {"job": JOB, "factor": "0", "reason": "fine"}, json_accept],  # the bad factor's answer
-        ["POST", "/rescale", {"job": JOB, "factor": "2", "reason": huge}, json_accept],
-        ["POST", "/rescale", {"job": JOB, "factor": "2", "reason": huge}, html_accept],
-        ["POST", "/rescale", {"job": JOB, "factor": "2", "reason": "a\x00b"}, json_accept],
-        # a query is shorter than a form can be (httpx stops at 64 KiB, servers sooner): 20,000 characters
-        ["GET", "/api/rescale/preview", {"job": JOB, "factor": "2", "reason": long}, json_accept],
-        ["GET", "/api/rescale/preview", {"job": JOB, "factor": "2", "reason": "a\nb"}, json_accept],
-        ["GET", "/rescale/preview", {"job": JOB, "factor": "2", "reason": long}, html_accept],
-    ]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "plugins")]),
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "PIPELINES_HOME": str(job_home.root),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", ROUTES],
-        input=json.dumps(requests),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    answers = json.loads(done.stdout.splitlines()[-1])
-    factor, *reasons = answers
-    assert factor == [400, json.dumps({"detail": "elasticity factor must be >= 1, got 0"}, separators=(",", ":"))]
-    expected = [
-        "reason has 200,000 characters: at most 500",
-        "reason has 200,000 characters: at most 500",
-        "reason holds a NUL (U+0000) at character 2",
-        "reason has 20,000 characters: at most 500",
-        "reason holds a newline (U+000A) at character 2",
-        "reason has 20,000 characters: at most 500",
-    ]
-    for (status, body), message, request in zip(reasons, expected, requests[1:], strict=True):
-        assert status == 400 and message in body, (request[:2], request[3], status, body[:300])
-        assert len(body) < 20_000 and "x" * 600 not in body, (request[:2], len(body))
-        if request[3] == json_accept:
-            assert json.loads(body)["detail"].startswith(message)
-    assert 'class="refusal">reason has 200,000 characters' in reasons[1][1]  # the page's own refusal
-    assert ControlPlane(job_home).job_models.latest_version(JOB) == 1
