@@ -19,6 +19,7 @@ restarting: ``PIPELINES_KEEPALIVE=report`` makes this module report only.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from pipelines.control import ControlPlane
@@ -54,12 +55,22 @@ def jobs_by_trigger(home: Home) -> dict[str, list[str]]:
 
 
 def keep_running(home: Home, *, master: str | None = None, launch: bool = True) -> dict[str, Any]:
-    """Every continuous job's heartbeat age; relaunch those whose driver is not live (unless being scaled)."""
+    """Every continuous job's heartbeat age; relaunch those whose driver is not live (unless being scaled).
+
+    The relaunched drivers start together and are waited for together, until each has registered or exited
+    (at most ``launcher.START_WAIT_S``): a relaunch whose driver dies while starting (a conf the JVM refuses,
+    a sink it cannot open) is no relaunch. Once every job was looked at, such failures end the round in one
+    ``PipelinesError`` naming each job and why, so the Airflow task that runs this fails and says so; the next
+    round tries again. A failure the job's previous driver recorded is reported beside its relaunch
+    (``previous_failure``): a driver that fails some minutes into every run would otherwise be relaunched in
+    silence, round after round.
+    """
     from pipelines.runtime import launcher
 
     control = ControlPlane(home)
     lock = ScalingLock(home)
     report: dict[str, Any] = {}
+    spawned: dict[str, launcher.Spawned] = {}
     for job in jobs_by_trigger(home)["continuous"]:
         beat = last_heartbeat(control, job)
         age = None if beat is None else round(beat["age_s"], 1)
@@ -76,8 +87,29 @@ def keep_running(home: Home, *, master: str | None = None, launch: bool = True) 
         if not launch:
             report[job] = {"state": "down", "heartbeat_age_s": age}
             continue
-        pid = launcher.run(home, job, available_now=False, master=master or launcher.default_master(), detach=True)
-        report[job] = {"state": "relaunched", "heartbeat_age_s": age, "pid": pid}
+        master = master or launcher.default_master()
+        report[job] = {"state": "relaunched", "heartbeat_age_s": age}
+        previous = launcher.failure(home, job)  # read before the launch, which clears it
+        if previous is not None:
+            report[job]["previous_failure"] = str(previous)
+        try:
+            spawned[job] = launcher.spawn(home, job, available_now=False, master=master)
+        except PipelinesError as error:  # refused before a JVM: a live driver on another host, a bad conf
+            report[job] |= {"state": "not relaunched", "error": str(error)}
+    until = time.monotonic() + launcher.START_WAIT_S
+    for job, driver in spawned.items():
+        try:
+            started = launcher.settle(home, driver, until=until)
+        except PipelinesError as error:
+            report[job] |= {"state": "failed to start", "pid": driver.proc.pid, "error": str(error)}
+            continue
+        report[job] |= {"pid": started.pid, "start": started.state.value}
     for job, entry in report.items():
         print(f"{job}: {entry}")
+    failed = {job: entry["error"] for job, entry in report.items() if "error" in entry}
+    if failed:
+        raise PipelinesError(
+            f"{len(failed)} continuous job(s) could not be relaunched: "
+            + "; ".join(f"{job}: {why}" for job, why in failed.items())
+        )
     return report

@@ -105,9 +105,9 @@ def run(
 ) -> int:
     """Run the job's driver; in the foreground returns its exit code, detached returns its pid at once.
 
-    Detached, nothing waits for the driver to start: the keepalive relaunches several jobs in one round and
-    knows a starting driver by its pid file at the next one, and benchmarks wait for the heartbeat they need.
-    ``start`` is the detached run that waits (``pipelines run --detach``).
+    Detached, nothing waits for the driver to start: benchmarks and tests wait for the heartbeat they need.
+    ``start`` is the detached run that waits (``pipelines run --detach``); ``spawn`` and ``settle`` are its two
+    halves, for a caller that starts several drivers and waits for them together (the keepalive).
     """
     cmd = _checked_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
     if not detach:
@@ -151,25 +151,48 @@ def start(
     and its pid file is removed: nothing is left that names a dead driver.
     A driver that has done neither after ``wait_s`` is ``STARTING``.
     """
+    spawned = spawn(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
+    return settle(home, spawned, until=time.monotonic() + wait_s)
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A detached driver just started: its process, where its part of the log begins, the drivers it is not."""
+
+    job: str
+    proc: subprocess.Popen[bytes]
+    log_offset: int
+    earlier: frozenset[str]  # driver ids the job's table held before it: its registration is a new one
+
+
+def spawn(home: Home, job: str, *, available_now: bool, master: str, max_seconds: float | None = None) -> Spawned:
+    """Start the job's driver detached, after the refusals that need no JVM; ``settle`` waits for its start."""
     cmd = _checked_command(home, job, available_now=available_now, master=master, max_seconds=max_seconds)
-    drivers = ControlPlane(home).drivers
-    before = {d.driver_id for d in drivers.latest(job, recent_s=RECENT_LIVE_S)}
+    earlier = frozenset(d.driver_id for d in ControlPlane(home).drivers.latest(job, recent_s=RECENT_LIVE_S))
     proc, offset = _spawn(home, job, cmd, master)
+    return Spawned(job, proc, offset, earlier)
+
+
+def settle(home: Home, spawned: Spawned, *, until: float) -> Detached:
+    """Wait until the spawned driver registered (``RUNNING``), exited, or ``until`` (a ``time.monotonic`` moment)
+    passed (``STARTING``). One that exited with an error raises it (see ``start``)."""
+    job, proc = spawned.job, spawned.proc
+    drivers = ControlPlane(home).drivers
     log = driver_log(home, job)
     poll = 0.5 if home.is_local else 2.0  # on object storage each look is requests
-    end = time.monotonic() + wait_s
     while True:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(0.0, min(poll, end - time.monotonic())))  # returns as soon as it exits
+            proc.wait(timeout=max(0.0, min(poll, until - time.monotonic())))  # returns as soon as it exits
         if proc.returncode is not None:
             _forget(home, job, proc.pid)
             if proc.returncode == 0:
                 return Detached(proc.pid, Started.ENDED, log)
-            raise _exited(home, job, proc.returncode, _log_since(log, offset), log)
-        new = [d for d in drivers.latest(job, recent_s=RECENT_LIVE_S) if d.driver_id not in before and d.on_this_host]
+            raise _exited(home, job, proc.returncode, _log_since(log, spawned.log_offset), log)
+        recent = drivers.latest(job, recent_s=RECENT_LIVE_S)
+        new = [d for d in recent if d.driver_id not in spawned.earlier and d.on_this_host]
         if new and new[0].state != FAILED:  # a failed one is on its way out: its exit code and failure follow
             return Detached(proc.pid, Started.RUNNING, log)
-        if time.monotonic() >= end:
+        if time.monotonic() >= until:
             return Detached(proc.pid, Started.STARTING, log)
 
 
