@@ -53,6 +53,12 @@ _NOT_IN_A_LINE = {"Cc", "Cs", "Zl", "Zp"}
 surrogates, and the line and paragraph separators. Format characters (Cf) stay: Persian needs the zero-width
 non-joiner, an emoji sequence the joiner."""
 
+_BIDI_CONTROLS = {"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"}
+"""Unicode's explicit directional formatting characters (by ``unicodedata.bidirectional``): an override or an
+isolate left open reorders what follows it on the line, so a reason could show another factor or job than it
+names in a log line or a terminal (the "Trojan Source" trick, CVE-2021-42574). The marks that only hint at a
+direction (U+200E, U+200F, U+061C) stay: they reorder nothing around them."""
+
 _CALLED = {
     "\x00": "a NUL",
     "\t": "a tab",
@@ -99,7 +105,8 @@ def check_reason(reason: object, what: str = "reason") -> str:
     The one rule for the CLI's ``--reason``, the page's form and the DAG's Param. A reason is read on one line
     (a row of ``job history``, a table cell, a run's note, a log line), so it may hold no newline or tab (they
     break the row), no escape sequence (it repaints the terminal that shows the history), no NUL (C readers end
-    the text there) and no lone surrogate (not UTF-8: Delta cannot store it). The length is the text as given, as
+    the text there), no lone surrogate (not UTF-8: Delta cannot store it) and no bidirectional override or
+    isolate (it reorders what is shown after it). The length is the text as given, as
     the form's ``maxlength`` and the Param's ``maxLength`` count it. A refusal names the character and where it
     is, never the text, which may be 200,000 characters.
     """
@@ -112,6 +119,11 @@ def check_reason(reason: object, what: str = "reason") -> str:
         )
     for at, char in enumerate(reason, 1):
         category = unicodedata.category(char)
+        if unicodedata.bidirectional(char) in _BIDI_CONTROLS:
+            raise ConfigError(
+                f"{what} holds a bidirectional control (U+{ord(char):04X}) at character {at:,}: it would reorder "
+                "the text around it where the reason is shown; a reason is one line of printable text"
+            )
         if category in _NOT_IN_A_LINE:
             called = _CALLED.get(char, "a lone surrogate" if category == "Cs" else "a control character")
             utf8 = ", which is not UTF-8 text" if category == "Cs" else ""
@@ -124,10 +136,14 @@ def check_reason(reason: object, what: str = "reason") -> str:
     return reason.strip()
 
 
+def _refused(char: str) -> bool:
+    return unicodedata.category(char) in _NOT_IN_A_LINE or unicodedata.bidirectional(char) in _BIDI_CONTROLS
+
+
 def printable(text: str) -> str:
     """``text`` with every character ``check_reason`` refuses made a space: for what the platform itself adds to a
     reason (a plugged autosize policy's reasons may hold anything), which has no operator to refuse it to."""
-    return "".join(" " if unicodedata.category(char) in _NOT_IN_A_LINE else char for char in text)
+    return "".join(" " if _refused(char) else char for char in text)
 
 
 def shown(value: object, limit: int = 60) -> str:

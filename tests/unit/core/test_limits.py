@@ -65,6 +65,24 @@ def test_printable_text_of_any_script_up_to_the_limit_is_kept_stripped(reason: s
 
 
 REFUSED = {"Cc", "Cs", "Zl", "Zp"}
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"  # embeddings, overrides, isolates
+
+
+def refused(char: str) -> bool:
+    return unicodedata.category(char) in REFUSED or char in BIDI_CONTROLS
+
+
+@pytest.mark.parametrize("control", BIDI_CONTROLS)
+def test_a_bidirectional_control_is_refused_by_name_and_place(control: str) -> None:
+    """``factor 2 \u202e4 rotcaf`` shows as "factor 2 factor 4" where bidi is rendered: the text would lie."""
+    with pytest.raises(ConfigError, match=rf"^reason holds a bidirectional control \(U\+{ord(control):04X}\) at "):
+        check_reason(f"factor 2 {control}4 rotcaf")
+    assert printable(f"a{control}b") == "a b"
+
+
+def test_the_marks_that_only_hint_a_direction_are_kept() -> None:
+    for mark in ("\u200e", "\u200f", "\u061c"):  # LRM, RLM, the Arabic letter mark
+        assert check_reason(f"שינוי{mark} factor 4") == f"שינוי{mark} factor 4"
 
 
 @given(st.text(max_size=MAX_REASON + 20))
@@ -72,7 +90,7 @@ def test_a_reason_is_kept_exactly_when_it_is_short_printable_and_not_blank(text:
     """The rule as a whole, for any text: kept (stripped) iff at most MAX_REASON characters, none a control
     character, separator of lines or lone surrogate, and something left after stripping; otherwise refused
     with a short line that does not quote it."""
-    fine = len(text) <= MAX_REASON and not any(unicodedata.category(c) in REFUSED for c in text) and bool(text.strip())
+    fine = len(text) <= MAX_REASON and not any(refused(c) for c in text) and bool(text.strip())
     try:
         kept = check_reason(text)
     except ConfigError as e:
@@ -87,6 +105,6 @@ def test_printable_makes_any_text_one_line_a_reason_may_hold(text: str) -> None:
     """What the autosizer adds to a reason (a custom policy's reasons may hold anything) is made printable."""
     made = printable(text)
     assert len(made) == len(text)
-    assert not any(unicodedata.category(c) in REFUSED for c in made)
+    assert not any(refused(c) for c in made)
     if made.strip() and len(made) <= MAX_REASON:
         assert check_reason(made) == made.strip()
