@@ -47,6 +47,12 @@ class StreamError(PipelinesError):
     """An embedded-log stream is missing, already exists, or was asked something impossible."""
 
 
+class InputRewoundError(StreamError):
+    """An input partition ends before where the job's checkpoint stands: the stream was deleted and made again, or
+    lost records it had held. Not an outage: waiting would read the new records from the old position, skipping
+    those before it (docs/systems/kafka.md, "Reads")."""
+
+
 class DamagedTableError(PipelinesError):
     """A Delta table in the home cannot be read: a truncated or garbled commit, or a damaged or missing data file."""
 

@@ -77,6 +77,33 @@ def test_a_restart_continues_from_the_checkpoints(spark, home: Home) -> None:
     assert not requests.draining(home, config.name, 1)
 
 
+def test_a_stream_deleted_and_created_again_under_a_job_stops_it_instead_of_skipping_the_new_records(
+    spark, home: Home
+) -> None:
+    """The job's checkpoints stand at each partition's end (about 40) when the stream is replaced by a new one of 20
+    records. Read on, it would wait there and skip the new stream's records below it once they came, without a
+    word; it stops instead, naming the partition, its end and the checkpoint, as Spark's
+    ``failOnDataLoss`` does for a topic deleted and created again, and commits nothing."""
+    import shutil
+
+    from pipelines.errors import InputRewoundError
+
+    produce(home, "events", 80, 8)
+    config = job(home, "replaced", 2)
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    control = ControlPlane(home)
+    batches = control.checkpoints.latest_batch(config.name, 1)
+    ends = DeltaLog(home.streams).end_offsets("events")
+    assert min(ends.values()) > 20, ends  # past where any partition of the new stream ends
+
+    shutil.rmtree(DeltaLog(home.streams).path("events"))
+    produce(home, "events", 20, 4)  # made again: 10 records a partition
+    with pytest.raises(InputRewoundError, match=r"stream 'events' partition \d ends at \d+, before the job's check"):
+        run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    assert control.checkpoints.latest_batch(config.name, 1) == batches, "no batch was committed"
+    assert len(sink(home, config)) == 80
+
+
 def test_a_job_created_with_start_latest_reads_what_comes_after_and_new_partitions_from_their_start(
     spark, home: Home
 ) -> None:

@@ -180,6 +180,42 @@ def test_records_deleted_before_the_job_read_them_stop_it_until_the_operator_ski
     assert skip_lost(home, config.name) == ([], None), "nothing left to skip"
 
 
+def test_a_topic_deleted_and_created_again_under_a_job_stops_it_instead_of_skipping_the_new_records(
+    spark, home: Home, kafka_broker: KafkaBroker
+) -> None:
+    """``kafka-topics --delete`` then ``--create`` of the job's topic: its checkpoints stand past the new topic's
+    end. Read on, the job would wait there and then skip the new topic's records below them; it stops, naming the
+    partition, as Spark's Kafka source does ("offset was changed from 60 to 10, some data may have been missed")."""
+    from pipelines.errors import InputRewoundError
+
+    events = KafkaEvents(kafka_broker, partitions=1, keys=4)
+    events.produce(60)
+    config = kafka_job(home, "recreated", 1, events)
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    assert len(sink(home, config)) == 60
+
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    for future in admin.delete_topics([events.topic]).values():
+        future.result()
+    until(lambda: events.topic not in admin.list_topics(timeout=10).topics, "the topic is gone", 60)
+    until(lambda: _created(kafka_broker, events.topic), "the topic is made again", 60)
+    events.produce(10)
+    with pytest.raises(InputRewoundError, match=rf"stream '{events.topic}' partition 0 ends at 10, before the job's "):
+        run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    assert len(sink(home, config)) == 60, "nothing was read from the new topic"
+
+
+def _created(broker: KafkaBroker, topic: str) -> bool:
+    """Create ``topic`` with one partition; False while the broker still deletes the old one of that name."""
+    try:
+        broker.create_topic(topic, 1)
+    except Exception as e:  # TOPIC_ALREADY_EXISTS while the deletion completes
+        if "already exists" in str(e).lower() or "marked for deletion" in str(e).lower():
+            return False
+        raise
+    return True
+
+
 def test_a_kafka_job_over_sasl_at_factors_1_and_4_gives_the_same_rows_once_and_kafkas_tool_sees_its_lag(
     spark, home: Home, kafka_broker: KafkaBroker
 ) -> None:
