@@ -55,7 +55,7 @@ from pipelines.runtime import fetch, heap, requests, schemas
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.outage import InputOutage
 from pipelines.runtime.reading import SspRange, TaskRange, describe
-from pipelines.systems.base import InputSystem, SupportsRelayout
+from pipelines.systems.base import InputSystem, rewound
 
 
 class ElasticSource(DataSource):
@@ -206,8 +206,17 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             floors = {p: min(buckets.values(), key=system.position_key) for p, buckets in partitions.items()}
             limits = system.read_limits(stream.stream, floors)
             ends = system.end_positions(stream.stream)
-            if not isinstance(system, SupportsRelayout):
-                _check_not_rewound(system, stream.stream, partitions, ends)
+            ahead = {p: max(buckets.values(), key=system.position_key) for p, buckets in partitions.items()}
+            behind = rewound(system, ahead, ends)
+            if behind is not None:
+                p, end, checkpoint = behind
+                raise InputRewoundError(
+                    f"stream {stream.stream!r} partition {p} ends at {end}, before the job's checkpoint at "
+                    f"{checkpoint}: the stream was deleted and created again, or lost records it had; the job stops "
+                    "rather than skip what the partition holds now below its checkpoint (Spark's failOnDataLoss). "
+                    "To read the stream as it is now, create a job for it afresh (pipelines job create, with its "
+                    "own name and sink)"
+                )
             for p, buckets in partitions.items():
                 available = ends.get(p, floors[p])
                 readable: Position | None = available
@@ -403,32 +412,3 @@ def _end_runner_quietly_if_its_query_stopped() -> None:
 
 def _earlier(system: InputSystem, a: Position, b: Position) -> Position:
     return a if system.position_key(a) < system.position_key(b) else b
-
-
-def _check_not_rewound(
-    system: InputSystem,
-    stream: str,
-    partitions: Mapping[int, Mapping[SystemStreamPartition, Position]],
-    ends: Mapping[int, Position],
-) -> None:
-    """Refuse a partition whose end lies before a key bucket's checkpoint, as Spark's ``failOnDataLoss`` does.
-
-    A partition's end never moves back while its stream lives (Kafka's last stable offset, the embedded log's
-    end, which trims and compactions keep), and every checkpoint was once a position the partition had reached.
-    So an end behind a checkpoint means the stream is not the one the job read: deleted and created again under
-    its name, or cut back (an unclean leader election, a table restored to an older version). Read on, the job
-    would wait at the old position and then skip the new stream's records below it, without a word.
-    Slotted streams (Kinesis) have no such order and are not checked here.
-    """
-    for p, buckets in sorted(partitions.items()):
-        end = ends.get(p)
-        if end is None:
-            continue
-        ahead = max(buckets.values(), key=system.position_key)
-        if system.position_key(ahead) > system.position_key(end):
-            raise InputRewoundError(
-                f"stream {stream!r} partition {p} ends at {end}, before the job's checkpoint at {ahead}: the stream "
-                "was deleted and created again, or lost records it had; the job stops rather than skip what the "
-                "partition holds now below its checkpoint (Spark's failOnDataLoss). To read the stream as it is "
-                "now, create a job for it afresh (pipelines job create, with its own name and sink)"
-            )

@@ -71,6 +71,38 @@ def test_bootstrap_reads_to_the_end_taken_at_open_then_serves_upserts_and_delete
     ad.close()
 
 
+def test_a_store_whose_stream_is_made_again_stops_instead_of_skipping_its_changes(
+    home: Home, log: DeltaLog, tmp_path: Path
+) -> None:
+    """The customers stream deleted and created again while the job was down: the store's position stands past the
+    new stream's end. Ingesting on would wait there and skip the new stream's changes below it, serving stale
+    lookups without a word; it stops, naming the store, the partition, its end and the store's position."""
+    import shutil
+
+    from pipelines.errors import InputRewoundError
+
+    log.create("customers", 1)
+    produce(log, [(f"c{i}".encode(), f"v{i}".encode()) for i in range(20)])
+    configs = stores(persistence="persistent", bootstrap=False)
+    ad = open_stores(home, log, configs)
+    batch = ad.ingest()
+    assert ad.state("customers").positions == {0: "20"}
+    ad.close()
+
+    shutil.rmtree(log.path("customers"))
+    made_again = open_system("deltalog", home)
+    try:
+        made_again.create("customers", 1)
+        produce(made_again, [(b"c0", b"renamed")])
+        again = _restart(home, made_again, configs, batch)
+        with pytest.raises(InputRewoundError, match=r"^store 'customers': stream 'customers' partition 0 ends at 1, "):
+            again.ingest()
+        assert again.state("customers").positions == {0: "20"}, "the store did not move"
+        again.close()
+    finally:
+        made_again.close()
+
+
 def test_a_view_keeps_its_version_while_the_driver_ingests(home: Home, log: DeltaLog, tmp_path: Path) -> None:
     log.create("customers", 1)
     produce(log, [(b"k", b"1")])
