@@ -47,10 +47,10 @@ from pipelines.core.adjunct import (
     judge_store,
     serving_generation,
 )
-from pipelines.errors import InputRewoundError, PipelinesError, StoreError
+from pipelines.errors import PipelinesError, StoreError
 from pipelines.faults import crash_point
 from pipelines.storage.clock import store_clock
-from pipelines.systems.base import Bounded, InputSystem, Position, rewound
+from pipelines.systems.base import Bounded, InputSystem, Position, check_not_rewound
 
 log = logging.getLogger(__name__)
 
@@ -227,14 +227,14 @@ class AdjunctStores:
         system, stream = s.system, s.config.input.stream
         ends = system.end_positions(stream)
         floors = dict(s.state.positions)
-        behind = rewound(system, floors, ends)
-        if behind is not None:
-            p, end, position = behind
-            raise InputRewoundError(
-                f"store {s.config.name!r}: stream {stream!r} partition {p} ends at {end}, before the store's "
-                f"position at {position}: the stream was deleted and created again, or lost records it had; the "
-                "store stops rather than skip the changes the partition holds now below its position"
-            )
+        check_not_rewound(
+            system,
+            stream,
+            floors,
+            ends,
+            reader=f"the position of store {s.config.name!r}",
+            then="the store stops rather than skip the changes the partition holds now below its position",
+        )
         fresh = [p for p in ends if p not in floors]
         if fresh:  # partitions added by an expansion start at their beginning
             meta = system.describe(stream)

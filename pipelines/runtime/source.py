@@ -55,7 +55,7 @@ from pipelines.runtime import fetch, heap, requests, schemas
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.outage import InputOutage
 from pipelines.runtime.reading import SspRange, TaskRange, describe
-from pipelines.systems.base import InputSystem, rewound
+from pipelines.systems.base import InputSystem, check_not_rewound
 
 
 class ElasticSource(DataSource):
@@ -207,16 +207,16 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limits = system.read_limits(stream.stream, floors)
             ends = system.end_positions(stream.stream)
             ahead = {p: max(buckets.values(), key=system.position_key) for p, buckets in partitions.items()}
-            behind = rewound(system, ahead, ends)
-            if behind is not None:
-                p, end, checkpoint = behind
-                raise InputRewoundError(
-                    f"stream {stream.stream!r} partition {p} ends at {end}, before the job's checkpoint at "
-                    f"{checkpoint}: the stream was deleted and created again, or lost records it had; the job stops "
-                    "rather than skip what the partition holds now below its checkpoint (Spark's failOnDataLoss). "
-                    "To read the stream as it is now, create a job for it afresh (pipelines job create, with its "
-                    "own name and sink)"
-                )
+            check_not_rewound(
+                system,
+                stream.stream,
+                ahead,
+                ends,
+                reader="the job's checkpoint",
+                then="the job stops rather than skip what the partition holds now below its checkpoint (Spark's "
+                "failOnDataLoss). To read the stream as it is now, create a job for it afresh (pipelines job create, "
+                "with its own name and sink)",
+            )
             for p, buckets in partitions.items():
                 available = ends.get(p, floors[p])
                 readable: Position | None = available

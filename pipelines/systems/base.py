@@ -74,6 +74,7 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from pipelines.core.positions import Bounded, End, Expansion, Position
+from pipelines.errors import InputRewoundError
 
 __all__ = [
     "ABILITIES",
@@ -362,24 +363,32 @@ def empty_records() -> pa.Table:
     return RECORD_SCHEMA.empty_table()
 
 
-def rewound(
-    system: InputSystem, positions: Mapping[int, Position], ends: Mapping[int, Position]
-) -> tuple[int, Position, Position] | None:
-    """The first partition whose end lies before the position a reader has reached in it: (partition, end,
-    position); None when there is none, and always for slotted streams (Kinesis), whose positions have no such
-    order.
+def check_not_rewound(
+    system: InputSystem,
+    stream: str,
+    positions: Mapping[int, Position],
+    ends: Mapping[int, Position],
+    *,
+    reader: str,
+    then: str,
+) -> None:
+    """``InputRewoundError`` for the first partition whose end lies before the position ``reader`` has reached in
+    it (``then``: what the reader does about it); never for slotted streams (Kinesis), whose positions have no
+    such order.
 
     A partition's end never moves back while its stream lives (Kafka's last stable offset, the embedded log's
     end, which trims and compactions keep), and a reader's position was once a position the partition had
     reached. So an end behind it means the stream is not the one the reader read: deleted and created again
     under its name, or cut back (an unclean leader election, a table restored to an older version). A reader
-    that went on would wait at its old position, then skip the new stream's records below it, silently; the
-    callers stop instead (``InputRewoundError``), as Spark's ``failOnDataLoss`` does.
+    that went on would wait at its old position, then skip the new stream's records below it, silently; so it
+    stops, as Spark's ``failOnDataLoss`` does.
     """
     if isinstance(system, SupportsRelayout):
-        return None
+        return
     for p, position in sorted(positions.items()):
         end = ends.get(p)
         if end is not None and system.position_key(position) > system.position_key(end):
-            return p, end, position
-    return None
+            raise InputRewoundError(
+                f"stream {stream!r} partition {p} ends at {end}, before {reader} at {position}: the stream was "
+                f"deleted and created again, or lost records it had; {then}"
+            )

@@ -95,7 +95,8 @@ def test_a_store_whose_stream_is_made_again_stops_instead_of_skipping_its_change
         made_again.create("customers", 1)
         produce(made_again, [(b"c0", b"renamed")])
         again = _restart(home, made_again, configs, batch)
-        with pytest.raises(InputRewoundError, match=r"^store 'customers': stream 'customers' partition 0 ends at 1, "):
+        said = r"^stream 'customers' partition 0 ends at 1, before the position of store 'customers' at 20: "
+        with pytest.raises(InputRewoundError, match=said):
             again.ingest()
         assert again.state("customers").positions == {0: "20"}, "the store did not move"
         again.close()
