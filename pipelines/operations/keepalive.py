@@ -59,11 +59,13 @@ def keep_running(home: Home, *, master: str | None = None, launch: bool = True) 
 
     The relaunched drivers start together and are waited for together, until each has registered or exited
     (at most ``launcher.START_WAIT_S``): a relaunch whose driver dies while starting (a conf the JVM refuses,
-    a sink it cannot open) is no relaunch. Once every job was looked at, such failures end the round in one
-    ``PipelinesError`` naming each job and why, so the Airflow task that runs this fails and says so; the next
-    round tries again. A failure the job's previous driver recorded is reported beside its relaunch
-    (``previous_failure``): a driver that fails some minutes into every run would otherwise be relaunched in
-    silence, round after round.
+    a sink it cannot open) is no relaunch. A job whose previous driver recorded a failure is relaunched too
+    (the failure may have passed), with that failure beside it (``previous_failure``). Once every job was looked
+    at, either ends the round in one ``PipelinesError`` naming each job and why, so the Airflow task that runs
+    this fails and says so; the next round tries again. A driver that was killed records nothing and is
+    relaunched quietly: that is what the keepalive is for. But one that fails minutes into every run (an input
+    made again under it, a sink it may not write) would otherwise be relaunched round after round with the task
+    green.
     """
     from pipelines.runtime import launcher
 
@@ -106,10 +108,12 @@ def keep_running(home: Home, *, master: str | None = None, launch: bool = True) 
         report[job] |= {"pid": started.pid, "start": started.state.value}
     for job, entry in report.items():
         print(f"{job}: {entry}")
-    failed = {job: entry["error"] for job, entry in report.items() if "error" in entry}
+    failed = [f"{job}: {entry['error']}" for job, entry in report.items() if "error" in entry]
+    failed += [
+        f"{job}: its driver had failed ({entry['previous_failure']}); relaunched as pid {entry['pid']}"
+        for job, entry in report.items()
+        if "previous_failure" in entry and "error" not in entry
+    ]
     if failed:
-        raise PipelinesError(
-            f"{len(failed)} continuous job(s) could not be relaunched: "
-            + "; ".join(f"{job}: {why}" for job, why in failed.items())
-        )
+        raise PipelinesError(f"{len(failed)} continuous job(s) failed: " + "; ".join(failed))
     return report

@@ -33,7 +33,7 @@ time.sleep(60)
 """
 
 
-def test_a_round_relaunches_every_stale_job_and_fails_naming_the_one_that_died_while_starting(
+def test_a_round_relaunches_every_stale_job_and_fails_naming_each_that_died_or_had_failed(
     home: Home, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     produce(home, "events", 10, keys=2)
@@ -48,10 +48,13 @@ def test_a_round_relaunches_every_stale_job_and_fails_naming_the_one_that_died_w
             keepalive.keep_running(home, master="local[1]")
         assert time.monotonic() - started < 60, "waited for the starts, not for the cap"
         assert str(failed.value).startswith(
-            f"1 continuous job(s) could not be relaunched: {broken}: job {broken} driver exited with code 2 while "
-            "starting: sink table broken_out: bad schema (its log: "
+            f"2 continuous job(s) failed: {broken}: job {broken} driver exited with code 2 while starting: sink "
+            "table broken_out: bad schema (its log: "
         ), failed.value
-        assert healthy not in str(failed.value)
+        pid = launcher.running_pid(home, healthy)
+        assert str(failed.value).endswith(
+            f"; {healthy}: its driver had failed (the broker went away); relaunched as pid {pid}"
+        ), failed.value
         said = capsys.readouterr().out
         assert f"{healthy}: {{'state': 'relaunched'" in said and "'start': 'running'" in said, said
         assert "'previous_failure': 'the broker went away'" in said, said
@@ -61,9 +64,12 @@ def test_a_round_relaunches_every_stale_job_and_fails_naming_the_one_that_died_w
         assert launcher.running_pid(home, broken) is None and not launcher.pid_file(home, broken).exists()
         assert requests.read_failure(home, healthy) is None, "a relaunch clears what the previous driver left"
 
-        # the next round: the healthy one is live, the broken one is tried again and fails again
-        with pytest.raises(PipelinesError, match=f"could not be relaunched: {broken}: "):
+        # the next round: the healthy one is live and no longer named, the broken one fails again
+        with pytest.raises(
+            PipelinesError, match=f"^1 continuous job\\(s\\) failed: {broken}: job {broken} driver "
+        ) as again:
             keepalive.keep_running(home, master="local[1]")
+        assert healthy not in str(again.value)
         assert f"{healthy}: {{'state': 'live'" in capsys.readouterr().out
     finally:
         launcher.kill(home, healthy)
