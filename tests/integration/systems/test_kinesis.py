@@ -397,6 +397,24 @@ def test_records_trimmed_before_they_were_read_stop_the_read_with_the_shard_and_
     assert f"up to sequence number {oldest}" in message and "24 h" in message and "on_trimmed: skip" in message
 
 
+def test_a_sequence_number_kinesis_says_is_from_another_stream_is_not_called_trimmed() -> None:
+    """Kinesis answers GetShardIterator with a sequence number of a deleted stream of the name so (the Stubber
+    answers in its words): the stream was made again, not trimmed, and ``on_trimmed: skip`` must not read on."""
+    from pipelines.errors import InputRewoundError
+
+    system = KinesisSystem({"endpoint_url": "http://127.0.0.1:9", "region": "us-east-1", "on_trimmed": "skip"})
+    start = json.dumps({"n": 5, "shards": {"shardId-000000000000": "1000"}}, separators=(",", ":"))
+    with Stubber(system.client) as stub:
+        stub.add_client_error(
+            "get_shard_iterator",
+            service_error_code="InvalidArgumentException",
+            service_message="StartingSequenceNumber 1000 used in GetShardIterator on shard shardId-000000000000 in "
+            "stream s under account 123456789012 is invalid because it did not come from this stream.",
+        )
+        with pytest.raises(InputRewoundError, match=r"Kinesis stream 's' was deleted and created again .*did not"):
+            system.read("s", 0, start, Bounded(start, 10))
+
+
 def test_the_emulator_listens_on_loopback_only() -> None:
     """kinesis-mock hard-codes 0.0.0.0; bind-host.js must turn every listener into a loopback one."""
     import psutil
