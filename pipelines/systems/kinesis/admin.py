@@ -12,16 +12,18 @@ demos). See docs/systems/kinesis.md, "Slots, not shards".
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.core.segments import RETAIN_FOREVER, retention_text, valid_retention
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON, ShardInfo, ShardPartitionMapper
 from pipelines.errors import ConfigError, StreamError
 from pipelines.systems.base import Bounded, End, PartitionMetadata, Position, StreamMetadata
-from pipelines.systems.kinesis.client import KinesisClient, Trimmed
+from pipelines.systems.kinesis.client import KinesisClient, Trimmed, recreated
 from pipelines.systems.kinesis.positions import (
     SYSTEM,
     SlotPosition,
@@ -34,9 +36,14 @@ from pipelines.systems.kinesis.positions import (
     shard_ordinal,
     state_key,
     unread_in_shard,
+    utc,
 )
 
 HOUR_MS = 3_600_000
+
+_CREATED_LOCK = threading.Lock()
+_CREATED: dict[tuple[Any, ...], tuple[int | None, float]] = {}
+"""Per process: each stream's creation time and when it was asked (``KinesisAdmin.created``)."""
 DEFAULT_RETENTION_HOURS = 24
 MAX_RETENTION_HOURS = 8760
 """Kinesis keeps a stream's records 24 h unless told otherwise, and at most 365 days, in whole hours."""
@@ -108,6 +115,7 @@ class KinesisAdmin:
         mapper = ShardPartitionMapper(shards)
         info = {
             "arn": summary.get("StreamARN"),
+            "created_ms": created_ms(summary),
             "status": status,
             "retention_hours": summary.get("RetentionPeriodHours"),
             "mode": (summary.get("StreamModeDetails") or {}).get("StreamMode"),
@@ -135,7 +143,7 @@ class KinesisAdmin:
         partitions = {
             slot: PartitionMetadata(
                 partition=slot,
-                earliest=SlotPosition(shards).encode(),
+                earliest=SlotPosition(shards, created=info["created_ms"]).encode(),
                 end=end,
                 details={"shards": {s: status[s] for s in sorted(shards, key=shard_ordinal)}},
             )
@@ -175,6 +183,7 @@ class KinesisAdmin:
         """
         goal = decode(target)
         here = decode_slot(position)
+        self.check_same_stream(stream, [here])
         if isinstance(goal, SlotPosition):
             return here.n >= goal.n and all(
                 state_key(here.shards.get(s, SHARD_END)) >= state_key(v) for s, v in goal.shards.items()
@@ -247,7 +256,9 @@ class KinesisAdmin:
         slot the mapper is not shown looks unread.
         """
         mapper, _ = self.listing(stream)
-        slots = {p: decode_slot(pos).shards for p, pos in floors.items()}
+        decoded = {p: decode_slot(pos) for p, pos in floors.items()}
+        self.check_same_stream(stream, decoded.values())
+        slots = {p: slot.shards for p, slot in decoded.items()}
         plans = mapper.plan(slots)
         return {p: Bounded(floors[p], max(0, n), plans[p].to_json()) for p, n in records.items()}
 
@@ -261,9 +272,41 @@ class KinesisAdmin:
         """
         mapper, _ = self.listing(stream, max_age_s=0)
         old = {p: decode_slot(pos) for p, pos in positions.items()}
+        self.check_same_stream(stream, old.values(), max_age_s=0)
         layout = mapper.relayout({p: s.shards for p, s in old.items()}, partitions)
         n = max((s.n for s in old.values()), default=0) + 1
-        return {p: SlotPosition(shards, n).encode() for p, shards in layout.items()}
+        created = {s.created for s in old.values()}
+        same = created.pop() if len(created) == 1 else None  # an old checkpoint without it leaves the slots unchecked
+        return {p: SlotPosition(shards, n, same).encode() for p, shards in layout.items()}
+
+    def check_same_stream(self, stream: str, slots: Iterable[SlotPosition], max_age_s: float = 0.5) -> None:
+        """Refuse slots read from an earlier stream of this name: it was deleted and created again since.
+
+        Kinesis names the new stream's shards as it named the old one's (``shardId-000000000000`` on), so a
+        slot's shard ids still match; its sequence numbers then name nothing, or (kinesis-mock, within a second)
+        other records. The stream's creation time, recorded in every slot position, tells them apart.
+        """
+        _, info = self.listing(stream, max_age_s)
+        check_created(stream, slots, info.get("created_ms"))
+
+    def created(self, stream: str, max_age_s: float) -> int | None:
+        """The stream's creation time in ms, by DescribeStreamSummary alone, known to this process for ``max_age_s``.
+
+        For the executors' reads: a fresh iterator at a sequence number is checked against it, and many slots
+        starting at once in one process share one call (Kinesis allows 20 DescribeStreamSummary a second per
+        account). No shard listing: a read needs none.
+        """
+        key = (*self.client.key(), stream)
+        now = time.monotonic()
+        with _CREATED_LOCK:
+            cached = _CREATED.get(key)
+        if cached is not None and now - cached[1] <= max_age_s:
+            return cached[0]
+        summary = self.client.call(stream, "describe_stream_summary", StreamName=stream)["StreamDescriptionSummary"]
+        value = created_ms(summary)
+        with _CREATED_LOCK:
+            _CREATED[key] = (value, now)
+        return value
 
     # ---------------------------------------------------------------- streams (tests, demos)
 
@@ -378,6 +421,28 @@ def ancestors(mapper: ShardPartitionMapper, shards: Iterable[str]) -> set[str]:
                 seen.add(parent)
                 stack.append(parent)
     return seen
+
+
+def check_created(stream: str, slots: Iterable[SlotPosition], now: int | None) -> None:
+    """``InputRewoundError`` if a slot was read from a stream of this name created at another time than ``now``."""
+    for slot in slots:
+        if slot.created is not None and now is not None and slot.created != now:
+            raise recreated(
+                stream,
+                f"the job read the stream created at {_instant(slot.created)}; the stream of that name now was "
+                f"created at {_instant(now)}",
+            )
+
+
+def created_ms(summary: Mapping[str, Any]) -> int | None:
+    """A stream's creation time in ms, from its DescribeStreamSummary (None if the answer has none)."""
+    created = summary.get("StreamCreationTimestamp")
+    return int(utc(created).timestamp() * 1000) if created is not None else None
+
+
+def _instant(ms: int) -> str:
+    """A creation time as the user reads it: UTC, to the millisecond."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _period_hours(info: Mapping[str, Any]) -> int:

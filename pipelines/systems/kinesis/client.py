@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipelines.backoff import Backoff
-from pipelines.errors import StreamError
+from pipelines.errors import InputRewoundError, StreamError
 from pipelines.systems.connections import read_connection
 from pipelines.systems.kinesis.settings import KinesisSettings
 
@@ -196,6 +196,9 @@ def stream_error(stream: str, error: Any, settings: KinesisSettings) -> StreamEr
     lowered = message.lower()
     if code == "ExpiredIteratorException":
         return ExpiredIterator(message)
+    if code == "InvalidArgumentException" and "did not come from this stream" in lowered:
+        # Kinesis's answer to a sequence number of another stream of the name: not trimmed records (below)
+        return recreated(stream, f"Kinesis says: {message}")
     if (code == "ResourceNotFoundException" and "sequencenumber" in lowered.replace(" ", "")) or (
         code == "InvalidArgumentException" and "startingsequencenumber" in lowered.replace(" ", "")
     ):
@@ -206,6 +209,21 @@ def stream_error(stream: str, error: Any, settings: KinesisSettings) -> StreamEr
     if code == "ResourceInUseException":
         return StreamError(f"Kinesis stream {stream!r} is not usable now: {message} (ResourceInUseException)")
     return StreamError(f"Kinesis stream {stream!r}: {code or 'error'}: {message}")
+
+
+def recreated(stream: str, how: str) -> InputRewoundError:
+    """The job's checkpoints are in a stream that was deleted, and another of its name now stands in its place.
+
+    Not an outage to wait out, nor records trimmed by retention: the old shard ids and sequence numbers name
+    nothing, or other records, in the new stream, so reading on would skip or re-read records without a word.
+    """
+    return InputRewoundError(
+        f"Kinesis stream {stream!r} was deleted and created again under its name ({how}): the job's checkpoints "
+        "hold shard ids and sequence numbers of the old stream, which name nothing or other records in the new "
+        "one. The job stops rather than skip or read again what the stream holds now, and committed nothing "
+        "from it. To read the stream as it is now, create a job for it afresh (pipelines job create, with its "
+        "own name and sink)"
+    )
 
 
 # ------------------------------------------------------------------ credentials

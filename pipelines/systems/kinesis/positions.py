@@ -28,11 +28,23 @@ _SHARD = re.compile(r"^shardId-(\d{1,20})$")
 
 @dataclass(frozen=True)
 class SlotPosition:
+    """A slot's checkpoint: each shard's state, the slot's progress ``n``, and which stream of the name it is in.
+
+    ``created`` is the stream's creation time in ms (``StreamCreationTimestamp``). Shard ids and sequence numbers
+    name nothing outside their stream, and a stream deleted and created again under the same name starts over at
+    ``shardId-000000000000`` (kinesis-mock even numbers its records as it numbered the old one's), so the time
+    tells the stream the slot read from one that replaced it, as KCL 2.x's stream identifier does with the
+    creation epoch. ``None`` in a checkpoint written before it was recorded: such a slot is not checked.
+    """
+
     shards: Mapping[str, str] = field(default_factory=dict)
     n: int = 0
+    created: int | None = None
 
     def encode(self) -> str:
-        return json.dumps({"n": self.n, "shards": dict(sorted(self.shards.items()))}, separators=(",", ":"))
+        value: dict[str, Any] = {} if self.created is None else {"created": self.created}
+        value.update(n=self.n, shards=dict(sorted(self.shards.items())))
+        return json.dumps(value, separators=(",", ":"))
 
     def unfinished(self) -> list[str]:
         return sorted((s for s, v in self.shards.items() if v != SHARD_END), key=shard_ordinal)
@@ -102,11 +114,15 @@ def decode(position: str) -> SlotPosition | RecordPosition | TimeTarget:
         ms = value["arrived_before_ms"]
         if isinstance(ms, int) and not isinstance(ms, bool):
             return TimeTarget(ms)
-    if isinstance(value, dict) and set(value) == {"n", "shards"}:
-        n, shards = value["n"], value["shards"]
-        if isinstance(n, int) and not isinstance(n, bool) and n >= 0 and isinstance(shards, dict):
-            return SlotPosition({str(s): check_state(str(s), v) for s, v in shards.items()}, n)
+    if isinstance(value, dict) and set(value) in ({"n", "shards"}, {"created", "n", "shards"}):
+        n, shards, created = value["n"], value["shards"], value.get("created")
+        if _count(n) and isinstance(shards, dict) and ("created" not in value or _count(created)):
+            return SlotPosition({str(s): check_state(str(s), v) for s, v in shards.items()}, n, created)
     raise StreamError(f"not a {SYSTEM} position: {position!r:.200}")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def decode_slot(position: str) -> SlotPosition:

@@ -28,7 +28,7 @@ from pipelines.backoff import Backoff
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON, SlotPlan, apply_plan
 from pipelines.errors import StreamError
 from pipelines.systems.base import RECORD_SCHEMA, Bounded, End, Position, ReadResult
-from pipelines.systems.kinesis.admin import KinesisAdmin
+from pipelines.systems.kinesis.admin import KinesisAdmin, check_created
 from pipelines.systems.kinesis.client import ExpiredIterator, KinesisClient, Trimmed, Unreachable
 from pipelines.systems.kinesis.positions import (
     SlotPosition,
@@ -43,6 +43,8 @@ from pipelines.systems.kinesis.positions import (
 log = logging.getLogger(__name__)
 
 ITERATOR_TTL_S = 240.0  # Kinesis iterators live 5 minutes; reuse a cached one only well within that
+CREATED_TTL_S = 1.0
+"""How long a stream's creation time serves this process's fresh iterators: slots starting at once share a call."""
 
 _ITERATORS_LOCK = threading.Lock()
 _ITERATORS: dict[tuple[Any, ...], tuple[str, float]] = {}
@@ -134,7 +136,9 @@ class KinesisReader:
             quota = None if budget is None else (budget - len(rows)) // (len(order) - i)
             if quota == 0 and budget is not None:
                 continue
-            result = self._read_shard(stream, shard, states[shard], quota, targets.get(shard), deadline, stats)
+            result = self._read_shard(
+                stream, shard, states[shard], quota, targets.get(shard), deadline, stats, here.created
+            )
             rows += result.rows
             ended += result.state == SHARD_END
             states[shard] = result.state
@@ -152,7 +156,7 @@ class KinesisReader:
                 )
             next_position = end if isinstance(end, str) else pinned.encode()
         else:
-            next_position = SlotPosition(states, here.n + transitions + len(rows) + ended).encode()
+            next_position = SlotPosition(states, here.n + transitions + len(rows) + ended, here.created).encode()
         stats["shards_read"] = len(order)
         table = _table(partition, rows)
         return ReadResult(table, next_position, bytes_fetched=int(stats.pop("bytes", 0)), stats=dict(stats))
@@ -166,12 +170,17 @@ class KinesisReader:
         target: str | None,
         deadline: float,
         stats: Counter[str],
+        created: int | None = None,
     ) -> _ShardRead:
-        """Records of one shard after ``state``: at most ``quota``, or up to ``target``, or until caught up."""
+        """Records of one shard after ``state``: at most ``quota``, or up to ``target``, or until caught up.
+
+        ``created`` is the creation time of the stream the slot read (``SlotPosition.created``): a sequence
+        number the stream does not know is a trimmed record only if the stream is still that one.
+        """
         rows: list[tuple[str, str, str, bytes, datetime]] = []
         if state in (SHARD_END, target):
             return _ShardRead(rows, state, True)
-        iterator, verify = self._iterator(stream, shard, state, stats)
+        iterator, verify = self._iterator(stream, shard, state, stats, created)
         limit_cap = self.settings.get_records_limit
         records_limiter = self.client.limiter(stream, shard, "records")
         while True:
@@ -182,8 +191,12 @@ class KinesisReader:
                 page = self.client.call(stream, "get_records", stats, ShardIterator=iterator, Limit=want)
             except ExpiredIterator:
                 stats["iterator_renewals"] += 1
-                iterator, verify = self._iterator(stream, shard, state, stats, fresh=True)
+                iterator, verify = self._iterator(stream, shard, state, stats, created, fresh=True)
                 continue
+            except Trimmed:
+                # kinesis-mock hands out an iterator at a sequence number it does not hold and refuses it here
+                self._check_same_stream(stream, created)
+                raise
             stats["get_records_calls"] += 1
             records = page.get("Records", [])
             behind = int(page.get("MillisBehindLatest", 0) or 0)
@@ -198,7 +211,7 @@ class KinesisReader:
                     verify = None
                 else:
                     # The record we read last is gone, so anything between it and ``first`` was trimmed.
-                    self._trimmed(stream, shard, verify, first, stats)
+                    self._trimmed(stream, shard, verify, first, stats, created)
                     verify = None
             consumed = 0
             stop = False
@@ -221,7 +234,7 @@ class KinesisReader:
             if following is None and whole_page:
                 return _ShardRead(rows, SHARD_END, True)
             if whole_page and following is not None and verify is None:
-                self._remember(stream, shard, state, following)
+                self._remember(stream, shard, state, following, created)
             if stop:
                 return _ShardRead(rows, state)
             if not records and behind == 0:
@@ -235,10 +248,10 @@ class KinesisReader:
             iterator = following
 
     def _iterator(
-        self, stream: str, shard: str, state: str, stats: Counter[str], *, fresh: bool = False
+        self, stream: str, shard: str, state: str, stats: Counter[str], created: int | None, *, fresh: bool = False
     ) -> tuple[str, str | None]:
         """An iterator at ``state``, and the sequence number its first record must be (None: nothing to check)."""
-        key = (*self.client.key(), stream, shard, state)
+        key = (*self.client.key(), stream, created, shard, state)  # an iterator serves the stream it was issued in
         if not fresh:
             with _ITERATORS_LOCK:
                 cached = _ITERATORS.pop(key, None)
@@ -253,23 +266,34 @@ class KinesisReader:
         try:
             answer = self.client.call(stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, **kwargs)
         except Trimmed:
-            self._trimmed(stream, shard, state, None, stats)
+            self._trimmed(stream, shard, state, None, stats, created)
             answer = self.client.call(
                 stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
             )
             return answer["ShardIterator"], None
+        if state != TRIM_HORIZON:
+            # kinesis-mock numbers a stream made again within the second as it numbered the old one, so the
+            # check of the first record would pass on another record: the stream itself must be the slot's
+            self._check_same_stream(stream, created, CREATED_TTL_S)
         return answer["ShardIterator"], (None if state == TRIM_HORIZON else state)
 
-    def _remember(self, stream: str, shard: str, state: str, iterator: str) -> None:
-        key = (*self.client.key(), stream, shard, state)
+    def _remember(self, stream: str, shard: str, state: str, iterator: str, created: int | None) -> None:
+        key = (*self.client.key(), stream, created, shard, state)
         with _ITERATORS_LOCK:
             if len(_ITERATORS) > 10_000:
                 for old in sorted(_ITERATORS, key=lambda k: _ITERATORS[k][1])[:5_000]:
                     del _ITERATORS[old]
             _ITERATORS[key] = (iterator, time.monotonic())
 
-    def _trimmed(self, stream: str, shard: str, after: str, first: str | None, stats: Counter[str]) -> None:
-        """Records after ``after`` were trimmed before they were read: fail loudly, or count and log (``skip``)."""
+    def _trimmed(
+        self, stream: str, shard: str, after: str, first: str | None, stats: Counter[str], created: int | None
+    ) -> None:
+        """Records after ``after`` were trimmed before they were read: fail loudly, or count and log (``skip``).
+
+        Unless the stream is not the one the slot read: kinesis-mock answers a sequence number of a deleted
+        stream of the name as it answers a trimmed one, and ``skip`` would read the new stream from its start.
+        """
+        self._check_same_stream(stream, created)
         if first is None:
             first = self._first_available(stream, shard)
         _, info = self.admin.listing(stream)
@@ -287,6 +311,11 @@ class KinesisReader:
             )
         log.error("%s; on_trimmed: skip, reading on from the oldest record", message)
         stats["trimmed"] += 1
+
+    def _check_same_stream(self, stream: str, created: int | None, max_age_s: float = 0.0) -> None:
+        """``InputRewoundError`` if the stream was created again since the slot read it (its creation time)."""
+        if created is not None:
+            check_created(stream, [SlotPosition(created=created)], self.admin.created(stream, max_age_s))
 
     def _first_available(self, stream: str, shard: str) -> str | None:
         """The sequence number of a shard's oldest record still there (None: none left)."""

@@ -205,3 +205,44 @@ def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_wi
 def _rows(home: Home, config: JobConfig) -> int:
     table = home.sinks / config.sink_table
     return len(sink(home, config)) if (table / "_delta_log").local_path().exists() else 0
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_a_stream_deleted_and_created_again_under_a_job_stops_it_instead_of_skipping_the_new_records(
+    spark, home: Home, endpoint: str, shards: int
+) -> None:
+    """The job's slots hold sequence numbers of the old stream when a new one of the same name replaces it. kinesis-mock
+    numbers a new stream's records as it numbered the old one's (when both were made in the same second), so read on,
+    the job would take the new records at its old sequence numbers for ones it read and skip those below them; or it
+    would call the old numbers trimmed by retention. It stops instead, naming the stream, and commits nothing."""
+    from pipelines.errors import InputRewoundError
+
+    settings = {"endpoint_url": endpoint, "region": "us-east-1", "get_records_per_second": 50.0}
+    system = KinesisSystem(settings)
+    stream = f"reborn{shards}"
+    producer = SeqProducer(system, stream, 2, keys=8)
+    raw = JobConfig.load(DEMO).to_dict()
+    raw.update(
+        name=f"kin_reborn{shards}",
+        inputs=[{"system": "kinesis", "stream": stream}],
+        systems={"kinesis": settings},
+        process_options={"latency_ms": 0},
+        sink={"table": f"kin_reborn{shards}_out"},
+        dead_letter={"table": f"kin_reborn{shards}_dead"},
+        batch={"max_records": 500, "trigger_interval": "0 seconds"},
+    )
+    config = JobConfig.from_dict(raw)
+    create_job(home, config)
+    producer.produce(60)
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    assert len(sink(home, config)) == 60
+    control = ControlPlane(home)
+    batches = control.checkpoints.latest_batch(config.name, 1)
+
+    system.delete(stream)
+    again = SeqProducer(system, stream, shards, keys=8)
+    again.produce(20)
+    with pytest.raises(InputRewoundError, match=rf"Kinesis stream '{stream}' was deleted and created again"):
+        run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    assert control.checkpoints.latest_batch(config.name, 1) == batches, "no batch was committed"
+    assert len(sink(home, config)) == 60, "nothing was read from the new stream"

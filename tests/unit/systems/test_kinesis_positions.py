@@ -31,6 +31,19 @@ def test_a_slot_position_is_restored_exactly(slot: dict[str, str], n: int) -> No
     assert again.encode() == text and dict(again.shards) == slot and again.n == n
 
 
+@given(st.dictionaries(shards, states, max_size=3), st.integers(min_value=0, max_value=10**9), st.integers(0, 2**45))
+def test_a_slot_position_keeps_the_creation_time_of_its_stream(slot: dict[str, str], n: int, created: int) -> None:
+    text = SlotPosition(slot, n, created).encode()
+    again = decode_slot(text)
+    assert again.encode() == text and again.created == created and dict(again.shards) == slot
+    assert position_key(text) == position_key(SlotPosition(slot, n).encode()), "progress alone orders a slot"
+
+
+def test_a_checkpoint_written_before_the_creation_time_was_kept_still_reads() -> None:
+    old = '{"n":3,"shards":{"shardId-000000000000":"TRIM_HORIZON"}}'
+    assert decode_slot(old).created is None and decode_slot(old).encode() == old
+
+
 @given(sequences, sequences)
 def test_sequence_numbers_compare_as_integers_never_as_text(a: str, b: str) -> None:
     ka = position_key(RecordPosition("shardId-000000000001", a).encode())
@@ -59,7 +72,19 @@ def test_children_order_after_parents_and_slot_positions_order_by_progress() -> 
     assert isinstance(decode(TimeTarget(5).encode()), TimeTarget)
 
 
-@pytest.mark.parametrize("bad", ["", "12", "shard-1:12", "shardId-000000000001:1x", '{"n":-1,"shards":{}}', "{"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "12",
+        "shard-1:12",
+        "shardId-000000000001:1x",
+        '{"n":-1,"shards":{}}',
+        "{",
+        '{"created":null,"n":1,"shards":{}}',
+        '{"created":"1","n":1,"shards":{}}',
+    ],
+)
 def test_anything_else_is_refused_with_the_reason(bad: str) -> None:
     with pytest.raises(StreamError, match=r"(?i)kinesis"):
         position_key(bad)
