@@ -32,6 +32,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -429,7 +430,52 @@ def _cluster_id() -> str:
 
 
 def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports on 127.0.0.1 (held together while picked, so they differ)."""
+    """``count`` distinct free ports on 127.0.0.1 below the kernel's ephemeral range (held together while picked).
+
+    The broker is started again on its own ports (a restart keeps its clients' bootstrap address), and while it
+    is down a port of the ephemeral range can be taken as the local port of any outgoing connection: its own
+    clients reconnect to it many times a second. A restart then failed "Address already in use" for its
+    controller port, and every later test of the session's broker with it. Ports below the range are never
+    handed out that way; on a machine whose range leaves none below it, any free port is taken as before.
+    """
+    low = _ephemeral_low()
+    if low - _BELOW_EPHEMERAL < 1024:
+        return _any_free_ports(count)
+    pick = random.SystemRandom()
+    held: list[socket.socket] = []
+    try:
+        for _ in range(1000):
+            if len(held) == count:
+                break
+            s = socket.socket()
+            try:
+                s.bind((HOST, pick.randrange(low - _BELOW_EPHEMERAL, low)))
+            except OSError:  # taken: another try
+                s.close()
+                continue
+            held.append(s)
+        if len(held) < count:
+            return _any_free_ports(count)
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+_BELOW_EPHEMERAL = 8000
+"""How far below the ephemeral range the broker's ports are picked."""
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _any_free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports the kernel picks (held together while picked, so they differ)."""
     sockets = [socket.socket() for _ in range(count)]
     try:
         for s in sockets:

@@ -62,3 +62,14 @@ def test_a_stopped_store_leaves_none_of_its_local_sockets_behind(tmp_path: Path)
         listening = {s for s in sockets if s.name.startswith("seaweedfs-")}
         assert listening, f"weed listens on no local socket: {sockets}"
     assert not [s for s in listening if s.exists()]
+
+
+def test_the_brokers_ports_lie_below_the_ephemeral_range_so_a_restart_finds_them_free() -> None:
+    """A broker restarted on its ports failed to bind its controller port once (a whole-suite run): while it was
+    down, the port, picked by the kernel from the ephemeral range, had become some connection's local port."""
+    from pipelines.servers import kafka_broker
+
+    low = kafka_broker._ephemeral_low()
+    ports = kafka_broker._free_ports(3)
+    assert len(set(ports)) == 3
+    assert all(1024 <= port < low for port in ports), (ports, low)
