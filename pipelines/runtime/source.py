@@ -55,7 +55,7 @@ from pipelines.runtime import fetch, heap, requests, schemas
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.outage import InputOutage
 from pipelines.runtime.reading import SspRange, TaskRange, describe
-from pipelines.systems.base import InputSystem, check_not_rewound
+from pipelines.systems.base import InputSystem, SupportsRelayout, check_not_rewound
 
 
 class ElasticSource(DataSource):
@@ -206,17 +206,18 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             floors = {p: min(buckets.values(), key=system.position_key) for p, buckets in partitions.items()}
             limits = system.read_limits(stream.stream, floors)
             ends = system.end_positions(stream.stream)
-            ahead = {p: max(buckets.values(), key=system.position_key) for p, buckets in partitions.items()}
-            check_not_rewound(
-                system,
-                stream.stream,
-                ahead,
-                ends,
-                reader="the job's checkpoint",
-                then="the job stops rather than skip what the partition holds now below its checkpoint (Spark's "
-                "failOnDataLoss). To read the stream as it is now, create a job for it afresh (pipelines job create, "
-                "with its own name and sink)",
-            )
+            if not isinstance(system, SupportsRelayout):  # slotted positions have no such order: nothing to decode
+                ahead = {p: max(buckets.values(), key=system.position_key) for p, buckets in partitions.items()}
+                check_not_rewound(
+                    system,
+                    stream.stream,
+                    ahead,
+                    ends,
+                    reader="the job's checkpoint",
+                    then="the job stops rather than skip what the partition holds now below its checkpoint "
+                    "(Spark's failOnDataLoss). To read the stream as it is now, create a job for it afresh "
+                    "(pipelines job create, with its own name and sink)",
+                )
             for p, buckets in partitions.items():
                 available = ends.get(p, floors[p])
                 readable: Position | None = available
