@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON, ShardPartitionMapper
 from pipelines.systems.base import Position
 from pipelines.systems.kinesis.admin import KinesisAdmin, ancestors
+from pipelines.systems.kinesis.aggregation import deaggregate, is_aggregated
 from pipelines.systems.kinesis.client import KinesisClient
 from pipelines.systems.kinesis.positions import (
     RecordPosition,
@@ -53,13 +54,14 @@ class KinesisAudit:
             if upto is None or upto == TRIM_HORIZON:
                 continue
             _, before = _holder(mapper, start_slots, shard)
-            for sequence in self._scan(stream, shard, upto):
+            for sequence, sub in self._scan(stream, shard, upto):
                 if before is None or unread_in_shard(sequence, before):
-                    result.append((slot, RecordPosition(shard, sequence).encode()))
+                    result.append((slot, RecordPosition(shard, sequence, sub).encode()))
         return result
 
-    def _scan(self, stream: str, shard: str, upto: str) -> list[str]:
-        """Sequence numbers of ``shard`` from its oldest record up to ``upto`` (a sequence number, or SHARD_END)."""
+    def _scan(self, stream: str, shard: str, upto: str) -> list[tuple[str, int | None]]:
+        """Records of ``shard`` from its oldest up to ``upto`` (a sequence number, or SHARD_END), as the reader
+        lists them: a KPL aggregate's user records each under their sub-sequence number."""
         stats: Counter[str] = Counter()
         limiter = self.client.limiter(stream, shard, "records")
         self.client.limiter(stream, shard, "iterator").acquire()
@@ -67,7 +69,7 @@ class KinesisAudit:
             stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
         )
         iterator: str | None = answer["ShardIterator"]
-        found: list[str] = []
+        found: list[tuple[str, int | None]] = []
         while iterator is not None:
             limiter.acquire()
             limit = self.client.settings.get_records_limit
@@ -76,7 +78,11 @@ class KinesisAudit:
                 sequence = record["SequenceNumber"]
                 if upto != SHARD_END and state_key(sequence) > state_key(upto):
                     return found
-                found.append(sequence)
+                users = deaggregate(record["Data"]) if is_aggregated(record["Data"]) else None
+                if users is None:
+                    found.append((sequence, None))
+                else:
+                    found += [(sequence, i) for i in range(len(users))]
             iterator = page.get("NextShardIterator")
             if not page.get("Records") and not page.get("MillisBehindLatest"):
                 break

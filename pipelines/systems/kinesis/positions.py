@@ -24,6 +24,7 @@ from pipelines.errors import StreamError
 SYSTEM = "kinesis"
 _SEQUENCE = re.compile(r"^\d{1,128}$")
 _SHARD = re.compile(r"^shardId-(\d{1,20})$")
+_SUB = re.compile(r"^\d{1,10}$")
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,18 @@ class SlotPosition:
 
 @dataclass(frozen=True)
 class RecordPosition:
+    """A record's place: ``shardId-N:sequence``, and ``:i`` for the i-th user record of a KPL aggregate.
+
+    The sub-sequence number is KCL's (``ExtendedSequenceNumber``): the user records of one aggregate share its
+    sequence number and follow each other in the order the producer added them.
+    """
+
     shard: str
     sequence: str
+    sub: int | None = None
 
     def encode(self) -> str:
-        return f"{self.shard}:{self.sequence}"
+        return f"{self.shard}:{self.sequence}" if self.sub is None else f"{self.shard}:{self.sequence}:{self.sub}"
 
 
 @dataclass(frozen=True)
@@ -69,14 +77,14 @@ class TimeTarget:
 
 def shard_ordinal(shard_id: str) -> int:
     """The creation number in ``shardId-<n>``; Kinesis numbers a stream's shards in creation order."""
-    m = _SHARD.match(shard_id) if isinstance(shard_id, str) else None
+    m = _SHARD.fullmatch(shard_id) if isinstance(shard_id, str) else None
     if m is None:
         raise StreamError(f"{shard_id!r} is not a Kinesis shard id (shardId-<number>)")
     return int(m[1])
 
 
 def check_sequence(value: str) -> str:
-    if not isinstance(value, str) or not _SEQUENCE.match(value):
+    if not isinstance(value, str) or not _SEQUENCE.fullmatch(value):
         raise StreamError(f"{value!r} is not a Kinesis sequence number (decimal digits)")
     return value
 
@@ -102,10 +110,11 @@ def decode(position: str) -> SlotPosition | RecordPosition | TimeTarget:
         raise StreamError(f"not a {SYSTEM} position: {position!r}")
     if position[0] != "{":
         shard, sep, sequence = position.partition(":")
-        if not sep:
+        sequence, sub_sep, sub = sequence.partition(":")
+        if not sep or (sub_sep and not _SUB.fullmatch(sub)):
             raise StreamError(f"not a {SYSTEM} position: {position!r:.200}")
         shard_ordinal(shard)
-        return RecordPosition(shard, check_sequence(sequence))
+        return RecordPosition(shard, check_sequence(sequence), int(sub) if sub_sep else None)
     try:
         value: Any = json.loads(position)
     except ValueError:
@@ -135,7 +144,9 @@ def decode_slot(position: str) -> SlotPosition:
 def decode_record(position: str) -> RecordPosition:
     value = decode(position)
     if not isinstance(value, RecordPosition):
-        raise StreamError(f"expected a {SYSTEM} record position (shard:sequence), got {position!r:.200}")
+        raise StreamError(
+            f"expected a {SYSTEM} record position (shard:sequence, or shard:sequence:sub), got {position!r:.200}"
+        )
     return value
 
 
@@ -148,7 +159,7 @@ def position_key(position: str) -> tuple[int, ...]:
     """
     value = decode(position)
     if isinstance(value, RecordPosition):
-        return (0, shard_ordinal(value.shard), int(value.sequence))
+        return (0, shard_ordinal(value.shard), int(value.sequence), -1 if value.sub is None else value.sub)
     if isinstance(value, SlotPosition):
         return (1, value.n)
     return (2, value.arrived_before_ms)

@@ -7,8 +7,10 @@ exactly the records the first read returned, or fails. Children are never
 taken over here, only in the driver's plan (``admin.advance``). Shard
 iterators are cached per process for a read that continues where the last
 one stopped. Records trimmed before they were read stop the read, or are
-counted and logged (``on_trimmed: skip``). See docs/systems/kinesis.md,
-"Reads" and "Trimmed records and outages".
+counted and logged (``on_trimmed: skip``). A KPL aggregate becomes its user
+records (``aggregation``), a read never stopping inside one. See
+docs/systems/kinesis.md, "Reads", "KPL-aggregated records" and "Trimmed
+records and outages".
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pipelines.core.shards import SHARD_END, TRIM_HORIZON, SlotPlan, apply_plan
 from pipelines.errors import StreamError
 from pipelines.systems.base import RECORD_SCHEMA, Bounded, End, Position, ReadResult
 from pipelines.systems.kinesis.admin import KinesisAdmin, check_created
+from pipelines.systems.kinesis.aggregation import deaggregate, is_aggregated
 from pipelines.systems.kinesis.client import ExpiredIterator, KinesisClient, Trimmed, Unreachable
 from pipelines.systems.kinesis.positions import (
     SlotPosition,
@@ -57,6 +60,8 @@ class _ShardRead:
     rows: list[tuple[str, str, str, bytes, datetime]]
     state: str
     caught_up: bool = False
+    advanced: int = 0
+    """How far the slot's count ``n`` moves: a row per record, and one for an aggregate of no user records."""
 
 
 class KinesisReader:
@@ -131,15 +136,16 @@ class KinesisReader:
         order = sorted((s for s, v in shards.items() if v != SHARD_END), key=shard_ordinal)
         rows: list[tuple[str, str, str, bytes, datetime]] = []
         states = dict(shards)
-        ended = 0
+        ended = advanced = 0
         for i, shard in enumerate(order):
-            quota = None if budget is None else (budget - len(rows)) // (len(order) - i)
+            quota = None if budget is None else (budget - advanced) // (len(order) - i)
             if quota == 0 and budget is not None:
                 continue
             result = self._read_shard(
                 stream, shard, states[shard], quota, targets.get(shard), deadline, stats, here.created
             )
             rows += result.rows
+            advanced += result.advanced
             ended += result.state == SHARD_END
             states[shard] = result.state
         if pinned is not None:
@@ -149,14 +155,14 @@ class KinesisReader:
                         f"Kinesis stream {stream!r} slot {partition}: a replayed micro-batch could not reach shard "
                         f"{shard} at {target} (it stopped at {states[shard]}); the records it read first are gone"
                     )
-            if here.n + transitions + len(rows) + ended != pinned.n:
+            if here.n + transitions + advanced + ended != pinned.n:
                 raise StreamError(
                     f"Kinesis stream {stream!r} slot {partition}: a replayed micro-batch read {len(rows)} records "
                     "where the first read counted a different number; refusing to return other records"
                 )
             next_position = end if isinstance(end, str) else pinned.encode()
         else:
-            next_position = SlotPosition(states, here.n + transitions + len(rows) + ended, here.created).encode()
+            next_position = SlotPosition(states, here.n + transitions + advanced + ended, here.created).encode()
         stats["shards_read"] = len(order)
         table = _table(partition, rows)
         return ReadResult(table, next_position, bytes_fetched=int(stats.pop("bytes", 0)), stats=dict(stats))
@@ -178,13 +184,14 @@ class KinesisReader:
         number the stream does not know is a trimmed record only if the stream is still that one.
         """
         rows: list[tuple[str, str, str, bytes, datetime]] = []
+        advanced = 0
         if state in (SHARD_END, target):
-            return _ShardRead(rows, state, True)
+            return _ShardRead(rows, state, True, advanced)
         iterator, verify = self._iterator(stream, shard, state, stats, created)
         limit_cap = self.settings.get_records_limit
         records_limiter = self.client.limiter(stream, shard, "records")
         while True:
-            want = limit_cap if quota is None else min(limit_cap, quota - len(rows) + (1 if verify else 0))
+            want = limit_cap if quota is None else min(limit_cap, quota - advanced + (1 if verify else 0))
             waited = records_limiter.acquire()
             stats["rate_limited_ms"] += int(waited * 1000)
             try:
@@ -223,28 +230,35 @@ class KinesisReader:
                         f"{target} without finding it (now at {sequence}); the record was trimmed or never existed"
                     )
                 arrival = record["ApproximateArrivalTimestamp"]
-                rows.append((shard, sequence, record["PartitionKey"], record["Data"], arrival))
+                users = deaggregate(record["Data"]) if is_aggregated(record["Data"]) else None
+                if users is None:
+                    rows.append((shard, sequence, record["PartitionKey"], record["Data"], arrival))
+                    advanced += 1
+                else:  # a KPL aggregate: its user records, each under its sub-sequence number, with its own key
+                    rows += [(shard, f"{sequence}:{i}", u.partition_key, u.data, arrival) for i, u in enumerate(users)]
+                    advanced += max(1, len(users))
+                    stats["aggregated_records"] += 1
                 state = sequence
                 consumed += 1
-                if sequence == target or (quota is not None and len(rows) >= quota):
+                if sequence == target or (quota is not None and advanced >= quota):
                     stop = True
                     break
             following = page.get("NextShardIterator")
             whole_page = consumed == len(records)
             if following is None and whole_page:
-                return _ShardRead(rows, SHARD_END, True)
+                return _ShardRead(rows, SHARD_END, True, advanced)
             if whole_page and following is not None and verify is None:
                 self._remember(stream, shard, state, following, created)
             if stop:
-                return _ShardRead(rows, state)
+                return _ShardRead(rows, state, advanced=advanced)
             if not records and behind == 0:
-                return _ShardRead(rows, state, True)  # caught up
+                return _ShardRead(rows, state, True, advanced)  # caught up
             if records and len(records) + (0 if verify is None else 1) < want and behind == 0:
-                return _ShardRead(rows, state, True)
+                return _ShardRead(rows, state, True, advanced)
             if time.monotonic() >= deadline:
                 if target is not None:
-                    return _ShardRead(rows, state)  # the caller reports the missed target
-                return _ShardRead(rows, state)
+                    return _ShardRead(rows, state, advanced=advanced)  # the caller reports the missed target
+                return _ShardRead(rows, state, advanced=advanced)
             iterator = following
 
     def _iterator(

@@ -8,6 +8,7 @@ read with the pinned end (what a replayed micro-batch does).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import pickle
@@ -68,8 +69,11 @@ def _keyed(start: int, n: int, keys: int = 11) -> list[tuple[bytes, bytes, None]
 Read = list[tuple[int, str, bytes, bytes]]
 
 
-def _round(system: InputSystem, stream: str, positions: dict[int, Position], per_slot: int) -> Read:
-    """One micro-batch over every slot: plan, read, replay with the pinned end (same records), advance."""
+def _round(system: InputSystem, stream: str, positions: dict[int, Position], per_slot: int, *, over: int = 0) -> Read:
+    """One micro-batch over every slot: plan, read, replay with the pinned end (same records), advance.
+
+    ``over``: how far a read may pass ``per_slot`` (a KPL aggregate's user records less one: none is cut).
+    """
     ends = system.advance(stream, positions, dict.fromkeys(positions, per_slot), {})
     got = []
     for slot in sorted(positions):
@@ -79,7 +83,7 @@ def _round(system: InputSystem, stream: str, positions: dict[int, Position], per
         again = system.read(stream, slot, positions[slot], first.next_position)  # the replay of a pinned batch
         assert again.records.column("offset").to_pylist() == first.records.column("offset").to_pylist()
         assert again.next_position == first.next_position
-        assert first.records.num_rows <= per_slot
+        assert first.records.num_rows <= per_slot + over
         positions[slot] = first.next_position
         t = first.records
         columns = [t.column(c).to_pylist() for c in ("offset", "key", "value")]
@@ -99,6 +103,40 @@ def _check_once_and_in_key_order(read: list[tuple[int, str, bytes, bytes]], prod
     order = sorted(read, key=lambda r: position_key(r[1]))
     for key in by_key:
         assert [int(v) for _, _, k, v in order if k == key] == by_key[key]
+
+
+def _drain(kinesis: KinesisSystem, stream: str, positions: dict[int, Position], per_slot: int) -> Read:
+    """Rounds until one reads nothing."""
+    read: Read = []
+    for _ in range(20):
+        batch = _round(kinesis, stream, positions, per_slot)
+        read += batch
+        if not batch:
+            break
+    return read
+
+
+def _split_while_reading(
+    kinesis: KinesisSystem,
+    stream: str,
+    positions: dict[int, Position],
+    shard: str,
+    per_step: int,
+    *,
+    per_slot: int,
+    over: int = 0,
+    kpl: bool = False,
+) -> tuple[int, Read]:
+    """Six steps of producing ``per_step`` records and reading a round, ``shard`` split after the second."""
+    produced, read = 0, []
+    for step in range(6):
+        records = _kpl_batches(kinesis, stream, produced, per_step) if kpl else _keyed(produced, per_step)
+        kinesis.produce(stream, records)
+        produced += per_step
+        if step == 1:
+            kinesis.split_shard(stream, shard)
+        read += _round(kinesis, stream, positions, per_slot, over=over)
+    return produced, read
 
 
 def test_the_kinesis_system_keeps_the_input_system_contract(kinesis: KinesisSystem) -> None:
@@ -152,13 +190,7 @@ def test_relayout_after_a_split_switches_to_one_slot_per_open_shard_without_loss
 ) -> None:
     stream = _stream(kinesis, 2)
     positions = {p: m.earliest for p, m in kinesis.describe(stream).partitions.items()}
-    produced, read = 0, []
-    for step in range(6):
-        kinesis.produce(stream, _keyed(produced, 30))
-        produced += 30
-        if step == 1:
-            kinesis.split_shard(stream, "shardId-000000000001")
-        read += _round(kinesis, stream, positions, per_slot=20)
+    produced, read = _split_while_reading(kinesis, stream, positions, "shardId-000000000001", 30, per_slot=20)
     assert any(len(decode_slot(p).unfinished()) > 1 for p in positions.values()), "the split left a 1:n slot"
     count = kinesis.describe(stream).partition_count
     assert count == 3
@@ -168,11 +200,7 @@ def test_relayout_after_a_split_switches_to_one_slot_per_open_shard_without_loss
     assert decode_slot(switched[0]).encode() == switched[0]  # restored exactly
     kinesis.produce(stream, _keyed(produced, 60))
     produced += 60
-    for _ in range(20):
-        batch = _round(kinesis, stream, switched, per_slot=40)
-        read += batch
-        if not batch:
-            break
+    read += _drain(kinesis, stream, switched, per_slot=40)
     _check_once_and_in_key_order(read, produced)
 
 
@@ -558,3 +586,78 @@ def test_the_emulator_refuses_a_port_another_server_holds_instead_of_taking_its_
         with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is not free"):
             emulator.start()
         assert emulator.process is None, "nothing was started"
+
+
+def _kpl_batches(system: KinesisSystem, stream: str, start: int, n: int) -> list[tuple[bytes, bytes, None]]:
+    """Records ``start..start+n`` as the KPL sends them: those bound for one open shard (by the MD5 of their key,
+    against the shard map now) packed into aggregates of up to 5 by awslabs' aggregator; every fourth record alone."""
+    from aws_kinesis_agg.aggregator import RecordAggregator  # type: ignore[import-untyped]
+
+    ranges = [
+        (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]), s["ShardId"])
+        for s in system.client.list_shards(StreamName=stream, ShardFilter={"Type": "AT_LATEST"})["Shards"]
+    ]
+
+    def shard_of(key: str) -> str:
+        h = int(hashlib.md5(key.encode()).hexdigest(), 16)
+        return next(shard for low, high, shard in ranges if low <= h <= high)
+
+    out: list[tuple[bytes, bytes, None]] = []
+    pending: dict[str, RecordAggregator] = {}
+
+    def flush(shard: str) -> None:
+        agg = pending.pop(shard)
+        if agg.get_num_user_records():
+            pk, _ehk, blob = agg.clear_and_get().get_contents()
+            out.append((pk.encode(), bytes(blob), None))
+
+    for i in range(start, start + n):
+        key = f"key-{i % 7}"
+        shard = shard_of(key)
+        if i % 4 == 3:  # a plain record: what is pending for its shard goes first, so each key keeps its order
+            if shard in pending:
+                flush(shard)
+            out.append((key.encode(), f"{i}".encode(), None))
+            continue
+        agg = pending.setdefault(shard, RecordAggregator())
+        agg.add_user_record(key, f"{i}".encode())
+        if agg.get_num_user_records() == 5:
+            flush(shard)
+    for shard in list(pending):
+        flush(shard)
+    return out
+
+
+def test_kpl_aggregates_are_read_as_their_user_records_each_once_in_key_order_across_a_split(
+    kinesis: KinesisSystem,
+) -> None:
+    stream = _stream(kinesis, 2)
+    positions = {p: m.earliest for p, m in kinesis.describe(stream).partitions.items()}
+    produced, read = _split_while_reading(
+        kinesis,
+        stream,
+        positions,
+        "shardId-000000000000",
+        40,
+        per_slot=12,
+        over=4,
+        kpl=True,  # aggregates of 5
+    )
+    read += _drain(kinesis, stream, positions, per_slot=500)
+    _check_once_and_in_key_order(read, produced)
+    assert all(key == f"key-{int(value) % 7}".encode() for _, _, key, value in read), "each under its own key"
+    subs = [offset for _, offset, _, _ in read if offset.count(":") == 2]
+    assert len(subs) == produced - produced // 4, "every aggregated record under its aggregate's sub-sequence"
+    # What the data-quality checks expect in the sink: the same user records, under the same positions.
+    listed = kinesis.records_read(stream, {}, positions)
+    assert sorted(p for _, p in listed) == sorted(offset for _, offset, _, _ in read)
+
+
+def test_a_record_that_only_looks_aggregated_reaches_the_job_whole(kinesis: KinesisSystem) -> None:
+    stream = _stream(kinesis, 1)
+    forged = b"\xf3\x89\x9a\xc2" + b"\x0a\x01k" + bytes(16)  # the magic, a message, a digest that does not match
+    kinesis.produce(stream, [(b"k", forged, None), (b"k", b"plain", None)])
+    positions = {p: m.earliest for p, m in kinesis.describe(stream).partitions.items()}
+    rows = _round(kinesis, stream, positions, per_slot=10)
+    assert [(key, value) for _, _, key, value in rows] == [(b"k", forged), (b"k", b"plain")]
+    assert all(offset.count(":") == 1 for _, offset, _, _ in rows)
