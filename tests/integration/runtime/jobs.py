@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -13,7 +14,7 @@ from pipelines.core.hashing import key_bucket
 from pipelines.deltaio import read_delta
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
-from pipelines.systems.base import InputSystem
+from pipelines.systems.base import InputSystem, Record
 from pipelines.systems.deltalog import DeltaLog
 
 DEMO = "include/jobs/enrichment.yaml"
@@ -49,14 +50,15 @@ class SeqProducer:
         self.seq: dict[str, int] = {}
         self.total = 0
 
-    def produce(self, n: int) -> None:
-        batch = []
+    def produce(self, n: int, *, pack: Callable[[list[Record]], list[Record]] | None = None) -> None:
+        """``n`` more records; ``pack`` turns them into what is sent (KPL aggregates: ``systems.kpl``)."""
+        batch: list[Record] = []
         for i in range(n):
             key = f"key-{(self.total + i) % self.keys}"
             s = self.seq.get(key, 0)
             self.seq[key] = s + 1
             batch.append((key.encode(), json.dumps({"key": key, "seq": s, "payload": "p"}).encode(), None))
-        self.system.produce(self.stream, batch)
+        self.system.produce(self.stream, pack(batch) if pack else batch)
         self.total += n
 
 

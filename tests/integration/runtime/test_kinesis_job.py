@@ -29,6 +29,7 @@ from pipelines.runtime.driver import run_job
 from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_slot
+from tests.integration.systems.kpl import kpl_pack
 
 from .jobs import DEMO, SeqProducer, misrouted, order_violations, sink
 from .test_rescale import rescale
@@ -88,8 +89,10 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_a_merge_switchi
     run("factor 1")
 
     rescale(home, config.name, 2, reason="scale up")
-    producer.produce(200)
-    run("factor 2")
+    producer.produce(100)
+    producer.produce(100, pack=lambda records: kpl_pack(system, "clicks", records))  # as the KPL sends them
+    run("factor 2, KPL aggregates among the records")
+    assert sink(home, config)["offset"].str.count(":").eq(2).sum() == 75, "a user record per aggregated record"
 
     # A split while records of every key are unread in the parent: the model keeps 2 slots, so one slot reads
     # two shards (1:n) and the children wait until the parent is read to its end.

@@ -8,7 +8,6 @@ read with the pinned end (what a replayed micro-batch does).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import pickle
@@ -36,6 +35,7 @@ from pipelines.systems.kinesis import KinesisSystem, position_key, validate_sett
 from pipelines.systems.kinesis.positions import SlotPosition, decode_slot
 from pipelines.systems.registry import open_system
 from tests.integration.systems.contract import check_input_system_contract
+from tests.integration.systems.kpl import AGGREGATE, kpl_pack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # the Kinesis emulator (Node)
 
@@ -130,7 +130,8 @@ def _split_while_reading(
     """Six steps of producing ``per_step`` records and reading a round, ``shard`` split after the second."""
     produced, read = 0, []
     for step in range(6):
-        records = _kpl_batches(kinesis, stream, produced, per_step) if kpl else _keyed(produced, per_step)
+        records = _keyed(produced, per_step)
+        records = kpl_pack(kinesis, stream, records) if kpl else records
         kinesis.produce(stream, records)
         produced += per_step
         if step == 1:
@@ -588,46 +589,6 @@ def test_the_emulator_refuses_a_port_another_server_holds_instead_of_taking_its_
         assert emulator.process is None, "nothing was started"
 
 
-def _kpl_batches(system: KinesisSystem, stream: str, start: int, n: int) -> list[tuple[bytes, bytes, None]]:
-    """Records ``start..start+n`` as the KPL sends them: those bound for one open shard (by the MD5 of their key,
-    against the shard map now) packed into aggregates of up to 5 by awslabs' aggregator; every fourth record alone."""
-    from aws_kinesis_agg.aggregator import RecordAggregator  # type: ignore[import-untyped]
-
-    ranges = [
-        (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]), s["ShardId"])
-        for s in system.client.list_shards(StreamName=stream, ShardFilter={"Type": "AT_LATEST"})["Shards"]
-    ]
-
-    def shard_of(key: str) -> str:
-        h = int(hashlib.md5(key.encode()).hexdigest(), 16)
-        return next(shard for low, high, shard in ranges if low <= h <= high)
-
-    out: list[tuple[bytes, bytes, None]] = []
-    pending: dict[str, RecordAggregator] = {}
-
-    def flush(shard: str) -> None:
-        agg = pending.pop(shard)
-        if agg.get_num_user_records():
-            pk, _ehk, blob = agg.clear_and_get().get_contents()
-            out.append((pk.encode(), bytes(blob), None))
-
-    for i in range(start, start + n):
-        key = f"key-{i % 7}"
-        shard = shard_of(key)
-        if i % 4 == 3:  # a plain record: what is pending for its shard goes first, so each key keeps its order
-            if shard in pending:
-                flush(shard)
-            out.append((key.encode(), f"{i}".encode(), None))
-            continue
-        agg = pending.setdefault(shard, RecordAggregator())
-        agg.add_user_record(key, f"{i}".encode())
-        if agg.get_num_user_records() == 5:
-            flush(shard)
-    for shard in list(pending):
-        flush(shard)
-    return out
-
-
 def test_kpl_aggregates_are_read_as_their_user_records_each_once_in_key_order_across_a_split(
     kinesis: KinesisSystem,
 ) -> None:
@@ -640,12 +601,12 @@ def test_kpl_aggregates_are_read_as_their_user_records_each_once_in_key_order_ac
         "shardId-000000000000",
         40,
         per_slot=12,
-        over=4,
-        kpl=True,  # aggregates of 5
+        over=AGGREGATE - 1,
+        kpl=True,
     )
     read += _drain(kinesis, stream, positions, per_slot=500)
     _check_once_and_in_key_order(read, produced)
-    assert all(key == f"key-{int(value) % 7}".encode() for _, _, key, value in read), "each under its own key"
+    assert all(key == f"key-{int(value) % 11}".encode() for _, _, key, value in read), "each under its own key"
     subs = [offset for _, offset, _, _ in read if offset.count(":") == 2]
     assert len(subs) == produced - produced // 4, "every aggregated record under its aggregate's sub-sequence"
     # What the data-quality checks expect in the sink: the same user records, under the same positions.
