@@ -172,7 +172,9 @@ def start_positions(
     Each stream is migrated with its own system's position order; a partition
     ``old`` does not cover starts at its earliest position, or as a new job's
     ``start`` says (``latest``: its end now; a time: its first record at or
-    after it).
+    after it). A stream of slots over shards (Kinesis) has no end position to
+    start from: ``latest`` is the time now there, as KCL's ``LATEST`` reads
+    what arrives after the reader starts.
     """
     result: dict[SystemStreamPartition, str] = {}
     wholes = model.whole_ssps()
@@ -181,21 +183,18 @@ def start_positions(
         raise ConfigError(f"start: {start} is in the future; a job starts from a time its inputs have reached")
     for stream in sorted({s.system_stream for s in wholes}):
         system = systems.of(stream.system)
-        if start != EARLIEST and isinstance(system, SupportsRelayout):
-            raise ConfigError(
-                f"start: {start} is not available for {stream.system} input {stream.stream!r}: its partitions are "
-                "slots over shards, whose ends and times are not positions a reader can start from; use "
-                "start: earliest"
-            )
-        if at_ms is not None and not isinstance(system, SupportsStartAtTime):
+        since = at_ms
+        if start == LATEST and isinstance(system, SupportsRelayout):  # a slot's end is a time, not a position
+            since = int(time.time() * 1000)
+        if since is not None and not isinstance(system, SupportsStartAtTime):
             raise ConfigError(
                 f"start: {start} is not available for {stream.system} input {stream.stream!r}: its records carry no "
                 "time a reader can start from; use start: earliest or start: latest"
             )
         meta = system.describe(stream.stream)
         first = {p: part.end if start == LATEST else part.earliest for p, part in meta.partitions.items()}
-        if at_ms is not None and isinstance(system, SupportsStartAtTime):  # refused above otherwise
-            first.update({p: o for p, o in system.positions_at(stream.stream, at_ms).items() if p in first})
+        if since is not None and isinstance(system, SupportsStartAtTime):  # refused above otherwise
+            first.update({p: o for p, o in system.positions_at(stream.stream, since).items() if p in first})
         earliest = {SystemStreamPartition(stream.system, stream.stream, p): o for p, o in first.items()}
         mine = [s for s in wholes if s.system_stream == stream]
         previous = CheckpointMap(

@@ -255,8 +255,8 @@ class JobSpec(Section):
         "earliest",
         description="where the job's first model reads each input partition from: earliest (every record there), "
         "latest (only records written after 'job create') or a time with its zone such as 2026-11-27T08:00:00Z "
-        "(from each partition's first record at or after it); latest and a time are not for kinesis; partitions "
-        "added later start at their earliest",
+        "(from each partition's first record at or after it; on kinesis, each shard's first record that arrived at "
+        "or after it, latest being the time of 'job create'); partitions added later start at their earliest",
     )
 
     @model_validator(mode="after")

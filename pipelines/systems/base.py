@@ -345,7 +345,11 @@ class SupportsStartAtTime(Protocol):
 
     def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
         """Per partition, the position of its first record whose timestamp is at or after ``at_ms`` (milliseconds
-        since the epoch), or its end when no record is: what a new reader starting at that time reads first."""
+        since the epoch), or its end when no record is: what a new reader starting at that time reads first.
+
+        Slots over shards (``SupportsRelayout``) have neither: theirs are positions that hold the time, from which
+        a reader reads exactly the records that arrived at or after it (a Kinesis ``AT_TIMESTAMP``); a new job's
+        ``start: latest`` asks them for the time of ``job create``."""
         ...
 
 

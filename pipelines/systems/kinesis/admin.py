@@ -16,14 +16,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.core.segments import RETAIN_FOREVER, retention_text, valid_retention
-from pipelines.core.shards import SHARD_END, TRIM_HORIZON, ShardInfo, ShardPartitionMapper
+from pipelines.core.shards import SHARD_END, ShardInfo, ShardPartitionMapper
 from pipelines.errors import ConfigError, StreamError
 from pipelines.systems.base import Bounded, End, PartitionMetadata, Position, StreamMetadata
-from pipelines.systems.kinesis.client import KinesisClient, Trimmed, recreated
+from pipelines.systems.kinesis.client import KinesisClient, NotYet, Trimmed, recreated
 from pipelines.systems.kinesis.positions import (
     SYSTEM,
     SlotPosition,
@@ -32,6 +33,7 @@ from pipelines.systems.kinesis.positions import (
     decode,
     decode_record,
     decode_slot,
+    iterator_at,
     now_ms,
     shard_ordinal,
     state_key,
@@ -133,6 +135,14 @@ class KinesisAdmin:
 
     # ---------------------------------------------------------------- admin
 
+    def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
+        """A new job's slots for ``start: <time>`` (or ``latest``, the time of ``job create``): ``describe``'s
+        layout, every slot starting at ``at_ms`` (``SlotPosition.since``), KCL's ``AT_TIMESTAMP``."""
+        return {
+            p: replace(decode_slot(part.earliest), since=at_ms).encode()
+            for p, part in self.describe(stream).partitions.items()
+        }
+
     def describe(self, stream: str) -> StreamMetadata:
         """The layout a new job starts with: one slot per open shard, the oldest listed shards in them."""
         mapper, info = self.listing(stream, max_age_s=0)
@@ -195,16 +205,14 @@ class KinesisAdmin:
         stats: Counter[str] = Counter()
         call = self.client.call
         for shard in here.unfinished():
-            state = here.shards[shard]
-            if state == TRIM_HORIZON:
-                kwargs: dict[str, Any] = {"ShardIteratorType": "TRIM_HORIZON"}
-            else:
-                kwargs = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": state}
+            kwargs = iterator_at(here.shards[shard], here.since)
             self.client.limiter(stream, shard, "iterator").acquire()
             try:
                 iterator = call(stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, **kwargs)
             except Trimmed:
                 return False  # the read will report it
+            except NotYet:
+                continue  # nothing has arrived since the slot's start by the endpoint's clock
             self.client.limiter(stream, shard, "records").acquire()
             page = call(stream, "get_records", stats, ShardIterator=iterator["ShardIterator"], Limit=1)
             records = page.get("Records", [])
@@ -277,7 +285,8 @@ class KinesisAdmin:
         n = max((s.n for s in old.values()), default=0) + 1
         created = {s.created for s in old.values()}
         same = created.pop() if len(created) == 1 else None  # an old checkpoint without it leaves the slots unchecked
-        return {p: SlotPosition(shards, n, same).encode() for p, shards in layout.items()}
+        since = max((s.since for s in old.values() if s.since is not None), default=None)  # one per job
+        return {p: SlotPosition(shards, n, same, since).encode() for p, shards in layout.items()}
 
     def check_same_stream(self, stream: str, slots: Iterable[SlotPosition], max_age_s: float = 0.5) -> None:
         """Refuse slots read from an earlier stream of this name: it was deleted and created again since.

@@ -19,6 +19,7 @@ from pipelines.systems.kinesis.aggregation import deaggregate, is_aggregated
 from pipelines.systems.kinesis.client import KinesisClient
 from pipelines.systems.kinesis.positions import (
     RecordPosition,
+    arrival_ms,
     decode_slot,
     shard_ordinal,
     state_key,
@@ -43,9 +44,12 @@ class KinesisAudit:
         (every listed shard read from its oldest record up to what ``ends``
         say was read). The slot is None when the checkpoints no longer say
         it: a finished shard dropped from its slot once its children were
-        taken over by several slots.
+        taken over by several slots. A job that started at a time
+        (``SlotPosition.since``) never read what arrived before it.
         """
         mapper, _ = self.admin.listing(stream, max_age_s=0)
+        decoded = [decode_slot(pos) for pos in (*ends.values(), *starts.values())]
+        since = max((s.since for s in decoded if s.since is not None), default=None)  # one per job
         end_slots = {p: decode_slot(pos).shards for p, pos in ends.items()}
         start_slots = {p: decode_slot(pos).shards for p, pos in starts.items()}
         result: list[tuple[int | None, Position]] = []
@@ -54,14 +58,16 @@ class KinesisAudit:
             if upto is None or upto == TRIM_HORIZON:
                 continue
             _, before = _holder(mapper, start_slots, shard)
-            for sequence, sub in self._scan(stream, shard, upto):
+            for sequence, sub, arrived in self._scan(stream, shard, upto):
+                if since is not None and arrived < since:
+                    continue
                 if before is None or unread_in_shard(sequence, before):
                     result.append((slot, RecordPosition(shard, sequence, sub).encode()))
         return result
 
-    def _scan(self, stream: str, shard: str, upto: str) -> list[tuple[str, int | None]]:
+    def _scan(self, stream: str, shard: str, upto: str) -> list[tuple[str, int | None, int]]:
         """Records of ``shard`` from its oldest up to ``upto`` (a sequence number, or SHARD_END), as the reader
-        lists them: a KPL aggregate's user records each under their sub-sequence number."""
+        lists them (a KPL aggregate's user records each under their sub-sequence number), with arrival times."""
         stats: Counter[str] = Counter()
         limiter = self.client.limiter(stream, shard, "records")
         self.client.limiter(stream, shard, "iterator").acquire()
@@ -69,7 +75,7 @@ class KinesisAudit:
             stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
         )
         iterator: str | None = answer["ShardIterator"]
-        found: list[tuple[str, int | None]] = []
+        found: list[tuple[str, int | None, int]] = []
         while iterator is not None:
             limiter.acquire()
             limit = self.client.settings.get_records_limit
@@ -79,10 +85,11 @@ class KinesisAudit:
                 if upto != SHARD_END and state_key(sequence) > state_key(upto):
                     return found
                 users = deaggregate(record["Data"]) if is_aggregated(record["Data"]) else None
+                arrived = arrival_ms(record)
                 if users is None:
-                    found.append((sequence, None))
+                    found.append((sequence, None, arrived))
                 else:
-                    found += [(sequence, i) for i in range(len(users))]
+                    found += [(sequence, i, arrived) for i in range(len(users))]
             iterator = page.get("NextShardIterator")
             if not page.get("Records") and not page.get("MillisBehindLatest"):
                 break

@@ -91,6 +91,10 @@ class ExpiredIterator(StreamError):
     """A shard iterator older than 5 minutes."""
 
 
+class NotYet(StreamError):
+    """An ``AT_TIMESTAMP`` iterator at a time the endpoint's clock has not reached (this host's clock is ahead)."""
+
+
 class Unreachable(StreamError):
     """The endpoint did not answer (connection refused or reset, a timeout): an outage, worth waiting out."""
 
@@ -196,6 +200,8 @@ def stream_error(stream: str, error: Any, settings: KinesisSettings) -> StreamEr
     lowered = message.lower()
     if code == "ExpiredIteratorException":
         return ExpiredIterator(message)
+    if code == "InvalidArgumentException" and "timestamp" in lowered and "future" in lowered:
+        return NotYet(message)
     if code == "InvalidArgumentException" and "did not come from this stream" in lowered:
         # Kinesis's answer to a sequence number of another stream of the name: not trimmed records (below)
         return recreated(stream, f"Kinesis says: {message}")

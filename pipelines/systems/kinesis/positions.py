@@ -36,15 +36,23 @@ class SlotPosition:
     ``shardId-000000000000`` (kinesis-mock even numbers its records as it numbered the old one's), so the time
     tells the stream the slot read from one that replaced it, as KCL 2.x's stream identifier does with the
     creation epoch. ``None`` in a checkpoint written before it was recorded: such a slot is not checked.
+
+    ``since`` is the time in ms a job created with ``start: latest`` or ``start: <time>`` starts at (KCL's
+    ``LATEST`` and ``AT_TIMESTAMP``): a shard at ``TRIM_HORIZON`` in such a slot is read from its first record
+    that arrived at or after it (an ``AT_TIMESTAMP`` iterator), the shards open at the start as the children
+    taken over later, so records that arrived before it are never read. ``None``: from the horizon.
     """
 
     shards: Mapping[str, str] = field(default_factory=dict)
     n: int = 0
     created: int | None = None
+    since: int | None = None
 
     def encode(self) -> str:
         value: dict[str, Any] = {} if self.created is None else {"created": self.created}
         value.update(n=self.n, shards=dict(sorted(self.shards.items())))
+        if self.since is not None:
+            value["since"] = self.since
         return json.dumps(value, separators=(",", ":"))
 
     def unfinished(self) -> list[str]:
@@ -123,10 +131,11 @@ def decode(position: str) -> SlotPosition | RecordPosition | TimeTarget:
         ms = value["arrived_before_ms"]
         if isinstance(ms, int) and not isinstance(ms, bool):
             return TimeTarget(ms)
-    if isinstance(value, dict) and set(value) in ({"n", "shards"}, {"created", "n", "shards"}):
-        n, shards, created = value["n"], value["shards"], value.get("created")
-        if _count(n) and isinstance(shards, dict) and ("created" not in value or _count(created)):
-            return SlotPosition({str(s): check_state(str(s), v) for s, v in shards.items()}, n, created)
+    if isinstance(value, dict) and {"n", "shards"} <= set(value) <= {"created", "n", "shards", "since"}:
+        n, shards, created, since = value["n"], value["shards"], value.get("created"), value.get("since")
+        optional = all(key not in value or _count(value[key]) for key in ("created", "since"))
+        if _count(n) and isinstance(shards, dict) and optional:
+            return SlotPosition({str(s): check_state(str(s), v) for s, v in shards.items()}, n, created, since)
     raise StreamError(f"not a {SYSTEM} position: {position!r:.200}")
 
 
@@ -163,6 +172,15 @@ def position_key(position: str) -> tuple[int, ...]:
     if isinstance(value, SlotPosition):
         return (1, value.n)
     return (2, value.arrived_before_ms)
+
+
+def iterator_at(state: str, since: int | None) -> dict[str, Any]:
+    """GetShardIterator's arguments for the first record after ``state`` in a slot that started at ``since``."""
+    if state != TRIM_HORIZON:
+        return {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": check_sequence(state)}
+    if since is None:
+        return {"ShardIteratorType": "TRIM_HORIZON"}
+    return {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": datetime.fromtimestamp(since / 1000, UTC)}
 
 
 def unread_in_shard(sequence: str, state: str) -> bool:

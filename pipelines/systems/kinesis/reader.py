@@ -32,12 +32,13 @@ from pipelines.errors import StreamError
 from pipelines.systems.base import RECORD_SCHEMA, Bounded, End, Position, ReadResult
 from pipelines.systems.kinesis.admin import KinesisAdmin, check_created
 from pipelines.systems.kinesis.aggregation import deaggregate, is_aggregated
-from pipelines.systems.kinesis.client import ExpiredIterator, KinesisClient, Trimmed, Unreachable
+from pipelines.systems.kinesis.client import ExpiredIterator, KinesisClient, NotYet, Trimmed, Unreachable
 from pipelines.systems.kinesis.positions import (
     SlotPosition,
     TimeTarget,
     decode,
     decode_slot,
+    iterator_at,
     shard_ordinal,
     state_key,
     utc,
@@ -142,7 +143,7 @@ class KinesisReader:
             if quota == 0 and budget is not None:
                 continue
             result = self._read_shard(
-                stream, shard, states[shard], quota, targets.get(shard), deadline, stats, here.created
+                stream, shard, states[shard], quota, targets.get(shard), deadline, stats, here.created, here.since
             )
             rows += result.rows
             advanced += result.advanced
@@ -162,7 +163,9 @@ class KinesisReader:
                 )
             next_position = end if isinstance(end, str) else pinned.encode()
         else:
-            next_position = SlotPosition(states, here.n + transitions + advanced + ended, here.created).encode()
+            next_position = SlotPosition(
+                states, here.n + transitions + advanced + ended, here.created, here.since
+            ).encode()
         stats["shards_read"] = len(order)
         table = _table(partition, rows)
         return ReadResult(table, next_position, bytes_fetched=int(stats.pop("bytes", 0)), stats=dict(stats))
@@ -177,17 +180,23 @@ class KinesisReader:
         deadline: float,
         stats: Counter[str],
         created: int | None = None,
+        since: int | None = None,
     ) -> _ShardRead:
         """Records of one shard after ``state``: at most ``quota``, or up to ``target``, or until caught up.
 
         ``created`` is the creation time of the stream the slot read (``SlotPosition.created``): a sequence
-        number the stream does not know is a trimmed record only if the stream is still that one.
+        number the stream does not know is a trimmed record only if the stream is still that one. ``since``: a
+        shard at ``TRIM_HORIZON`` is read from the first record that arrived at or after it
+        (``SlotPosition.since``).
         """
         rows: list[tuple[str, str, str, bytes, datetime]] = []
         advanced = 0
         if state in (SHARD_END, target):
             return _ShardRead(rows, state, True, advanced)
-        iterator, verify = self._iterator(stream, shard, state, stats, created)
+        try:
+            iterator, verify = self._iterator(stream, shard, state, stats, created, since)
+        except NotYet:  # the endpoint's clock is behind this host's: nothing can have arrived since then yet
+            return _ShardRead(rows, state, True)
         limit_cap = self.settings.get_records_limit
         records_limiter = self.client.limiter(stream, shard, "records")
         while True:
@@ -198,7 +207,7 @@ class KinesisReader:
                 page = self.client.call(stream, "get_records", stats, ShardIterator=iterator, Limit=want)
             except ExpiredIterator:
                 stats["iterator_renewals"] += 1
-                iterator, verify = self._iterator(stream, shard, state, stats, created, fresh=True)
+                iterator, verify = self._iterator(stream, shard, state, stats, created, since, fresh=True)
                 continue
             except Trimmed:
                 # kinesis-mock hands out an iterator at a sequence number it does not hold and refuses it here
@@ -248,7 +257,7 @@ class KinesisReader:
             if following is None and whole_page:
                 return _ShardRead(rows, SHARD_END, True, advanced)
             if whole_page and following is not None and verify is None:
-                self._remember(stream, shard, state, following, created)
+                self._remember(stream, shard, state, following, created, since)
             if stop:
                 return _ShardRead(rows, state, advanced=advanced)
             if not records and behind == 0:
@@ -262,10 +271,18 @@ class KinesisReader:
             iterator = following
 
     def _iterator(
-        self, stream: str, shard: str, state: str, stats: Counter[str], created: int | None, *, fresh: bool = False
+        self,
+        stream: str,
+        shard: str,
+        state: str,
+        stats: Counter[str],
+        created: int | None,
+        since: int | None = None,
+        *,
+        fresh: bool = False,
     ) -> tuple[str, str | None]:
         """An iterator at ``state``, and the sequence number its first record must be (None: nothing to check)."""
-        key = (*self.client.key(), stream, created, shard, state)  # an iterator serves the stream it was issued in
+        key = _cache_key(self.client.key(), stream, created, shard, state, since)
         if not fresh:
             with _ITERATORS_LOCK:
                 cached = _ITERATORS.pop(key, None)
@@ -274,7 +291,7 @@ class KinesisReader:
                 return cached[0], None
         self.client.limiter(stream, shard, "iterator").acquire()
         if state == TRIM_HORIZON:
-            kwargs: dict[str, Any] = {"ShardIteratorType": "TRIM_HORIZON"}
+            kwargs = iterator_at(state, since)
         else:
             kwargs = {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": state}
         try:
@@ -291,8 +308,10 @@ class KinesisReader:
             self._check_same_stream(stream, created, CREATED_TTL_S)
         return answer["ShardIterator"], (None if state == TRIM_HORIZON else state)
 
-    def _remember(self, stream: str, shard: str, state: str, iterator: str, created: int | None) -> None:
-        key = (*self.client.key(), stream, created, shard, state)
+    def _remember(
+        self, stream: str, shard: str, state: str, iterator: str, created: int | None, since: int | None
+    ) -> None:
+        key = _cache_key(self.client.key(), stream, created, shard, state, since)
         with _ITERATORS_LOCK:
             if len(_ITERATORS) > 10_000:
                 for old in sorted(_ITERATORS, key=lambda k: _ITERATORS[k][1])[:5_000]:
@@ -365,6 +384,13 @@ def _replay_targets(
             )
     shards = {s: here.shards.get(s, TRIM_HORIZON) for s in goal.shards}
     return shards, dict(goal.shards)
+
+
+def _cache_key(
+    client: tuple[Any, ...], stream: str, created: int | None, shard: str, state: str, since: int | None
+) -> tuple[Any, ...]:
+    """An iterator serves the stream it was issued in, and one at ``TRIM_HORIZON`` only slots of the same start."""
+    return (*client, stream, created, shard, state, since if state == TRIM_HORIZON else None)
 
 
 def _table(partition: int, rows: list[tuple[str, str, str, bytes, datetime]]) -> pa.Table:

@@ -64,6 +64,9 @@ class KinesisSystem:
     def end_positions(self, stream: str) -> dict[int, Position]:
         return self.admin.end_positions(stream)
 
+    def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
+        return self.admin.positions_at(stream, at_ms)
+
     def position_key(self, position: Position) -> Any:
         return position_key(position)
 

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,22 @@ def endpoint() -> Iterator[str]:
         yield url
 
 
+def _job(name: str, stream: str, settings: dict[str, Any], max_records: int, **more: Any) -> dict[str, Any]:
+    """The demo's job on one Kinesis stream, as a YAML mapping: its own tables, no simulated latency."""
+    raw = JobConfig.load(DEMO).to_dict()
+    raw.update(
+        name=name,
+        inputs=[{"system": "kinesis", "stream": stream}],
+        systems={"kinesis": settings},
+        process_options={"latency_ms": 0},
+        sink={"table": f"{name}_out"},
+        dead_letter={"table": f"{name}_dead"},
+        batch={"max_records": max_records, "trigger_interval": "0 seconds"},
+        **more,
+    )
+    return raw
+
+
 def _check(home: Home, config: JobConfig, total: int, step: str) -> None:
     rows = sink(home, config)
     assert len(rows) == total, f"after {step}: {len(rows)} rows for {total} records"
@@ -62,20 +79,7 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_a_merge_switchi
     settings = {"endpoint_url": endpoint, "region": "us-east-1", "get_records_per_second": 50.0}
     system = KinesisSystem(settings)
     producer = SeqProducer(system, "clicks", 2, keys=30)
-    raw = JobConfig.load(DEMO).to_dict()
-    raw.update(
-        name="kin",
-        inputs=[{"system": "kinesis", "stream": "clicks"}],
-        systems={"kinesis": settings},
-        process_options={"latency_ms": 0},
-        sink={"table": "kin_out"},
-        dead_letter={"table": "kin_dead"},
-        batch={"max_records": 150, "trigger_interval": "0 seconds"},
-    )
-    for start in ("latest", "2026-01-01T00:00:00.000Z"):  # a slot's end and its times are not positions
-        with pytest.raises(ConfigError, match=f"start: {start} is not available for kinesis input 'clicks'"):
-            create_job(home, JobConfig.from_dict({**raw, "start": start}))
-        assert ControlPlane(home).job_models.latest_version("kin") is None, "nothing was created for the refused job"
+    raw = _job("kin", "clicks", settings, 150)
     config = JobConfig.from_dict(raw)
     create_job(home, config)
     with pytest.raises(ConfigError, match="skip-lost is not available for kinesis input 'clicks'"):
@@ -138,6 +142,33 @@ def test_a_kinesis_job_runs_at_factor_1_and_2_across_a_split_and_a_merge_switchi
         assert verdict.ok and verdict.records_expected > 0, verdict.summary()
 
 
+def test_a_kinesis_job_created_with_start_latest_reads_what_arrives_after_its_creation_across_a_split(
+    spark, home: Home, endpoint: str
+) -> None:
+    settings = {"endpoint_url": endpoint, "region": "us-east-1", "get_records_per_second": 50.0}
+    system = KinesisSystem(settings)
+    producer = SeqProducer(system, "views", 2, keys=12)
+    producer.produce(60)  # before the job: never read
+    raw = _job("kin_latest", "views", settings, 40, start="latest")  # KCL's LATEST
+    config = JobConfig.from_dict(raw)
+    create_job(home, config)
+    time.sleep(0.01)  # arrival times are milliseconds: the next records arrive after the creation's
+    producer.produce(50)
+    system.split_shard("views", "shardId-000000000000")
+    producer.produce(50)  # partly in the children, which the job takes over after their parent
+    run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    rows = sink(home, config)
+    first_seq = {f"key-{i % 12}": 5 for i in range(12)}  # 60 records over 12 keys came before the job
+    assert len(rows) == 100 and not rows.duplicated(["stream", "offset"]).any()
+    assert all(seq >= first_seq[key] for key, seq in zip(rows["event_key"], rows["seq"], strict=True))
+    assert order_violations(rows) == []
+    verdict = verify_job(home, config.name, sequence="seq")
+    assert verdict.ok and verdict.records_expected == 100, verdict.summary()
+    with pytest.raises(ConfigError, match="is in the future"):  # a start time is one the input has reached
+        create_job(home, JobConfig.from_dict(_job("kin_later", "views", settings, 40, start="2999-01-01T00:00:00Z")))
+    assert ControlPlane(home).job_models.latest_version("kin_later") is None, "nothing was created for it"
+
+
 def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_with_nothing_lost(
     spark, home: Home
 ) -> None:
@@ -154,16 +185,7 @@ def test_a_kinesis_job_waits_out_an_emulator_that_stops_answering_and_resumes_wi
             "backoff_cap_s": 0.5,
         }
         producer = SeqProducer(KinesisSystem(settings), "frozen", 2, keys=16)
-        raw = JobConfig.load(DEMO).to_dict()
-        raw.update(
-            name="kin_outage",
-            inputs=[{"system": "kinesis", "stream": "frozen"}],
-            systems={"kinesis": settings},
-            process_options={"latency_ms": 0},
-            sink={"table": "kin_outage_out"},
-            dead_letter={"table": "kin_outage_dead"},
-            batch={"max_records": 100, "trigger_interval": "0 seconds"},
-        )
+        raw = _job("kin_outage", "frozen", settings, 100)
         config = JobConfig.from_dict(raw)
         create_job(home, config)
         producer.produce(150)
@@ -224,16 +246,7 @@ def test_a_stream_deleted_and_created_again_under_a_job_stops_it_instead_of_skip
     system = KinesisSystem(settings)
     stream = f"reborn{shards}"
     producer = SeqProducer(system, stream, 2, keys=8)
-    raw = JobConfig.load(DEMO).to_dict()
-    raw.update(
-        name=f"kin_reborn{shards}",
-        inputs=[{"system": "kinesis", "stream": stream}],
-        systems={"kinesis": settings},
-        process_options={"latency_ms": 0},
-        sink={"table": f"kin_reborn{shards}_out"},
-        dead_letter={"table": f"kin_reborn{shards}_dead"},
-        batch={"max_records": 500, "trigger_interval": "0 seconds"},
-    )
+    raw = _job(f"kin_reborn{shards}", stream, settings, 500)
     config = JobConfig.from_dict(raw)
     create_job(home, config)
     producer.produce(60)

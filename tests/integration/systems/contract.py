@@ -128,6 +128,9 @@ def check_start_at_time(
     """A time before every record starts at the earliest, one after them all at the end, and one between two
     batches at each partition's first record of the second (its end where the second put none)."""
     assert isinstance(system, SupportsStartAtTime)
+    if isinstance(system, SupportsRelayout):  # slots: a start at a time is read from, not an end position
+        _check_slots_start_at_time(system, stream, start, keys)
+        return
     assert system.positions_at(stream, 0) == dict(start), "every record is at or after 1970"
     time.sleep(0.02)
     mark = int(time.time() * 1000) + 1  # milliseconds: the records' timestamps are
@@ -138,6 +141,24 @@ def check_start_at_time(
     for partition, position in system.produce(stream, second):
         firsts.setdefault(partition, position)
     assert system.positions_at(stream, mark) == {p: firsts.get(p, e) for p, e in ends.items()}
+
+
+def _check_slots_start_at_time(system: InputSystem, stream: str, start: Mapping[int, Position], keys: int) -> None:
+    """Slots started at a time before every record read them all; at a time after them, only what came later."""
+    assert isinstance(system, SupportsStartAtTime)
+    everything = sorted(v for p, pos in start.items() for v in _read_all(system, stream, p, pos))
+    at_zero = system.positions_at(stream, 0)
+    assert set(at_zero) == set(start)
+    assert sorted(v for p, pos in at_zero.items() for v in _read_all(system, stream, p, pos)) == everything
+    time.sleep(0.02)
+    mark = int(time.time() * 1000) + 1
+    time.sleep(0.02)
+    later = system.positions_at(stream, mark)
+    assert [v for p, pos in later.items() for v in _read_all(system, stream, p, pos)] == [], "nothing since then"
+    second = [(f"key-{i % keys}".encode(), f"later-{i}".encode(), None) for i in range(keys - 1)]
+    system.produce(stream, second)
+    got = sorted(v for p, pos in later.items() for v in _read_all(system, stream, p, pos))
+    assert got == sorted(v for _, v, _ in second), "exactly the records that arrived after the time"
 
 
 def check_relayout(

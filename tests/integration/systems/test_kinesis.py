@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import pickle
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ from pipelines.systems.base import (
     SupportsLineage,
     SupportsRecordsRead,
     SupportsRelayout,
+    SupportsStartAtTime,
 )
 from pipelines.systems.kinesis import KinesisSystem, position_key, validate_settings
 from pipelines.systems.kinesis.positions import SlotPosition, decode_slot
@@ -144,7 +146,9 @@ def test_the_kinesis_system_keeps_the_input_system_contract(kinesis: KinesisSyst
     stream = _stream(kinesis, 2)
     assert isinstance(kinesis, InputSystem)
     check_input_system_contract(
-        kinesis, stream, abilities=frozenset({SupportsRelayout, SupportsRecordsRead, SupportsLineage})
+        kinesis,
+        stream,
+        abilities=frozenset({SupportsRelayout, SupportsRecordsRead, SupportsLineage, SupportsStartAtTime}),
     )
 
 
@@ -622,3 +626,31 @@ def test_a_record_that_only_looks_aggregated_reaches_the_job_whole(kinesis: Kine
     rows = _round(kinesis, stream, positions, per_slot=10)
     assert [(key, value) for _, _, key, value in rows] == [(b"k", forged), (b"k", b"plain")]
     assert all(offset.count(":") == 1 for _, offset, _, _ in rows)
+
+
+def test_a_start_at_a_time_reads_only_what_arrived_after_it_in_the_children_of_an_earlier_split_too(
+    kinesis: KinesisSystem,
+) -> None:
+    stream = _stream(kinesis, 2)
+    kinesis.produce(stream, _keyed(0, 40))  # before the time, in the parents
+    kinesis.split_shard(stream, "shardId-000000000000")
+    kinesis.produce(stream, _keyed(40, 40))  # before the time, partly in the children
+    time.sleep(0.05)
+    mark = int(time.time() * 1000)
+    time.sleep(0.05)
+    positions = kinesis.positions_at(stream, mark)
+    assert {decode_slot(p).since for p in positions.values()} == {mark}
+    kinesis.produce(stream, _keyed(80, 60))  # after it: the closed parent has none of these
+    read = _drain(kinesis, stream, positions, per_slot=25)
+    values = [int(v) for _, _, _, v in read]
+    assert sorted(values) == list(range(80, 140)), "each record that arrived after the time once, none before"
+    for key in {k for _, _, k, _ in read}:
+        mine = [int(v) for _, _, k, v in read if k == key]
+        assert mine == sorted(mine), f"key {key!r} out of order"
+    assert any(offset.startswith("shardId-000000000003:") for _, offset, _, _ in read), "a child was taken over"
+    assert all(decode_slot(p).since == mark for p in positions.values()), "the start time stays with the slots"
+    # What the data-quality checks expect: the same records, none from before the time.
+    assert sorted(p for _, p in kinesis.records_read(stream, {}, positions)) == sorted(o for _, o, _, _ in read)
+    # A time this host has reached but the endpoint's clock may not have: nothing to read yet, not an error.
+    ahead = kinesis.positions_at(stream, int(time.time() * 1000) + 60_000)
+    assert _round(kinesis, stream, dict(ahead), per_slot=10) == []

@@ -23,7 +23,7 @@ from pipelines.systems.kafka import KafkaSystem
 from pipelines.systems.kinesis import KinesisSystem
 
 DECLARED: dict[type, set[type]] = {
-    KinesisSystem: {SupportsRelayout, SupportsRecordsRead, SupportsLineage},
+    KinesisSystem: {SupportsRelayout, SupportsRecordsRead, SupportsLineage, SupportsStartAtTime},
     KafkaSystem: {SupportsCommitted, SupportsStartAtTime},
     DeltaLog: {SupportsStartAtTime},
 }

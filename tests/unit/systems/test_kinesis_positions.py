@@ -14,6 +14,7 @@ from pipelines.systems.kinesis.positions import (
     TimeTarget,
     decode,
     decode_slot,
+    iterator_at,
     position_key,
     state_key,
     unread_in_shard,
@@ -42,6 +43,21 @@ def test_a_slot_position_keeps_the_creation_time_of_its_stream(slot: dict[str, s
 def test_a_checkpoint_written_before_the_creation_time_was_kept_still_reads() -> None:
     old = '{"n":3,"shards":{"shardId-000000000000":"TRIM_HORIZON"}}'
     assert decode_slot(old).created is None and decode_slot(old).encode() == old
+
+
+@given(st.dictionaries(shards, states, max_size=3), st.integers(0, 10**9), st.integers(0, 2**45), st.integers(0, 2**45))
+def test_a_slot_started_at_a_time_keeps_it(slot: dict[str, str], n: int, created: int, since: int) -> None:
+    text = SlotPosition(slot, n, created, since).encode()
+    assert decode_slot(text) == SlotPosition(slot, n, created, since) and decode_slot(text).encode() == text
+    assert position_key(text) == position_key(SlotPosition(slot, n).encode()), "progress alone orders a slot"
+
+
+def test_a_shard_not_yet_read_starts_at_the_slots_time_and_a_read_one_after_its_last_record() -> None:
+    assert iterator_at(TRIM_HORIZON, None) == {"ShardIteratorType": "TRIM_HORIZON"}
+    at = iterator_at(TRIM_HORIZON, 1_795_957_544_266)
+    assert at["ShardIteratorType"] == "AT_TIMESTAMP" and at["Timestamp"].timestamp() == 1_795_957_544.266
+    after = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": "49"}
+    assert iterator_at("49", 1_795_957_544_266) == after and iterator_at("49", None) == after
 
 
 @given(sequences, sequences)
@@ -83,6 +99,13 @@ def test_children_order_after_parents_and_slot_positions_order_by_progress() -> 
         "{",
         '{"created":null,"n":1,"shards":{}}',
         '{"created":"1","n":1,"shards":{}}',
+        '{"n":1,"shards":{},"since":-5}',
+        '{"n":1,"shards":{},"since":true}',
+        '{"n":1,"shards":{},"until":5}',
+        "shardId-000000000001:12:",
+        "shardId-000000000001:12:x",
+        "shardId-000000000001:12:1:2",
+        "shardId-000000000001:12\n",
     ],
 )
 def test_anything_else_is_refused_with_the_reason(bad: str) -> None:
