@@ -654,3 +654,35 @@ def test_a_start_at_a_time_reads_only_what_arrived_after_it_in_the_children_of_a
     # A time this host has reached but the endpoint's clock may not have: nothing to read yet, not an error.
     ahead = kinesis.positions_at(stream, int(time.time() * 1000) + 60_000)
     assert _round(kinesis, stream, dict(ahead), per_slot=10) == []
+
+
+def test_update_shard_count_up_then_down_while_reading_then_one_slot_per_shard_reads_every_record_once(
+    kinesis: KinesisSystem,
+) -> None:
+    """UpdateShardCount (the console's and the CLI's "scale" of a stream): many splits at once, then merges."""
+    stream = _stream(kinesis, 2)
+    positions = {p: m.earliest for p, m in kinesis.describe(stream).partitions.items()}
+    produced, read = 0, []
+    for step in range(8):
+        kinesis.produce(stream, _keyed(produced, 40))
+        produced += 40
+        if step in (1, 4):
+            target = 4 if step == 1 else 3
+            kinesis.client.update_shard_count(StreamName=stream, TargetShardCount=target, ScalingType="UNIFORM_SCALING")
+            for _ in range(100):  # UPDATING while the shards change
+                summary = kinesis.client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+                if summary["StreamStatus"] == "ACTIVE":
+                    break
+                time.sleep(0.1)
+        read += _round(kinesis, stream, positions, per_slot=25)
+    read += _drain(kinesis, stream, positions, per_slot=100)
+    _check_once_and_in_key_order(read, produced)
+    listed = kinesis.client.list_shards(StreamName=stream)["Shards"]
+    assert len(listed) > 4 and any(s.get("AdjacentParentShardId") for s in listed), "splits, then a merge"
+    count = kinesis.describe(stream).partition_count
+    assert count == 3
+    switched = kinesis.relayout(stream, positions, count)  # the repartition watch's 1:1 model
+    kinesis.produce(stream, _keyed(produced, 60))
+    produced += 60
+    read += _drain(kinesis, stream, switched, per_slot=40)
+    _check_once_and_in_key_order(read, produced)
