@@ -7,6 +7,11 @@ checkpoint from the read), without Spark, so the figures are the system's:
 * records/s per shard draining a backlog, at Kinesis' limits (5 GetRecords
   calls/s per shard, 2 MB/s) and unthrottled, against the embedded log's
   records/s per partition with the same batch size;
+* user records/s per shard at Kinesis' limits when the same records come as
+  KPL aggregates (``--kpl`` user records per Kinesis record, packed by
+  awslabs' aggregator), against the plain records' figure of the same run:
+  the KPL packs records to get past Kinesis' 1,000 records/s per shard
+  limit on writes, and the reads take them apart;
 * the time from a split to the first record read from a child shard, while a
   slot is reading the parent (parent before child: the parent's end must be
   read and checkpointed first), over ``--reshards`` splits.
@@ -58,6 +63,23 @@ def produce(system: InputSystem, stream: str, n: int) -> None:
         system.produce(stream, records(min(5000, n - start)))
 
 
+def produce_kpl(system: InputSystem, stream: str, n: int, per_aggregate: int) -> int:
+    """``n`` user records as KPL aggregates of ``per_aggregate`` records of one key each; the Kinesis records."""
+    from aws_kinesis_agg.aggregator import RecordAggregator  # type: ignore[import-untyped]
+
+    packed = []
+    for start in range(0, n, per_aggregate):
+        agg = RecordAggregator()
+        key = f"key-{(start // per_aggregate) % 500}"
+        for _ in range(min(per_aggregate, n - start)):
+            agg.add_user_record(key, b"x" * 100)
+        pk, _ehk, blob = agg.clear_and_get().get_contents()
+        packed.append((pk.encode(), bytes(blob), None))
+    for start in range(0, len(packed), 500):
+        system.produce(stream, packed[start : start + 500])
+    return len(packed)
+
+
 def reshard_to_child(system: KinesisSystem, stream: str, shard: str, batch: int) -> float:
     """Seconds from a split of ``shard`` (with a backlog in it) to the first record read from a child."""
     meta = system.describe(stream)
@@ -83,6 +105,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--batch", type=int, default=2_000, help="records per slot per micro-batch")
     parser.add_argument("--reshards", type=int, default=3)
+    parser.add_argument("--kpl", type=int, default=50, help="user records per KPL aggregate")
     args = parser.parse_args()
     figures: dict[str, Any] = {"records": args.records, "shards": args.shards, "batch": args.batch}
 
@@ -106,6 +129,21 @@ def main() -> None:
             key = "kinesis_records_per_s_per_shard_" + ("limited" if rate == 5.0 else "unthrottled")
             figures[key] = round(n / s / args.shards)
             print(f"kinesis {label:18s} {n:,} records in {s:.2f} s: {n / s / args.shards:,.0f} records/s per shard")
+
+        system = KinesisSystem({"endpoint_url": endpoint, "region": "us-east-1", "get_records_per_second": 5.0})
+        system.create("bench-kpl", args.shards)
+        sent = produce_kpl(system, "bench-kpl", args.records, args.kpl)
+        positions = {p: m.earliest for p, m in system.describe("bench-kpl").partitions.items()}
+        n, s = drain(system, "bench-kpl", positions, args.batch)
+        assert n == args.records, f"read {n} user records of {args.records}"
+        figures["kinesis_kpl_user_records_per_s_per_shard_limited"] = round(n / s / args.shards)
+        figures["kpl_vs_plain_limited"] = round(
+            n / s / args.shards / figures["kinesis_records_per_s_per_shard_limited"], 2
+        )
+        print(
+            f"kinesis {'KPL aggregates':18s} {n:,} user records in {sent:,} Kinesis records, {s:.2f} s: "
+            f"{n / s / args.shards:,.0f} user records/s per shard ({figures['kpl_vs_plain_limited']}x plain)"
+        )
 
         system = KinesisSystem({"endpoint_url": endpoint, "region": "us-east-1"})  # Kinesis' limits
         waits = []

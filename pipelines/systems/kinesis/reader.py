@@ -16,6 +16,7 @@ records and outages".
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -52,6 +53,13 @@ CREATED_TTL_S = 1.0
 
 _ITERATORS_LOCK = threading.Lock()
 _ITERATORS: dict[tuple[Any, ...], tuple[str, float]] = {}
+_PACKING: dict[tuple[Any, ...], float] = {}
+"""User records per Kinesis record in the last page of a shard this process read (KPL aggregates: above 1).
+
+An "at most N records" read counts user records, GetRecords' ``Limit`` counts Kinesis records: asked for N
+Kinesis records of 50 user records each, a read stopped after the first N/50 of the page, could not keep the
+page's next iterator, and paid a GetShardIterator call (at 5 calls/s per shard) in every micro-batch. The
+read asks for about as many Kinesis records as its user records need instead."""
 
 
 @dataclass
@@ -199,8 +207,13 @@ class KinesisReader:
             return _ShardRead(rows, state, True)
         limit_cap = self.settings.get_records_limit
         records_limiter = self.client.limiter(stream, shard, "records")
+        packing_key = (*self.client.key(), stream, shard)
         while True:
-            want = limit_cap if quota is None else min(limit_cap, quota - advanced + (1 if verify else 0))
+            packing = _PACKING.get(packing_key, 1.0)
+            if quota is None:
+                want = limit_cap
+            else:
+                want = min(limit_cap, max(1, math.ceil((quota - advanced) / packing)) + (1 if verify else 0))
             waited = records_limiter.acquire()
             stats["rate_limited_ms"] += int(waited * 1000)
             try:
@@ -231,6 +244,7 @@ class KinesisReader:
                     verify = None
             consumed = 0
             stop = False
+            before = advanced
             for record in records:
                 sequence = record["SequenceNumber"]
                 if target is not None and target != SHARD_END and state_key(sequence) > state_key(target):
@@ -252,6 +266,8 @@ class KinesisReader:
                 if sequence == target or (quota is not None and advanced >= quota):
                     stop = True
                     break
+            if consumed:
+                _PACKING[packing_key] = (advanced - before) / consumed
             following = page.get("NextShardIterator")
             whole_page = consumed == len(records)
             if following is None and whole_page:
