@@ -37,6 +37,7 @@ from pipelines.errors import ConfigError
 from pipelines.faults import crash_point
 from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
 from pipelines.systems.base import Position, SupportsRelayout, SupportsStartAtTime
+from pipelines.systems.identity import IDENTITY_KEY, check_same_streams, identities, recorded
 from pipelines.systems.registry import JobSystems
 
 
@@ -75,6 +76,12 @@ class VersionPlan:
         }
 
 
+def _model_config(systems: JobSystems, config: JobConfig) -> dict[str, str]:
+    """What a model keeps of its planning: the job's configuration and its inputs' ids (``systems.identity``)."""
+    ids = identities(systems.of, config.inputs)
+    return {CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True), IDENTITY_KEY: json.dumps(ids, sort_keys=True)}
+
+
 def plan_first(home: Home, config: JobConfig) -> VersionPlan:
     """Version 1 of a new job over its inputs' partitions now, every partition from its earliest position, or with
     ``start: latest`` from its end now, or with a time from its first record at or after it (``core.start``)."""
@@ -86,7 +93,7 @@ def plan_first(home: Home, config: JobConfig) -> VersionPlan:
             factor=config.elasticity_factor,
             grouper=config.grouper,
             containers=config.containers,
-            config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
+            config=_model_config(systems, config),
         )
         return VersionPlan(None, model, start_positions(systems, None, model, start=config.start))
 
@@ -116,6 +123,15 @@ def plan_next(
         raw["containers"] = containers
     config = JobConfig.from_dict(raw, origin=f"job {job} v{current.version}")
     with JobSystems(home, config.systems) as systems:
+        model_config = _model_config(systems, config)
+        check_same_streams(
+            job,
+            current.version,
+            recorded(current),
+            json.loads(model_config[IDENTITY_KEY]),
+            "a new version would carry them over. To read the stream as it is now, create a job for it afresh "
+            "(pipelines job create, with its own name and sink)",
+        )
         model = plan_job_model(
             job,
             (control.job_models.latest_version(job) or current.version) + 1,
@@ -124,7 +140,7 @@ def plan_next(
             grouper=config.grouper,
             containers=config.containers,
             previous=current,
-            config={CONFIG_KEY: json.dumps(config.to_dict(), sort_keys=True)},
+            config=model_config,
             slotted=frozenset(s for s in config.inputs if isinstance(systems.of(s.system), SupportsRelayout)),
         )
         old = control.checkpoints.latest(job, current.version)

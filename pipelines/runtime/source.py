@@ -56,6 +56,16 @@ from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.outage import InputOutage
 from pipelines.runtime.reading import SspRange, TaskRange, describe
 from pipelines.systems.base import InputSystem, SupportsRelayout, check_not_rewound
+from pipelines.systems.identity import check_same_streams, identities, recorded
+
+IDENTITY_CHECK_S = 10.0
+"""How often a running query asks its inputs' ids (a Kafka metadata request, a Delta log read): a stream deleted
+and created again is a rare operator's act, and the ends catch the new stream sooner while it is below the
+checkpoints."""
+
+_REMEDY = (
+    "To read the stream as it is now, create a job for it afresh (pipelines job create, with its own name and sink)"
+)
 
 
 class ElasticSource(DataSource):
@@ -83,6 +93,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[SystemStreamPartition, Position] | None = None
         self._batches = 0
         self._outage = InputOutage()
+        self._identities_checked: float | None = None
         if _in_source_runner():
             _pandas_only_when_asked()
 
@@ -196,7 +207,21 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end[OFFSET_KEY] = driver_versions(self.home, config)
         return end
 
+    def _check_identities(self) -> None:
+        """The inputs are the streams the model was planned over (``systems.identity``), asked at most every
+        ``IDENTITY_CHECK_S``: a stream made again and grown past the checkpoints is invisible in its ends."""
+        now = time.monotonic()
+        if self._identities_checked is not None and now - self._identities_checked < IDENTITY_CHECK_S:
+            return
+        model = self.model()
+        was = recorded(model)
+        if was:
+            streams = [s for s in self._streams() if str(s) in was]
+            check_same_streams(self.job, self.version, was, identities(self._system, streams), _REMEDY)
+        self._identities_checked = now
+
     def _plan(self, positions: Mapping[SystemStreamPartition, Position], budget: int) -> dict[Any, End]:
+        self._check_identities()
         by_stream: dict[SystemStream, dict[int, dict[SystemStreamPartition, Position]]] = {}
         for ssp, position in positions.items():
             by_stream.setdefault(ssp.system_stream, {}).setdefault(ssp.partition, {})[ssp] = position
@@ -215,8 +240,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ends,
                     reader="the job's checkpoint",
                     then="the job stops rather than skip what the partition holds now below its checkpoint "
-                    "(Spark's failOnDataLoss). To read the stream as it is now, create a job for it afresh "
-                    "(pipelines job create, with its own name and sink)",
+                    f"(Spark's failOnDataLoss). {_REMEDY}",
                 )
             for p, buckets in partitions.items():
                 available = ends.get(p, floors[p])

@@ -90,6 +90,7 @@ __all__ = [
     "Settings",
     "StreamMetadata",
     "SupportsCommitted",
+    "SupportsIdentity",
     "SupportsLineage",
     "SupportsRecordsRead",
     "SupportsRelayout",
@@ -353,12 +354,27 @@ class SupportsStartAtTime(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsIdentity(Protocol):
+    """Streams with an identity of their own, which a stream deleted and created again under the name does not
+    share: a Kafka topic's id (KIP-516), the Delta table id of an embedded-log stream.
+
+    Recorded with every job model and compared while the job reads (``pipelines.systems.identity``): offsets
+    start over in a stream made again, so a checkpoint in the old one names other records in the new one.
+    """
+
+    def identity(self, stream: str) -> str:
+        """The stream's id now; a ``StreamError`` when it cannot be asked (missing, unreachable)."""
+        ...
+
+
 ABILITIES: tuple[type, ...] = (
     SupportsRelayout,
     SupportsRecordsRead,
     SupportsLineage,
     SupportsCommitted,
     SupportsStartAtTime,
+    SupportsIdentity,
 )
 """Every optional ability; the contract suite checks each system declares exactly the ones it keeps."""
 

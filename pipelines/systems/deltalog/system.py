@@ -130,6 +130,12 @@ class DeltaLog(OffsetOrder):
     def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
         return {p: str(o) for p, o in self._reader.positions_at(stream, at_ms).items()}
 
+    def identity(self, stream: str) -> str:
+        """The stream's Delta table id (its first commit's ``metaData.id``): a table deleted and created again
+        under the stream's name has another one. Read from a fresh open, not the cached table, which a table
+        made again under it would leave as it was."""
+        return self.tables.identity(stream)
+
     def trim(self, stream: str, before_ms: int, unread_from: Mapping[int, int], *, dry_run: bool = False) -> Trim:
         """Remove each partition's leading files older than ``before_ms``, keeping its last file and what a reader
         has not read (``unread_from``): the embedded log's retention (``retention``)."""

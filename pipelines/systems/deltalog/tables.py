@@ -62,6 +62,12 @@ class StreamTables:
     def clear(self) -> None:
         self._tables.clear()
 
+    def identity(self, stream: str) -> str:
+        opened = open_if_table(self.path(stream))
+        if opened is None:
+            raise StreamError(f"stream {stream!r} does not exist in {self.root}")
+        return str(opened.metadata().id)
+
     # ------------------------------------------------------------- snapshots
 
     def cached(self, stream: str) -> Snapshot:

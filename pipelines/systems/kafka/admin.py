@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-export
     AlterConfigOpType,
     ConfigEntry,
@@ -96,6 +96,28 @@ class KafkaAdmin:
         if topic.error is not None:
             raise self.clients.topic_error(stream, topic.error)
         return len(topic.partitions), str(meta.cluster_id or self.brokers)
+
+    def identity(self, stream: str) -> str:
+        """The topic's id (KIP-516), as ``kafka-topics --describe`` prints it: a topic deleted and created again
+        under its name gets another one."""
+        doing = f"describing topic {stream!r}"
+        future = self.clients.admin().describe_topics(
+            TopicCollection([stream]), request_timeout=max(1.0, self.clients.timeout_s)
+        )[stream]
+        try:
+            description = future.result(timeout=self.clients.timeout_s + 1.0)
+        except KafkaException as error:
+            refused = self.clients.refusal(doing)
+            if refused is not None:
+                raise refused from None
+            code = error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None
+            if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise StreamError(f"Kafka topic {stream!r} is missing from the metadata of {self.brokers}") from None
+            raise self.clients.error(doing, error) from None
+        except TimeoutError:
+            raise StreamError(f"Kafka at {self.brokers} did not answer {doing} in time") from None
+        # librdkafka prints the id in standard base64, Kafka's own tools in its URL-safe form
+        return str(description.topic_id).replace("+", "-").replace("/", "_")
 
     def _expansions(self, stream: str, count: int, cluster: str) -> list[Any]:
         """The expansions of ``stream`` this platform observed, recording what ``count`` shows now."""

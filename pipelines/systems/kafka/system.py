@@ -66,6 +66,9 @@ class KafkaSystem(OffsetOrder):
     def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
         return self.admin.positions_at(stream, at_ms)
 
+    def identity(self, stream: str) -> str:
+        return self.admin.identity(stream)
+
     def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
         return self.admin.records_between(stream, partition, start, end)
 

@@ -80,11 +80,14 @@ def test_a_restart_continues_from_the_checkpoints(spark, home: Home) -> None:
 def test_a_stream_deleted_and_created_again_under_a_job_stops_it_instead_of_skipping_the_new_records(
     spark, home: Home
 ) -> None:
-    """The job's checkpoints stand at each partition's end (about 40) when the stream is replaced by a new one of 20
-    records. Read on, it would wait there and skip the new stream's records below it once they came, without a
-    word; it stops instead, naming the partition, its end and the checkpoint, as Spark's
-    ``failOnDataLoss`` does for a topic deleted and created again, and commits nothing."""
+    """The job's checkpoints stand at each partition's end (about 40). The stream's table restored to its first
+    version (the same table, emptied) ends below them: read on, the job would wait there and skip what came back
+    below them, without a word; it stops instead, naming the partition, its end and the checkpoint, as Spark's
+    ``failOnDataLoss`` does. The stream then deleted and made again, and grown past the checkpoints, where its ends
+    look like the old stream's: its table id tells them apart. Each time nothing is committed."""
     import shutil
+
+    from deltalake import DeltaTable
 
     from pipelines.errors import InputRewoundError
 
@@ -94,11 +97,18 @@ def test_a_stream_deleted_and_created_again_under_a_job_stops_it_instead_of_skip
     control = ControlPlane(home)
     batches = control.checkpoints.latest_batch(config.name, 1)
     ends = DeltaLog(home.streams).end_offsets("events")
-    assert min(ends.values()) > 20, ends  # past where any partition of the new stream ends
+    assert min(ends.values()) > 20, ends
 
-    shutil.rmtree(DeltaLog(home.streams).path("events"))
-    produce(home, "events", 20, 4)  # made again: 10 records a partition
-    with pytest.raises(InputRewoundError, match=r"stream 'events' partition \d ends at \d+, before the job's check"):
+    path = DeltaLog(home.streams).path("events")
+    DeltaTable(path).restore(0)  # the stream as it was created: no record, the same table
+    with pytest.raises(InputRewoundError, match=r"stream 'events' partition \d ends at 0, before the job's check"):
+        run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    assert control.checkpoints.latest_batch(config.name, 1) == batches, "no batch was committed"
+
+    shutil.rmtree(path)
+    produce(home, "events", 400, 4)  # made again, 100 records a partition: past every checkpoint
+    assert min(DeltaLog(home.streams).end_offsets("events").values()) > max(ends.values())
+    with pytest.raises(InputRewoundError, match=r"input deltalog\.events of job 'replaced' is not the stream model v1"):
         run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
     assert control.checkpoints.latest_batch(config.name, 1) == batches, "no batch was committed"
     assert len(sink(home, config)) == 80

@@ -185,8 +185,11 @@ def test_a_topic_deleted_and_created_again_under_a_job_stops_it_instead_of_skipp
 ) -> None:
     """``kafka-topics --delete`` then ``--create`` of the job's topic: its checkpoints stand past the new topic's
     end. Read on, the job would wait there and then skip the new topic's records below them; it stops, naming the
-    partition, as Spark's Kafka source does ("offset was changed from 60 to 10, some data may have been missed")."""
+    topic's old and new ids (KIP-516), as Kafka's own consumers notice a new topic. Once the new topic has grown past
+    the checkpoints, offsets alone could no longer tell: the ids still do, and a rescale refuses too."""
+    from pipelines.control.locks import ScalingLock
     from pipelines.errors import InputRewoundError
+    from pipelines.operations.scaling import ScalingRequest, run_all
 
     events = KafkaEvents(kafka_broker, partitions=1, keys=4)
     events.produce(60)
@@ -200,9 +203,21 @@ def test_a_topic_deleted_and_created_again_under_a_job_stops_it_instead_of_skipp
     until(lambda: events.topic not in admin.list_topics(timeout=10).topics, "the topic is gone", 60)
     until(lambda: _created(kafka_broker, events.topic), "the topic is made again", 60)
     events.produce(10)
-    with pytest.raises(InputRewoundError, match=rf"stream '{events.topic}' partition 0 ends at 10, before the job's "):
+    recreated = (
+        rf"input kafka\.{events.topic} of job 'recreated' is not the stream model v1 was planned over: its id was"
+    )
+    with pytest.raises(InputRewoundError, match=recreated):
+        run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+    events.produce(100)  # past the checkpoint (60): the ends now look like the old topic's
+    with pytest.raises(InputRewoundError, match=recreated):
         run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
     assert len(sink(home, config)) == 60, "nothing was read from the new topic"
+    with pytest.raises(InputRewoundError, match="a new version would carry them over"):
+        run_all(home, ScalingRequest(config.name, 2, "scale onto the new topic"), say=lambda m: None)
+    assert ControlPlane(home).job_models.active(config.name).version == 1
+    lock = ScalingLock(home).state(config.name)
+    assert lock is None or not lock.held, "the refused rescale let its lock go"
+    assert all(e.finished_at is not None for e in ControlPlane(home).events.history(config.name))
 
 
 def _created(broker: KafkaBroker, topic: str) -> bool:

@@ -83,13 +83,13 @@ def test_the_readme_walk_runs_on_an_s3_home_and_leaves_only_caches_on_local_disk
 
 
 def test_the_embedded_log_keeps_the_input_system_contract_on_s3(s3_home: Home) -> None:
-    from pipelines.systems.base import SupportsStartAtTime
+    from pipelines.systems.base import SupportsIdentity, SupportsStartAtTime
     from tests.integration.systems.contract import check_input_system_contract
 
     log = DeltaLog(s3_home.streams)
     log.create("events", 3)
-    check_input_system_contract(log, "events", abilities=frozenset({SupportsStartAtTime}))
-    assert log.list_streams() == ["events"]
+    check_input_system_contract(log, "events", abilities=frozenset({SupportsStartAtTime, SupportsIdentity}))
+    assert log.list_streams() == ["events", "events-other"]  # the second the identity check made
 
 
 def test_a_trim_on_s3_removes_old_files_from_the_front_and_keeps_what_readers_need(s3_home: Home) -> None:

@@ -22,6 +22,9 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 
+import pytest
+
+from pipelines.errors import StreamError
 from pipelines.systems.base import (
     ABILITIES,
     RECORD_SCHEMA,
@@ -29,6 +32,7 @@ from pipelines.systems.base import (
     InputSystem,
     Position,
     SupportsCommitted,
+    SupportsIdentity,
     SupportsLineage,
     SupportsRecordsRead,
     SupportsRelayout,
@@ -118,8 +122,22 @@ def check_input_system_contract(
         check_lineage(system, stream, finals)
     if isinstance(system, SupportsCommitted):
         assert system.committed(CONTRACT_JOB, stream) == finals, "committed is what acknowledge wrote"
+    if isinstance(system, SupportsIdentity):
+        check_identity(system, stream)
     if isinstance(system, SupportsStartAtTime):  # last: it produces a second batch
         check_start_at_time(system, stream, start, ends, keys)
+
+
+def check_identity(system: InputSystem, stream: str) -> None:
+    """A stream's id is text, the same each time it is asked, and no other stream's; a missing stream is an error."""
+    assert isinstance(system, SupportsIdentity)
+    first = system.identity(stream)
+    assert isinstance(first, str) and first and system.identity(stream) == first
+    other = f"{stream}-other"
+    system.create(other, 1)
+    assert system.identity(other) != first, "two streams, two ids"
+    with pytest.raises(StreamError):
+        system.identity(f"{stream}-never-made")
 
 
 def check_start_at_time(

@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from pipelines.core.partitioner import kafka_partition
 from pipelines.core.segments import RETAIN_FOREVER
 from pipelines.errors import ConfigError, DamagedTableError, PartitionChangeError, StreamError
-from pipelines.systems.base import InputSystem
+from pipelines.systems.base import InputSystem, SupportsIdentity
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.deltalog.layout import LOG_SCHEMA, SYSTEM
 from pipelines.systems.deltalog.retention import Trim
@@ -346,7 +346,7 @@ def test_the_embedded_log_keeps_the_input_system_contract(tmp_path: Path) -> Non
 
     log = DeltaLog(tmp_path)
     log.create("events", 3)
-    check_input_system_contract(log, "events", abilities=frozenset({SupportsStartAtTime}))
+    check_input_system_contract(log, "events", abilities=frozenset({SupportsStartAtTime, SupportsIdentity}))
 
 
 def test_an_expansion_holds_new_partitions_until_their_source_is_past_the_point(tmp_path: Path) -> None:

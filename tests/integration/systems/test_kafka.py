@@ -31,7 +31,7 @@ from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition
 from pipelines.operations.jobs import create_job
 from pipelines.servers.kafka_broker import KafkaBroker
-from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted, SupportsStartAtTime
+from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted, SupportsIdentity, SupportsStartAtTime
 from pipelines.systems.kafka import KafkaSystem, position_key, validate_settings
 from pipelines.systems.kafka.expansions import ExpansionLog
 from tests.integration.kafka_fixtures import SASL_PASSWORD_ENV, SASL_PREFIX, new_topic, sasl_settings, unique_topic
@@ -52,7 +52,9 @@ def kafka(kafka_broker: KafkaBroker) -> Iterator[KafkaSystem]:
 def test_kafka_keeps_the_input_system_contract(kafka_broker: KafkaBroker, kafka: KafkaSystem) -> None:
     assert isinstance(kafka, InputSystem)
     check_input_system_contract(
-        kafka, new_topic(kafka_broker, 3), abilities=frozenset({SupportsCommitted, SupportsStartAtTime})
+        kafka,
+        new_topic(kafka_broker, 3),
+        abilities=frozenset({SupportsCommitted, SupportsStartAtTime, SupportsIdentity}),
     )
 
 

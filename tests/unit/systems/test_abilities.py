@@ -13,6 +13,7 @@ import pytest
 from pipelines.systems.base import (
     ABILITIES,
     SupportsCommitted,
+    SupportsIdentity,
     SupportsLineage,
     SupportsRecordsRead,
     SupportsRelayout,
@@ -24,8 +25,8 @@ from pipelines.systems.kinesis import KinesisSystem
 
 DECLARED: dict[type, set[type]] = {
     KinesisSystem: {SupportsRelayout, SupportsRecordsRead, SupportsLineage, SupportsStartAtTime},
-    KafkaSystem: {SupportsCommitted, SupportsStartAtTime},
-    DeltaLog: {SupportsStartAtTime},
+    KafkaSystem: {SupportsCommitted, SupportsStartAtTime, SupportsIdentity},
+    DeltaLog: {SupportsStartAtTime, SupportsIdentity},
 }
 
 
