@@ -54,7 +54,7 @@ CREATED_TTL_S = 1.0
 _ITERATORS_LOCK = threading.Lock()
 _ITERATORS: dict[tuple[Any, ...], tuple[str, float]] = {}
 _PACKING: dict[tuple[Any, ...], float] = {}
-"""User records per Kinesis record in the last page of a shard this process read (KPL aggregates: above 1).
+"""User records per Kinesis record in the last page of a stream this process read (KPL aggregates: above 1).
 
 An "at most N records" read counts user records, GetRecords' ``Limit`` counts Kinesis records: asked for N
 Kinesis records of 50 user records each, a read stopped after the first N/50 of the page, could not keep the
@@ -207,7 +207,7 @@ class KinesisReader:
             return _ShardRead(rows, state, True)
         limit_cap = self.settings.get_records_limit
         records_limiter = self.client.limiter(stream, shard, "records")
-        packing_key = (*self.client.key(), stream, shard)
+        packing_key = (*self.client.key(), stream)  # a producer's packing: the stream's other shards learn from one
         while True:
             packing = _PACKING.get(packing_key, 1.0)
             if quota is None:
