@@ -11,6 +11,7 @@ away is an outage, waited out by reads for ``read_timeout_s``, not damage
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from pipelines.systems.deltalog.snapshot import Snapshot, snapshot
 
 T = TypeVar("T")
 
+FIRST_COMMIT = f"{0:020d}.json"
 _COMMIT_RACE = Backoff(base_s=0.005, cap_s=0.25)
 _STORAGE_WAIT = Backoff(base_s=0.05, cap_s=2.0)
 
@@ -63,6 +65,16 @@ class StreamTables:
         self._tables.clear()
 
     def identity(self, stream: str) -> str:
+        """The table id from the first commit's ``metaData`` (one small read, no listing of the log: a running
+        job asks every 10 s); from the table opened afresh once log cleanup has removed that commit."""
+        first = self.location(stream) / "_delta_log" / FIRST_COMMIT
+        try:
+            for line in self.store.read_text(first).splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if isinstance(action, dict) and isinstance(action.get("metaData"), dict):
+                    return str(action["metaData"]["id"])
+        except (FileNotFoundError, ValueError, KeyError):
+            pass  # cleaned up (the id is in the checkpoint), or not a commit we can read: delta-rs reads it
         opened = open_if_table(self.path(stream))
         if opened is None:
             raise StreamError(f"stream {stream!r} does not exist in {self.root}")

@@ -637,3 +637,17 @@ def test_compaction_racing_a_producer_and_a_trim_keeps_every_remaining_record_as
         rows = reader.read_range("events", p, first, end)
         assert rows["offset"].to_pylist() == list(range(first, end))
         assert rows["value"].to_pylist() == [produced[p, o] for o in range(first, end)], f"partition {p} as produced"
+
+
+def test_a_streams_id_is_its_delta_table_id_also_once_log_cleanup_removed_the_first_commit(tmp_path: Path) -> None:
+    log = DeltaLog(tmp_path)
+    log.create("events", 2)
+    for i in range(3):
+        log.produce("events", [(f"k{i}".encode(), b"v", None)])
+    table = DeltaTable(log.path("events"))
+    assert log.identity("events") == table.metadata().id  # read from the first commit alone
+    table.create_checkpoint()
+    (tmp_path / "events" / "_delta_log" / f"{0:020d}.json").unlink()  # what log cleanup does past its retention
+    assert log.identity("events") == table.metadata().id  # from the checkpoint, by delta-rs
+    with pytest.raises(StreamError, match="does not exist"):
+        log.identity("nothing")
