@@ -217,7 +217,8 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         was = recorded(model)
         if was:
             streams = [s for s in self._streams() if str(s) in was]
-            check_same_streams(self.job, self.version, was, identities(self._system, streams), _REMEDY)
+            then = f"the job stops rather than read another stream from them. {_REMEDY}"
+            check_same_streams(self.job, self.version, was, identities(self._system, streams), then)
         self._identities_checked = now
 
     def _plan(self, positions: Mapping[SystemStreamPartition, Position], budget: int) -> dict[Any, End]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pipelines.core.shards import SHARD_END, TRIM_HORIZON, ShardPartitionMapper
 from pipelines.systems.base import Position
 from pipelines.systems.kinesis.admin import KinesisAdmin, ancestors
-from pipelines.systems.kinesis.aggregation import deaggregate, is_aggregated
+from pipelines.systems.kinesis.aggregation import deaggregate
 from pipelines.systems.kinesis.client import KinesisClient
 from pipelines.systems.kinesis.positions import (
     RecordPosition,
@@ -48,10 +48,12 @@ class KinesisAudit:
         (``SlotPosition.since``) never read what arrived before it.
         """
         mapper, _ = self.admin.listing(stream, max_age_s=0)
-        decoded = [decode_slot(pos) for pos in (*ends.values(), *starts.values())]
-        since = max((s.since for s in decoded if s.since is not None), default=None)  # one per job
-        end_slots = {p: decode_slot(pos).shards for p, pos in ends.items()}
-        start_slots = {p: decode_slot(pos).shards for p, pos in starts.items()}
+        end_decoded = {p: decode_slot(pos) for p, pos in ends.items()}
+        start_decoded = {p: decode_slot(pos) for p, pos in starts.items()}
+        times = [s.since for s in (*end_decoded.values(), *start_decoded.values()) if s.since is not None]
+        since = max(times, default=None)  # one per job
+        end_slots = {p: s.shards for p, s in end_decoded.items()}
+        start_slots = {p: s.shards for p, s in start_decoded.items()}
         result: list[tuple[int | None, Position]] = []
         for shard in sorted(mapper.shards, key=shard_ordinal):
             slot, upto = _holder(mapper, end_slots, shard)
@@ -84,7 +86,7 @@ class KinesisAudit:
                 sequence = record["SequenceNumber"]
                 if upto != SHARD_END and state_key(sequence) > state_key(upto):
                     return found
-                users = deaggregate(record["Data"]) if is_aggregated(record["Data"]) else None
+                users = deaggregate(record["Data"])
                 arrived = arrival_ms(record)
                 if users is None:
                     found.append((sequence, None, arrived))

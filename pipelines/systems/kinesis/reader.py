@@ -32,7 +32,7 @@ from pipelines.core.shards import SHARD_END, TRIM_HORIZON, SlotPlan, apply_plan
 from pipelines.errors import StreamError
 from pipelines.systems.base import RECORD_SCHEMA, Bounded, End, Position, ReadResult
 from pipelines.systems.kinesis.admin import KinesisAdmin, check_created
-from pipelines.systems.kinesis.aggregation import deaggregate, is_aggregated
+from pipelines.systems.kinesis.aggregation import deaggregate
 from pipelines.systems.kinesis.client import ExpiredIterator, KinesisClient, NotYet, Trimmed, Unreachable
 from pipelines.systems.kinesis.positions import (
     SlotPosition,
@@ -253,7 +253,7 @@ class KinesisReader:
                         f"{target} without finding it (now at {sequence}); the record was trimmed or never existed"
                     )
                 arrival = record["ApproximateArrivalTimestamp"]
-                users = deaggregate(record["Data"]) if is_aggregated(record["Data"]) else None
+                users = deaggregate(record["Data"])  # None unless it begins with the KPL magic: one slice compare
                 if users is None:
                     rows.append((shard, sequence, record["PartitionKey"], record["Data"], arrival))
                     advanced += 1
