@@ -115,6 +115,7 @@ class KafkaAdmin:
                 raise StreamError(f"Kafka topic {stream!r} is missing from the metadata of {self.brokers}") from None
             raise self.clients.error(doing, error) from None
         except TimeoutError:
+            self.clients.forget_admin()
             raise StreamError(f"Kafka at {self.brokers} did not answer {doing} in time") from None
         # librdkafka prints the id in standard base64, Kafka's own tools in its URL-safe form
         return str(description.topic_id).replace("+", "-").replace("/", "_")

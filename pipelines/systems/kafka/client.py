@@ -27,6 +27,8 @@ from pipelines.systems.kafka.settings import KafkaSettings
 
 _REFUSALS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
 """Client errors that mean the brokers answer but refuse us: retrying cannot help, the user must act."""
+_UNANSWERED = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
+"""Client errors that mean the brokers did not answer in time: down, unreachable, or a client stuck on them."""
 _CLIENT_LOG = logging.getLogger("pipelines.systems.kafka.librdkafka")
 _CLIENT_LOG.addHandler(logging.NullHandler())  # shown where the application configures logging, never raw on stderr
 
@@ -70,6 +72,20 @@ class KafkaClients:
                 # Describing a topic must never create it (brokers auto-create on metadata requests by default).
                 self._admin = AdminClient({**self.conf(), "allow.auto.create.topics": "false"})
             return self._admin
+
+    def forget_admin(self) -> None:
+        """The next admin request makes a new admin client, which bootstraps afresh.
+
+        Called when the cluster did not answer one. librdkafka's admin client
+        can stay "waiting for controller" after a broker restart: a job's
+        identity check (``DescribeTopics``) failed that way through the 164 s a
+        test waited after its broker was back (seen once in many runs). A new
+        client learns the cluster from the brokers as they are now; a made-again
+        client costs a connection, a stuck one stops the job until librdkafka
+        refreshes its metadata (``topic.metadata.refresh.interval.ms``, 5 min).
+        """
+        with self._lock:
+            self._admin = None
 
     def consumer(self) -> Consumer:
         """This thread's reading consumer: assigned partitions only, never a group member."""
@@ -158,7 +174,8 @@ class KafkaClients:
         refused = self.refusal(doing)
         if refused is not None:
             return refused
-        if code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
+        if code in _UNANSWERED:
+            self.forget_admin()
             return StreamError(
                 f"Kafka brokers {self.brokers} did not answer within {self.settings.timeout_ms} ms while {doing}: "
                 f"{reason}; check systems.kafka.bootstrap_servers, the network and that the cluster is up"
