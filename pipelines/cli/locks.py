@@ -31,25 +31,34 @@ def show(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def release(args: argparse.Namespace, home: Home, output: Output) -> None:
+    """Checked in the order an operator needs: the job exists, its lock is held (and by whom), then ``--yes``."""
     from pipelines.control.locks import ScalingLock, process_owner
 
-    if not args.yes:
-        raise ConfigError(
-            "releasing another holder's lock lets a second operation start beside it; make sure the holder is dead "
-            "(pipelines lock show JOB names its host and pid) and add --yes"
-        )
     job = validate_name("job", args.job)
     lock = ScalingLock(home)
-    if lock.state(job) is None:
+    state = lock.state(job)
+    if state is None:
         _require_job(home, job)
+    if state is None or not state.held:
+        _not_held(job, output)
+        return
+    if not args.yes:
+        raise ConfigError(
+            f"{job}'s scaling lock is held: {state.describe()}; releasing it lets a second operation start beside "
+            "it: make sure the holder is dead and add --yes"
+        )
     released = lock.force_release(job, by=process_owner("cli"))
-    if released is None:
-        output.emit({"job": job, "released": None}, lambda: f"{job}: the lock is not held; nothing to release")
+    if released is None:  # released by its holder since
+        _not_held(job, output)
         return
     output.emit(
         {"job": job, "released": released.owner, "operation": released.operation},
         lambda: f"{job}: released the lock {released.owner} held for {released.operation!r}",
     )
+
+
+def _not_held(job: str, output: Output) -> None:
+    output.emit({"job": job, "released": None}, lambda: f"{job}: the lock is not held; nothing to release")
 
 
 def _require_job(home: Home, job: str) -> None:

@@ -659,7 +659,14 @@ LOCK = GroupCommand(
             "release",
             "release a lock whose holder is dead on another machine (recorded)",
             "pipelines.cli.locks.release",
-            (JOB, arg("--yes", action="store_true", help="required: the holder's operation will not finish its steps")),
+            (
+                JOB,
+                arg(
+                    "--yes",
+                    action="store_true",
+                    help="required to release a held lock: its holder's operation will not finish its steps",
+                ),
+            ),
             writes=True,
         ),
     ),

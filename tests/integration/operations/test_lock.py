@@ -149,14 +149,18 @@ def test_the_operator_releases_a_lock_from_the_cli_and_the_row_says_whose_it_was
     assert (shown["owner"], shown["held"], shown["holder_dead"]) == ("airflow-run-7", True, False)
     refused = cli("lock", "release", "job")
     assert refused.returncode == 2 and "add --yes" in refused.stderr
+    assert "airflow-run-7 holds it for 'rescale to 4'" in refused.stderr, "the refusal says whose lock it would take"
     done = cli("lock", "release", "job", "--yes")
     assert done.returncode == 0 and "released the lock airflow-run-7 held for 'rescale to 4'" in done.stdout
     state = ScalingLock(home).state("job")
     assert state.status == "released" and state.owner.startswith("cli:")
     assert ScalingLock(home).acquire("job", "run-8", "rescale to 2").status == "acquired"
     ScalingLock(home).release("job", "run-8")
-    assert "the lock is not held" in cli("lock", "release", "job", "--yes").stdout
-    for command in ("show", "release"):  # a name no job and no lock has is a mistake, not a free lock
-        unknown = cli("lock", command, "jbo", "--yes") if command == "release" else cli("lock", command, "jbo")
+    for yes in ("--yes", None):  # a free lock needs no confirmation to say so
+        free = cli("lock", "release", "job", *([yes] if yes else []))
+        assert free.returncode == 0 and "the lock is not held" in free.stdout, free
+    # a name no job and no lock has is a mistake, not a free lock, and is said before any --yes is asked for
+    for args in (("show", "jbo"), ("release", "jbo", "--yes"), ("release", "jbo")):
+        unknown = cli("lock", *args)
         assert unknown.returncode == 2, unknown
         assert unknown.stderr.startswith("error: job 'jbo' has no job model"), unknown.stderr
