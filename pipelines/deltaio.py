@@ -51,8 +51,13 @@ def read_delta(
     where: Sequence[Condition] = (),
     columns: Sequence[str] | None = None,
     schema: pa.Schema | None = None,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> pa.Table:
-    """Rows matching every condition, as ``schema`` (default: the table's), missing columns as nulls."""
+    """Rows matching every condition, as ``schema`` (default: the table's), missing columns as nulls.
+
+    ``keep`` may rule out more files by their add action (flattened: ``partition.<column>``, ``min.<column>``...),
+    for a choice the conditions cannot say (a key bucket of another factor, say).
+    """
     dt = table if isinstance(table, DeltaTable) else open_table(table)
     root = table_location(dt)
     store = store_for(root)
@@ -65,6 +70,8 @@ def read_delta(
     for action in actions:
         values = {c: action.get(f"partition.{c}") for c in partition_cols}
         if not all(_may_match(action, values, cond) for cond in where):
+            continue
+        if keep is not None and not keep(action):
             continue
         with readable(root):
             data = _data_file(store, filesystem, root / unquote(action["path"]), int(action.get("size_bytes") or 0))

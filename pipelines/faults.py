@@ -35,7 +35,10 @@ FAULT_DIR_ENV = "PIPELINES_FAULT_DIR"
 
 POINTS: dict[str, str] = {
     "mid_batch": "a task of a micro-batch has read its records and is writing them (nothing committed yet)",
-    "after_sink_commit": "a micro-batch's sink commit landed, its checkpoints not yet appended",
+    "after_sink_commit": "a micro-batch's sink commit landed, its state changes and checkpoints not yet",
+    "mid_state_write": "a task wrote its state changes, nothing of its batch committed yet",
+    "after_state_commit": "a micro-batch's sink and state commits landed, its checkpoints not yet appended",
+    "mid_state_compaction": "a state's compaction wrote its new current files, not yet committed",
     "mid_migration": "model N+1 is saved, its migrated start checkpoints not yet written",
     "after_migrate": "model N+1 and its start checkpoints are saved, N+1 not yet active",
     "during_switch": "N+1 is active, the operation is getting it running (in-place switch or catch-up run)",

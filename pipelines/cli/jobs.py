@@ -147,18 +147,39 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
 
     from pipelines.control import ControlPlane
     from pipelines.control.compaction import MIN_FILES, compact_job
+    from pipelines.jobs.config import job_config
 
     job = validate_name("job", args.job)
     models = ControlPlane(home).job_models
     if not models.planned_versions(job):
         raise models.unknown_job(job)
     done = compact_job(home, job, min_files=args.min_files or MIN_FILES)
-    output.emit(
-        {"job": job, "tables": [dataclasses.asdict(c) for c in done]},
-        lambda: table(
+    specs = job_config(models.active(job)).state if models.active_version(job) is not None else ()
+    folded = []
+    if specs:
+        from pipelines.state.compaction import compact_job_states
+
+        folded = compact_job_states(home, job, specs)
+
+    def human() -> str:
+        text = table(
             ["table", "files before", "files after", "old files deleted", "rows deleted"],
             [(c.table, c.files_before, c.files_after, c.deleted, c.rows_deleted) for c in done],
-        ),
+        )
+        if folded:
+            text += "\n" + table(
+                ["state", "keys", "segment", "changes folded", "expired", "change files retired"],
+                [(c.state, c.rows, c.segment, c.changes_folded, c.expired, c.files_retired) for c in folded],
+            )
+        return text
+
+    output.emit(
+        {
+            "job": job,
+            "tables": [dataclasses.asdict(c) for c in done],
+            "states": [dataclasses.asdict(c) for c in folded],
+        },
+        human,
     )
 
 

@@ -124,6 +124,11 @@ class Checkpoints:
 
     def latest(self, job: str, version: int) -> CheckpointMap:
         """The next position of every (SSP, key bucket) of one model version: its latest row each."""
+        return self.latest_with_batch(job, version)[0]
+
+    def latest_with_batch(self, job: str, version: int) -> tuple[CheckpointMap, int]:
+        """``latest`` and the highest batch among its rows (-1: only the start checkpoints), from one read: what a
+        check that reads other tables as of that batch (the state check) needs to agree with."""
         rows = self._rows(job, version)
         if rows.num_rows == 0:
             raise ModelError(
@@ -142,7 +147,7 @@ class Checkpoints:
             result.check_complete()
         except ModelError as e:
             raise ModelError(f"checkpoints of job {job!r} version {version} are incomplete: {e}") from None
-        return result
+        return result, max(rows.column("batch_id").to_pylist())
 
     def latest_batch(self, job: str, version: int) -> int | None:
         """The highest batch whose checkpoints are stored (-1: only the start checkpoints), None if none."""

@@ -39,7 +39,7 @@ def produce(
 ) -> dict[str, Any]:
     """Append test records over keys ``key-0 .. key-<keys-1>``, continuing every key's sequence.
 
-    Each value is ``{"key": "key-3", "seq": 17, "payload": "..."}``; the
+    Each value is ``{"key": "key-3", "seq": 17, "amount": 412, "payload": "..."}``; the
     per-key ``seq`` is what lets data-quality checks prove per-key order end to
     end, so it must never repeat or restart. The next seq of a key therefore
     comes from the stream itself, which is the truth after a crash, another
@@ -69,7 +69,7 @@ def produce(
             key = f"key-{rng.randrange(keys)}"
             seq = state.next_seq.get(key, 0)
             state.next_seq[key] = seq + 1
-            value = {"key": key, "seq": seq, "payload": rng.randbytes(8).hex()}
+            value = {"key": key, "seq": seq, "amount": rng.randrange(1, 1000), "payload": rng.randbytes(8).hex()}
             batch.append((key.encode(), json.dumps(value, separators=(",", ":")).encode(), None))
         placed = system.produce(stream, batch)
         per_partition.update(p for p, _ in placed)

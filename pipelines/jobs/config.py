@@ -29,6 +29,7 @@ from pipelines import yamlfile
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream
+from pipelines.core.state import StateSpec, make_spec
 from pipelines.errors import ConfigError
 
 CONFIG_KEY = "job_config"
@@ -59,6 +60,8 @@ class JobConfig:
     """The ``stores:`` section (adjunct data stores) as written."""
     metrics_retention_hours: int = 168
     """How long the job's rows stay in the ``metrics`` table (``control.compaction``); Kafka's default retention."""
+    state: tuple[StateSpec, ...] = ()
+    """The keyed states the process function keeps (``state:``; ``pipelines.core.state``), in the order written."""
     start: str = "earliest"
     """Where version 1 reads each partition from (``planning.plan_first``): ``earliest``, ``latest`` (the end at
     ``job create``), as Kafka's ``auto.offset.reset`` and Spark's ``startingOffsets`` name them, or a time in UTC
@@ -85,6 +88,7 @@ class JobConfig:
             "metrics_retention_hours": self.metrics_retention_hours,
             "start": self.start,
             **({"stores": self.stores} if self.stores is not None else {}),
+            **({"state": [state_section(s) for s in self.state]} if self.state else {}),
         }
 
     def system_settings(self, system: str) -> Mapping[str, Any]:
@@ -98,7 +102,7 @@ class JobConfig:
     @classmethod
     def from_dict(cls, raw: Any, origin: str = "job config") -> JobConfig:
         """The configuration ``raw`` (the YAML's mapping) gives, checked by ``JobSpec``; ``origin`` names it."""
-        from pipelines.jobs.spec import JobSpec
+        from pipelines.jobs.spec import JobSpec, state_specs
         from pipelines.settings import check
 
         spec: JobSpec = check(JobSpec, raw, origin)
@@ -124,6 +128,7 @@ class JobConfig:
             stores=raw.get("stores"),
             metrics_retention_hours=spec.metrics_retention_hours,
             start=spec.start,
+            state=state_specs(spec.state, spec.name),
         )
 
     @classmethod
@@ -163,6 +168,7 @@ class JobConfig:
             known["trigger_interval"] = batch["trigger_interval"]
         known["systems"] = {name: dict(settings or {}) for name, settings in (raw.get("systems") or {}).items()}
         known["stores"] = raw.get("stores")
+        known["state"] = tuple(saved_state(s) for s in raw.get("state") or ())
         return cls(**known)
 
     @classmethod
@@ -204,6 +210,22 @@ def interval_seconds(text: str) -> float:
         raise ConfigError(f"not a trigger interval: {text!r}")
     unit = found.group(2)
     return float(found.group(1)) * _SECONDS_PER[unit if unit in _SECONDS_PER else unit.removesuffix("s")]
+
+
+def state_section(spec: StateSpec) -> dict[str, Any]:
+    """A state as its YAML section says it (what ``to_dict`` saves, and ``from_dict`` reads again)."""
+    section: dict[str, Any] = {"name": spec.name, "value_schema": spec.schema, "max_value_bytes": spec.max_value_bytes}
+    if spec.ttl_s is not None:
+        section["ttl"] = spec.ttl_s
+    return section
+
+
+def saved_state(raw: Mapping[str, Any]) -> StateSpec:
+    """A saved state section read back without pydantic (its DDL was checked when it was saved)."""
+    from pipelines.jobs.output_schema import parse_output_schema
+
+    columns = [(f.name, f.dataType.simpleString()) for f in parse_output_schema(raw["value_schema"]).fields]
+    return make_spec(raw["name"], raw["value_schema"], columns, raw.get("ttl"), raw.get("max_value_bytes"))
 
 
 def job_config(model: JobModel) -> JobConfig:

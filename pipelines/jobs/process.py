@@ -49,6 +49,10 @@ class TaskContext:
     stores: Mapping[str, Any] = field(default_factory=dict)
     """The job's adjunct stores by name, at the versions this micro-batch sees: ``ctx.stores["customers"].get(key)``
     (``pipelines.adjunct.views.StoreView``)."""
+    state: Any = None
+    """The job's keyed states (``pipelines.state.task.States``): ``ctx.state.get(record.key)``, ``put``, ``delete``
+    (its only state) or ``ctx.state["NAME"]``; in bulk ``read(keys)``, ``write(keys, values)``, ``remove(keys)``.
+    In a job that declares no ``state:`` every use raises, saying so."""
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,13 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, model_validator
 
 from pipelines.adjunct.spec import StoreName, StoreSpec
+from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR, MAX_FACTOR_ENV, validate_factor
 from pipelines.core.ssp import NAME_PATTERN, SYSTEMS, SystemStream, validate_name
 from pipelines.core.start import WORDS, parse_start
+from pipelines.core.state import DEFAULT_MAX_VALUE_BYTES, MAX_VALUE_BYTES, StateSpec, make_spec
 from pipelines.errors import ConfigError
 from pipelines.settings import (
     AnyMapping,
@@ -206,6 +208,65 @@ class SystemsSpec(Section):
     kinesis: KinesisSettings | None = Field(None, description="Amazon Kinesis Data Streams")
 
 
+class StateSection(Section):
+    """One keyed state of the job: a table of one row per key that follows its keys through every rescale."""
+
+    NONE_IS_EMPTY = False
+
+    name: Annotated[str, Said(partial(validate_name, "state"), _NAME)] = Field(
+        description="the state's name: ctx.state['NAME'] in the process function, <home>/state/<job>/NAME"
+    )
+    value_schema: Annotated[str, _Ddl()] = Field(
+        description="the value's columns as flat Spark DDL, e.g. 'events BIGINT, amount DOUBLE'; names may not "
+        "start with '_' (the bookkeeping columns do)"
+    )
+    ttl: (
+        Annotated[
+            float,
+            Said(
+                lambda v: parse_duration(v, "ttl").total_seconds(),
+                {"anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, {"type": "number", "exclusiveMinimum": 0}]},
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="time-to-live, such as '7d' or '12h' (seconds if a number): a key whose row no batch changed for "
+        "this long starts afresh, and compaction removes its row; none by default",
+    )
+    max_value_bytes: Annotated[int, Whole(1, MAX_VALUE_BYTES)] = Field(
+        DEFAULT_MAX_VALUE_BYTES,
+        description="the largest value (a key's columns, strings and binaries by their bytes) a put may store; a "
+        "larger one sends its record to the dead-letter table",
+    )
+
+
+def _state_list(value: Any) -> Any:
+    """``state: {name: ...}`` is a list of one state."""
+    return [value] if isinstance(value, Mapping) else value
+
+
+def state_specs(sections: list[StateSection] | None, job: str) -> tuple[StateSpec, ...]:
+    """The checked ``StateSpec`` of each section (its DDL parsed), refusing a name given twice."""
+    from pipelines.jobs.output_schema import parse_output_schema
+
+    specs = []
+    for section in sections or []:
+        try:
+            columns = [(f.name, f.dataType.simpleString()) for f in parse_output_schema(section.value_schema).fields]
+        except ConfigError as error:
+            raise section_error(f"state {section.name!r}: value_schema: {error}") from None
+        try:
+            specs.append(make_spec(section.name, section.value_schema, columns, section.ttl, section.max_value_bytes))
+        except ConfigError as error:
+            raise section_error(str(error)) from None
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise section_error(f"job {job!r} declares state {', '.join(twice)} twice")
+    return tuple(specs)
+
+
 class JobSpec(Section):
     """A job's YAML file (``include/jobs/*.yaml``): what it reads, how it is split, what it runs, where it writes."""
 
@@ -246,6 +307,16 @@ class JobSpec(Section):
         default_factory=dict, description="the autosizer's bounds and thresholds (pipelines.core.autosize)"
     )
     stores: dict[StoreName, StoreSpec] | None = Field(None, description="adjunct data stores the job looks keys up in")
+    state: (
+        Annotated[
+            list[StateSection], BeforeValidator(_state_list, json_schema_input_type=list[StateSection] | StateSection)
+        ]
+        | None
+    ) = Field(
+        None,
+        description="keyed state the process function keeps per key (ctx.state), in Delta tables of the home; one "
+        "state or a list of them",
+    )
     metrics_retention_hours: Annotated[int, Whole(1, MAX_RETENTION_HOURS)] = Field(
         168,
         description="hours the job's rows stay in the metrics table; older ones are deleted every 10 minutes "
@@ -270,7 +341,8 @@ class JobSpec(Section):
                 validate_name("dead_letter table", f"{self.sink.table}_dead_letters")
             except ConfigError as error:
                 raise section_error(str(error)) from None
-        elif self.dead_letter.table == self.sink.table:
+        state_specs(self.state, self.name)
+        if self.dead_letter is not None and self.dead_letter.table == self.sink.table:
             # The failed records' rows (the record and its error) would land among the output rows, under another
             # schema, and verification would count them as output.
             raise section_error(

@@ -43,10 +43,13 @@ class Verdict:
     """Sink rows of records the input no longer holds (retention removed them after they were read): no fault."""
     samples: dict[str, list[dict[str, object]]] = field(default_factory=dict)
     """The same first offenders as ``examples``, as fields (key, stream, partition, offset, ...) a UI can show."""
+    states: list[Any] = field(default_factory=list)
+    """A stateful job's state checks (``quality.state_check.StateVerdict``), one per state."""
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicates or self.order_violations or self.misrouted or self.unread)
+        rows_ok = not (self.lost or self.duplicates or self.order_violations or self.misrouted or self.unread)
+        return rows_ok and all(s.ok for s in self.states)
 
     def with_unread(self, unread: Mapping[str, int], version: int | None = None) -> Verdict:
         """Count the records of partitions no task of the active model reads: never lost yet, never read either."""
@@ -82,6 +85,8 @@ class Verdict:
             )
         for check, items in self.examples.items():
             text += f"\n  {check}: " + "; ".join(items)
+        for state in self.states:
+            text += "\n  " + state.summary().replace("\n", "\n  ")
         return text
 
 

@@ -24,6 +24,7 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 
 from pipelines.quality.checks import FLAG_DELIVERED, FLAG_IN_ORDER, FLAG_ROUTED
+from pipelines.quality.state_check import FLAG_STATE
 
 INCLUDE = Path(__file__).resolve().parents[2] / "include" / "expectations"
 LINEAGE = ["stream", "partition", "offset"]
@@ -53,6 +54,21 @@ class ExpectRowsRoutedToTheirBucket(gxe.ExpectColumnValuesToBeInSet):
     description: str = "routing: bucket = murmur3(key) mod factor, and each virtual task saw only its own bucket"
 
 
+class ExpectKeyStatesToMatchInput(gxe.ExpectColumnValuesToBeInSet):
+    """State: every key's state row counts its records in the input and names its last one (exactly once)."""
+
+    column: str = FLAG_STATE
+    value_set: list[Any] = [True]  # noqa: RUF012
+    description: str = (
+        "state: each key's row counts the key's input records up to the checkpoints (less dead letters) and "
+        "names its last one: every record applied once"
+    )
+
+
+STATE_ASSET = "state_"
+"""A state's frame is the asset ``state_<name>``: one row per key."""
+
+
 # check name in dq_results, per expectation type
 CHECKS = {
     "expect_input_records_delivered": "no_loss",
@@ -60,6 +76,7 @@ CHECKS = {
     "expect_rows_in_per_key_order": "key_order",
     "expect_rows_routed_to_their_bucket": "routing",
     "expect_column_values_to_not_be_null": "dead_letters",
+    "expect_key_states_to_match_input": "state",
 }
 
 # asset name -> the columns that name an offending row in GX results
@@ -67,6 +84,7 @@ INDEX_COLUMNS = {
     "input_records": LINEAGE,
     "sink_rows": ["key_text", *LINEAGE, "virtual_task"],
     "dead_letters": ["key_text", *LINEAGE],
+    STATE_ASSET: ["key_text", "input_records", "state_records"],
 }
 
 
@@ -84,6 +102,13 @@ def build_suites(prefix: str = "elastic") -> dict[str, gx.ExpectationSuite]:
     return {"input_records": records, "sink_rows": rows, "dead_letters": dead}
 
 
+def state_suite(prefix: str, state: str) -> gx.ExpectationSuite:
+    """The suite of one state's frame (``<prefix>.state_<name>``)."""
+    suite = gx.ExpectationSuite(name=f"{prefix}.{STATE_ASSET}{state}")
+    suite.add_expectation(ExpectKeyStatesToMatchInput(column=FLAG_STATE, value_set=[True]))
+    return suite
+
+
 def suite_json(suite: gx.ExpectationSuite) -> dict[str, Any]:
     """A suite as stable JSON: no generated ids, so the saved files only change when the checks do."""
     data: dict[str, Any] = suite.to_json_dict()
@@ -98,7 +123,7 @@ def save_suites(directory: Path = INCLUDE) -> list[Path]:
     gx.get_context(mode="ephemeral")  # a suite needs an active context; this one writes nothing
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for asset, suite in build_suites().items():
+    for asset, suite in {**build_suites(), f"{STATE_ASSET}NAME": state_suite("elastic", "NAME")}.items():
         path = directory / f"{asset}.json"
         path.write_text(json.dumps(suite_json(suite), indent=2, sort_keys=True) + "\n", encoding="utf-8")
         paths.append(path)

@@ -130,8 +130,11 @@ def validate_window(
 ) -> QualityReport:
     annotated = annotate(window.expected, window.rows, window.dead, window.factors.__getitem__, sequence)
     verdict = annotated.verdict().with_unread(window.unread, window.version)
+    checked = window.state_checks()
+    verdict.states = [v for v, _ in checked]
+    states = {v.state: frame for v, frame in checked}
     with working_copy(home) as root:
-        results = validate_annotated(root, window.job, window.window_id, annotated, verdict, docs=docs)
+        results = validate_annotated(root, window.job, window.window_id, annotated, verdict, docs=docs, states=states)
     if window.window_id.startswith("run:"):  # no suite can see them: they are in no frame
         results.append(_unread_result(window, verdict))
     if dag_run is not None:
@@ -148,12 +151,22 @@ def validate_window(
 
 
 def validate_annotated(
-    root: Path, job: str, window_id: str, annotated: Annotated, verdict: Verdict, *, docs: bool = True
+    root: Path,
+    job: str,
+    window_id: str,
+    annotated: Annotated,
+    verdict: Verdict,
+    *,
+    docs: bool = True,
+    states: dict[str, pd.DataFrame] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the GX suites over the flagged frames; one dq_results row per expectation, plus the dead-letter count."""
+    """Run the GX suites over the flagged frames; one dq_results row per expectation, plus the dead-letter count.
+
+    ``states``: a stateful job's per-key frame of each state (``quality.state_check``), validated as the asset
+    ``state_<name>``."""
     import great_expectations as gx
 
-    from pipelines.quality.expectations import CHECKS, INDEX_COLUMNS, build_suites
+    from pipelines.quality.expectations import CHECKS, INDEX_COLUMNS, STATE_ASSET, build_suites, state_suite
 
     context = _context(root, docs)
     frames = {
@@ -161,9 +174,14 @@ def validate_annotated(
         "sink_rows": _gx_frame(annotated.rows),
         "dead_letters": _gx_frame(_with_key_text(annotated.dead)),
     }
+    suites = build_suites(job)
+    for name, frame in (states or {}).items():
+        frames[f"{STATE_ASSET}{name}"] = frame
+        suites[f"{STATE_ASSET}{name}"] = state_suite(job, name)
+    by_state = {v.state: v for v in verdict.states}
     source = context.data_sources.add_or_update_pandas("elastic_pipelines")
     definitions = []
-    for asset_name, suite in build_suites(job).items():
+    for asset_name, suite in suites.items():
         suite = context.suites.add_or_update(suite)
         try:
             asset = source.get_asset(asset_name)
@@ -177,7 +195,9 @@ def validate_annotated(
     results: list[dict[str, Any]] = []
     for asset_name, definition in definitions:
         frame = frames[asset_name]
-        columns = [c for c in INDEX_COLUMNS[asset_name] if c in frame.columns]
+        state_name = asset_name[len(STATE_ASSET) :] if asset_name.startswith(STATE_ASSET) else None
+        index = INDEX_COLUMNS[STATE_ASSET if state_name is not None else asset_name]
+        columns = [c for c in index if c in frame.columns]
         result_format = {
             "result_format": "SUMMARY",
             "partial_unexpected_count": 5,
@@ -200,6 +220,11 @@ def validate_annotated(
                 checked = int(r.result.get("element_count") or len(frame))
                 examples = verdict.examples.get(_VERDICT_CHECK.get(check, ""), [])
                 sample = verdict.samples.get(_VERDICT_CHECK.get(check, ""), [])
+                if state_name is not None:
+                    check = f"state:{state_name}"
+                    found = by_state.get(state_name)
+                    examples = list(found.examples) if found is not None else []
+                    sample = list(found.samples) if found is not None else []
                 if check == "dead_letters":
                     observed = checked = len(frame)  # counted and reported; null errors fail the expectation
                     examples = [f"{len(frame)} dead letters"] if len(frame) else []

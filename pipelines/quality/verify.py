@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ from pipelines.control import ControlPlane
 from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.core.start import EARLIEST
+from pipelines.core.state import StateSpec
 from pipelines.deltaio import open_if_table, read_delta
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import job_config
@@ -24,6 +25,7 @@ from pipelines.quality.checks import (
     verify_rows,
     with_input_order,
 )
+from pipelines.quality.state_check import StateVerdict, applied_records, state_flags
 from pipelines.systems.base import SupportsRecordsRead
 from pipelines.systems.registry import JobSystems
 
@@ -55,9 +57,46 @@ class Window:
     gone: dict[str, int] = field(default_factory=dict)
     """Sink rows of records the input no longer holds (retention removed them after they were read), as
     ``stream/partition`` -> count: outside what the window can account for, and no sign of a fault."""
+    keyed: pd.DataFrame | None = None
+    """A stateful job's every input record up to the committed checkpoints (stream, partition, offset, key,
+    input_order), from the job's start whatever the window: a state counts them all."""
+    states: dict[str, pd.DataFrame] = field(default_factory=dict)
+    """Each state's rows as of the batch of the committed checkpoints (``pipelines.state.inspect.state_at``)."""
+    state_specs: tuple[StateSpec, ...] = ()
+    trimmed: bool = False
+    """The input no longer holds records the job read (retention): the state check counts nothing then."""
+    all_dead: pd.DataFrame | None = None
+    """Every dead letter of the job (a state counts the records of the whole run, less these)."""
+
+    def state_checks(self) -> list[tuple[StateVerdict, pd.DataFrame]]:
+        """Each state's verdict and per-key frame (``quality.state_check``); none for a job without state."""
+        if self.keyed is None:
+            return []
+        applied = applied_records(self.keyed, self.all_dead if self.all_dead is not None else self.dead)
+        out = []
+        for spec in self.state_specs:
+            frame, verdict = state_flags(
+                spec.name, applied, self.states[spec.name], ttl=spec.ttl_s is not None, counted=not self.trimmed
+            )
+            out.append((verdict, frame))
+        return out
 
 
 def load_window(home: Home, job: str, event: str | None = None) -> Window:
+    """The window's frames; a stateful job's are read again when its state moved past them meanwhile (a compaction
+    of a running job retired the changes the check needed)."""
+    from pipelines.state.inspect import StateMovedOn
+
+    for attempt in range(3):
+        try:
+            return _load_window(home, job, event)
+        except StateMovedOn:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _load_window(home: Home, job: str, event: str | None = None) -> Window:
     control = ControlPlane(home)
     model = control.job_models.active(job)
     config = job_config(model)
@@ -84,13 +123,25 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         starts = systems.floors(start_rows.items())
         # Checkpoints first, then the sink: the sink commits a batch before its checkpoints are appended, so a
         # sink read after the checkpoint read holds every record those checkpoints cover, even while the job runs.
-        committed = systems.floors(control.checkpoints.latest(job, last).offsets.items())
+        latest, cut = control.checkpoints.latest_with_batch(job, last)
+        committed = systems.floors(latest.offsets.items())
+        states = {}
+        if config.state:  # as of the same batch: the state commits with the sink, before the checkpoints
+            from pipelines.state.inspect import state_at
+
+            for spec in config.state:
+                states[spec.name] = state_at(home, job, spec, (last, cut)).to_pandas()
         rows = _table(home, config.sink_table)
         dead = _table(home, config.dead_letter_table)
+        all_dead = dead
         if versions is not None:
             rows = rows[rows["model_version"].isin(versions)]
             dead = dead[dead["model_version"].isin(versions)]
         parts = []
+        keyed: list[pd.DataFrame] = []
+        stateful = bool(config.state)
+        run_starts = _first_starts(control, job, factors, systems) if stateful else {}
+        trimmed = False
         read_by_model = {ssp.whole() for task in model.tasks() for ssp in task.ssps}
         unread: dict[str, int] = {}
         earliest: dict[tuple[str, int], str] = {}
@@ -98,6 +149,8 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
             system = systems.of(stream.system)
             if isinstance(system, SupportsRecordsRead):
                 parts += _records_read(system, stream, starts, committed, rows, dead)
+                if stateful:  # slots: from the job's start (or its start time, which the slots keep)
+                    keyed.append(_keyed_read(system, stream, starts if config.start != EARLIEST else {}, committed))
                 continue
             for p, part in system.describe(stream.stream).partitions.items():
                 ssp = SystemStreamPartition(stream.system, stream.stream, p)
@@ -111,6 +164,10 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
                 if ssp in starts and system.position_key(starts[ssp]) > system.position_key(start):
                     start = starts[ssp]
                 end = committed.get(ssp)
+                if stateful:
+                    began = run_starts.get(ssp)
+                    trimmed |= began is not None and system.position_key(part.earliest) > system.position_key(began)
+                    keyed.append(_keyed_range(system, stream.stream, p, part.earliest, began, end))
                 if end is None or system.position_key(end) <= system.position_key(start):
                     continue
                 read = system.read(stream.stream, p, start, end, columns=["offset"])
@@ -119,7 +176,78 @@ def load_window(home: Home, job: str, event: str | None = None) -> Window:
         rows = with_input_order(rows, order.__getitem__)
     expected = expected_records(parts)
     gone = _no_longer_held(rows, earliest, order)
-    return Window(job, window_id, expected, rows, dead, factors, unread, model.version, gone)
+    window = Window(job, window_id, expected, rows, dead, factors, unread, model.version, gone)
+    if stateful:
+        frames = [f for f in keyed if len(f)]
+        records = pd.concat(frames, ignore_index=True) if frames else _empty_keyed()
+        window.keyed = with_input_order(records, order.__getitem__)
+        window.states, window.state_specs, window.all_dead = states, config.state, all_dead
+        window.trimmed = trimmed or bool(gone)
+    return window
+
+
+def _empty_keyed() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "stream": pd.Series(dtype=str),
+            "partition": pd.Series(dtype="int32"),
+            "offset": pd.Series(dtype=str),
+            "key": pd.Series(dtype=object),
+        }
+    )
+
+
+def _keyed_range(
+    system: Any, stream: str, partition: int, earliest: str, start: str | None, end: str | None
+) -> pd.DataFrame:
+    """A partition's records (with keys) from the job's start up to ``end``: what its states have counted."""
+    begin = earliest
+    if start is not None and system.position_key(start) > system.position_key(begin):
+        begin = start
+    if end is None or system.position_key(end) <= system.position_key(begin):
+        return _empty_keyed()
+    read = system.read(stream, partition, begin, end, columns=["offset", "key"])
+    table = read.records
+    return pd.DataFrame(
+        {
+            "stream": stream,
+            "partition": partition,
+            "offset": table.column("offset").to_pylist(),
+            "key": table.column("key").to_pylist(),
+        }
+    )
+
+
+def _keyed_read(
+    system: SupportsRecordsRead,
+    stream: SystemStream,
+    starts: Mapping[SystemStreamPartition, str],
+    committed: Mapping[SystemStreamPartition, str],
+) -> pd.DataFrame:
+    """Every record a slotted system's readers read (with keys and the slot that read it) from the job's start."""
+
+    def of_stream(positions: Mapping[SystemStreamPartition, str]) -> dict[int, str]:
+        return {s.partition: o for s, o in positions.items() if s.system_stream == stream}
+
+    found = system.records_read_keyed(stream.stream, of_stream(starts), of_stream(committed))
+    return pd.DataFrame(
+        {
+            "stream": stream.stream,
+            "partition": [-1 if slot is None else slot for slot, _, _ in found],
+            "offset": [position for _, position, _ in found],
+            "key": [key for _, _, key in found],
+        }
+    )
+
+
+def _first_starts(control: ControlPlane, job: str, versions: Iterable[int], systems: JobSystems) -> dict[Any, str]:
+    """Where the job began reading each partition: its start in the first model version that read it (version 1's
+    start, or the earliest position when an expansion added it). A state counts every record from there."""
+    first: dict[Any, str] = {}
+    for version in sorted(versions):
+        for ssp, position in systems.floors(control.checkpoints.start(job, version).items()).items():
+            first.setdefault(ssp, position)
+    return first
 
 
 def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str | None = None) -> Verdict:
@@ -128,6 +256,7 @@ def verify_job(home: Home, job: str, *, sequence: str | None = None, event: str 
     w = load_window(home, job, event)
     verdict = verify_rows(w.expected, w.rows, w.dead, w.factors.__getitem__, sequence)
     verdict.gone = sum(w.gone.values())
+    verdict.states = [v for v, _ in w.state_checks()]
     return verdict.with_unread(w.unread, w.version)
 
 

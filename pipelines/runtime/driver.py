@@ -98,6 +98,7 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
         .option("processOptions", json.dumps(dict(config.process_options), sort_keys=True))
         .option("outputSchema", schemas.to_json(output))
         .option("stores", "true" if config.stores else "false")
+        .option("state", json.dumps([s.to_dict() for s in config.state]))
     )
     writer = (
         writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=config.trigger_interval)
@@ -122,6 +123,7 @@ def run_job(
     registration = Registration(home, job, **_spark_identity(spark))
     registration.start()
     heartbeat = Heartbeat(control, job, registration)
+    compactor = _state_compactor(control, job, progress)
     watch = HomeWatch(home, job) if not home.is_local else None
     if watch is not None:
         watch.start()
@@ -148,6 +150,8 @@ def run_job(
             if not switch:
                 requests.clear_stop(home, job)
                 heartbeat.halt.set()
+                if compactor is not None:
+                    compactor.last_round()
                 registration.end(model_version=heartbeat.version, batch_id=heartbeat.batch)
                 heartbeat.last_round()
                 return queries
@@ -157,8 +161,21 @@ def run_job(
         raise
     finally:
         heartbeat.halt.set()
+        if compactor is not None:
+            compactor.halt.set()
         if watch is not None:
             watch.halt.set()
+
+
+def _state_compactor(control: ControlPlane, job: str, progress: Callable[[str], None]) -> Any:
+    """The thread that compacts the job's keyed states while it runs (None for a job that keeps none)."""
+    if not job_config(control.job_models.active(job)).state:
+        return None
+    from pipelines.state.compactor import StateCompactor
+
+    compactor = StateCompactor(control, job, progress)
+    compactor.start()
+    return compactor
 
 
 class HomeWatch(threading.Thread):

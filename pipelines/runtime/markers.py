@@ -34,6 +34,9 @@ class TaskMarker:
     stages: list[str] = field(default_factory=list)  # staging folders the task read (cleaned after the commit)
     stats: dict[str, float] = field(default_factory=dict)  # the input systems' own counters (e.g. throttles)
     stores: dict[str, Any] | None = None  # the adjunct store versions the batch was planned with (None: no stores)
+    state: dict[str, Any] | None = None  # the state segments and time the batch was planned with (None: no state)
+    state_files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # state -> its change files
+    state_stats: dict[str, float] = field(default_factory=dict)  # figures of the task's states (metrics)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)

@@ -16,7 +16,8 @@ from pipelines.runtime import schemas
 
 
 def ensure_output_tables(home: Home, config: JobConfig, output: Any | None = None) -> None:
-    """Create the sink and dead-letter Delta tables with their schemas, if they do not exist yet."""
+    """Create the sink and dead-letter Delta tables with their schemas, if they do not exist yet, and the tables
+    of the job's states (``pipelines.state``)."""
     output = output or parse_output_schema(config.output_schema)
     for name, struct in (
         (config.sink_table, schemas.sink_schema(output)),
@@ -25,3 +26,7 @@ def ensure_output_tables(home: Home, config: JobConfig, output: Any | None = Non
         path = home.sinks / name
         if not is_table(path):
             create_table(path, schemas.arrow(struct), mode="ignore")
+    if config.state:
+        from pipelines.state.runtime import ensure_tables
+
+        ensure_tables(home, config.name, config.state)

@@ -39,6 +39,21 @@ from pipelines.systems.base import InputSystem
 _EXECUTOR_SYSTEMS: dict[tuple[str, str, str], InputSystem] = {}
 
 
+_TASKS: dict[str, TaskRange] = {}
+"""The ``TaskRange`` of the task this worker reads now, by name: the processing step after the read (in the same
+process, on the same rows) finds the batch's state versions and the input systems' order in it."""
+
+
+def task_range(name: str) -> TaskRange | None:
+    """The description of virtual task ``name`` this worker read last (``read_task``)."""
+    return _TASKS.get(name)
+
+
+def record_order(task: TaskRange, stream_system: str) -> Any:
+    """The order of a system's record positions (its ``position_key``), for a task's records."""
+    return _executor_system(stream_system, Home(task.home), task.settings.get(stream_system, {})).position_key
+
+
 def _executor_system(name: str, home: Home, settings: Mapping[str, Any]) -> InputSystem:
     from pipelines.systems.registry import open_system
 
@@ -72,6 +87,7 @@ class TaskRange(InputPartition):
     settings: dict[str, dict[str, Any]]  # the job's input-system settings (never secrets)
     shared: bool  # several virtual tasks read each partition: fetch once, stage, and take a bucket
     stores: dict[str, Any] | None = None  # the batch's adjunct store versions, from its end offset (None: none)
+    state: dict[str, Any] | None = None  # the batch's state segments and time, from its end offset (None: none)
 
 
 def describe(task: TaskRange) -> bytes:
@@ -113,7 +129,8 @@ def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
     """The task's records in the partitions' order (old partitions first), then its marker row."""
     home = Home(partition.home)
     target = schemas.arrow(schemas.RECORDS)
-    marker = TaskMarker(partition.task_name, stores=partition.stores)
+    marker = TaskMarker(partition.task_name, stores=partition.stores, state=partition.state)
+    _TASKS[partition.task_name] = partition  # the processing step, in this process, opens its states from it
     if partition.stores is not None:  # the processing step opens the task's store views at these versions
         from pipelines.adjunct.runtime import remember_batch
 

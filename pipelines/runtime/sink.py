@@ -25,7 +25,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -38,10 +38,11 @@ from pipelines.control.home import Home
 from pipelines.control.metrics import metric
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
+from pipelines.core.state import StateSpec
 from pipelines.deltaio import open_table
 from pipelines.errors import PipelinesError
 from pipelines.faults import crash_point
-from pipelines.runtime import fetch, heap, schemas
+from pipelines.runtime import fetch, heap, manifest, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.processing import make_processor
 from pipelines.runtime.reading import read_described
@@ -90,6 +91,7 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         self.process_options = json.loads(options.get("processOptions", "{}"))
         self.output_json = options["outputSchema"]
         self.stores = options.get("stores", "false") == "true"
+        self.state = tuple(StateSpec.from_saved(raw) for raw in json.loads(options.get("state", "[]")))
 
     # ------------------------------------------------------------ executors
 
@@ -101,7 +103,13 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         query_id = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or "unknown"
         process = make_processor(
-            self.job, self.process, self.process_options, self.output_json, home=self.home, stores=self.stores
+            self.job,
+            self.process,
+            self.process_options,
+            self.output_json,
+            home=self.home,
+            stores=self.stores,
+            state=self.state,
         )
         user_names = schemas.sink_schema(schemas.from_json(self.output_json)).names
         dead_names = [f.name for f in schemas.PROCESSED_LINEAGE]
@@ -141,15 +149,39 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
             return
         home = Home(self.home)
         app_id = f"{self.job}/v{self.version}/{present[0].query_id}"
+        markers = [TaskMarker.loads(text) for m in present for text in m.markers]
+        files: dict[str, Any] = {
+            "dead": [f for m in present for f in m.dead],
+            "data": [f for m in present for f in m.data],
+            "state": {s.name: [f for mk in markers for f in mk.state_files.get(s.name, [])] for s in self.state},
+        }
+        tables = bool(files["dead"]) + bool(files["data"]) + sum(bool(v) for v in files["state"].values())
+        named = bool(self.state) or tables > 1
+        if named:  # several tables commit apart: the first run's files for all of them (runtime.manifest)
+            wire = {**files, "dead": [asdict(f) for f in files["dead"]], "data": [asdict(f) for f in files["data"]]}
+            settled, _ = manifest.settle(home, self.job, app_id, batchId, wire)
+            files = {
+                "dead": [FileAdd(**f) for f in settled["dead"]],
+                "data": [FileAdd(**f) for f in settled["data"]],
+                "state": settled["state"],
+            }
         t0 = time.perf_counter()
-        dead_files = [f for m in present for f in m.dead]
+        dead_files: list[FileAdd] = files["dead"]
         dead_new = commit_files(self.dead_path, dead_files, app_id, batchId) if dead_files else False
-        data_new = commit_files(self.sink_path, [f for m in present for f in m.data], app_id, batchId)
+        data_new = commit_files(self.sink_path, files["data"], app_id, batchId)
         commit_s = time.perf_counter() - t0
         crash_point("after_sink_commit")
+        state_figures = {}
+        if self.state:
+            from pipelines.state.durable import ChangeFile
+            from pipelines.state.runtime import commit_states
+
+            planned = next((mk.state for mk in markers if mk.state is not None), None)
+            changes = {name: [ChangeFile.from_json(f) for f in found] for name, found in files["state"].items()}
+            state_figures = commit_states(home, self.job, self.state, changes, planned, app_id=app_id, batch_id=batchId)
+            crash_point("after_state_commit")
         t1 = time.perf_counter()  # control_commit_s: checkpoints, store checkpoints, input lag (not this append)
         control = _control(home)
-        markers = [TaskMarker.loads(text) for m in present for text in m.markers]
         checkpoints = CheckpointMap(
             self.factor, {SystemStreamPartition.from_wire(ssp): end for mk in markers for ssp, end in mk.ends.items()}
         )
@@ -171,9 +203,13 @@ class ElasticDeltaWriter(DataSourceStreamArrowWriter):
             ("batch_replayed", 0.0 if data_new or dead_new or not (needed or dead_files) else 1.0),
         ):
             rows.append(metric(self.job, self.version, batchId, None, name, value))
+        for name, value in state_figures.items():
+            rows.append(metric(self.job, self.version, batchId, None, name, value))
         rows.append(metric(self.job, self.version, batchId, None, "control_commit_s", time.perf_counter() - t1))
         control.metrics.append(rows)
         fetch.remove_stages(home, [stage for mk in markers for stage in mk.stages])
+        if named:
+            manifest.remove(home, self.job, app_id, batchId)
         heap.settle()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -259,6 +295,8 @@ def _task_metrics(markers: list[TaskMarker], job: str, version: int, batch_id: i
             rows.append(metric(job, version, batch_id, mk.task, name.replace("_ns", "_s"), getattr(mk, name) / 1e9))
         for name, value in mk.stats.items():
             rows.append(metric(job, version, batch_id, mk.task, f"input.{name}", value))
+        for name, value in mk.state_stats.items():
+            rows.append(metric(job, version, batch_id, mk.task, name, value))
     return rows
 
 

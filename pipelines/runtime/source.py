@@ -58,6 +58,11 @@ from pipelines.runtime.reading import SspRange, TaskRange, describe
 from pipelines.systems.base import InputSystem, SupportsRelayout, check_not_rewound
 from pipelines.systems.identity import check_same_streams, identities, recorded
 
+_STORES_KEY = "stores"
+"""``adjunct.runtime.OFFSET_KEY`` (not imported: the source runner starts light)."""
+_STATE_KEY = "state"
+"""``state.task.OFFSET_KEY``."""
+
 IDENTITY_CHECK_S = 10.0
 """How often a running query asks its inputs' ids (a Kafka metadata request, a Delta log read): a stream deleted
 and created again is a rare operator's act, and the ends catch the new stream sooner while it is below the
@@ -190,21 +195,28 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             print(f"[{self.job}] could not record {metric}: {e}", flush=True)
 
     def _with_stores(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
-        """Adjunct stores: ingest them and name the versions this batch sees in its end offset (Spark logs it).
+        """Adjunct stores and keyed state: ingest the stores and name the store versions and state segments this
+        batch sees in its end offset (Spark logs it before the batch runs, so a replay sees the same).
 
         An idle main input keeps ``start`` as it is, so a store that moved alone never makes an empty batch.
         """
-        from pipelines.adjunct.runtime import OFFSET_KEY, driver_versions
         from pipelines.jobs.config import job_config
 
         config = self.__dict__.get("_config")
         if config is None:
             config = self.__dict__["_config"] = job_config(self.model())
-        if not config.stores:
+        if not config.stores and not config.state:
             return end
-        if end == {k: v for k, v in start.items() if k != OFFSET_KEY}:
+        if end == {k: v for k, v in start.items() if k not in (_STORES_KEY, _STATE_KEY)}:
             return start
-        end[OFFSET_KEY] = driver_versions(self.home, config)
+        if config.stores:
+            from pipelines.adjunct.runtime import driver_versions
+
+            end[_STORES_KEY] = driver_versions(self.home, config)
+        if config.state:
+            from pipelines.state.runtime import driver_versions as state_versions
+
+            end[_STATE_KEY] = state_versions(self.home, config.name, config.state)
         return end
 
     def _check_identities(self) -> None:
@@ -320,7 +332,8 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         ranges,
                         self.settings(),
                         shared,
-                        end.get("stores"),  # adjunct.runtime.OFFSET_KEY (not imported: the runner starts light)
+                        end.get(_STORES_KEY),
+                        end.get(_STATE_KEY),
                     )
                 )
         return tasks

@@ -298,6 +298,13 @@ class SupportsRecordsRead(Protocol):
         """
         ...
 
+    def records_read_keyed(
+        self, stream: str, starts: Mapping[int, Position], ends: Mapping[int, Position]
+    ) -> list[tuple[int | None, Position, bytes]]:
+        """``records_read`` with each record's key, as the job's reader hands it over (the state check counts
+        each key's records)."""
+        ...
+
 
 @runtime_checkable
 class SupportsLineage(Protocol):

@@ -37,6 +37,12 @@ class KinesisAudit:
     def records_read(
         self, stream: str, starts: Mapping[int, Position], ends: Mapping[int, Position]
     ) -> list[tuple[int | None, Position]]:
+        """``records_read_keyed`` without the keys."""
+        return [(slot, position) for slot, position, _ in self.records_read_keyed(stream, starts, ends)]
+
+    def records_read_keyed(
+        self, stream: str, starts: Mapping[int, Position], ends: Mapping[int, Position]
+    ) -> list[tuple[int | None, Position, bytes]]:
         """Every record the slots read after ``starts`` (missing: from the job's start) up to ``ends``, with its slot.
 
         What the data-quality checks expect in the sink. A slot's positions
@@ -54,22 +60,23 @@ class KinesisAudit:
         since = max(times, default=None)  # one per job
         end_slots = {p: s.shards for p, s in end_decoded.items()}
         start_slots = {p: s.shards for p, s in start_decoded.items()}
-        result: list[tuple[int | None, Position]] = []
+        result: list[tuple[int | None, Position, bytes]] = []
         for shard in sorted(mapper.shards, key=shard_ordinal):
             slot, upto = _holder(mapper, end_slots, shard)
             if upto is None or upto == TRIM_HORIZON:
                 continue
             _, before = _holder(mapper, start_slots, shard)
-            for sequence, sub, arrived in self._scan(stream, shard, upto):
+            for sequence, sub, arrived, key in self._scan(stream, shard, upto):
                 if since is not None and arrived < since:
                     continue
                 if before is None or unread_in_shard(sequence, before):
-                    result.append((slot, RecordPosition(shard, sequence, sub).encode()))
+                    result.append((slot, RecordPosition(shard, sequence, sub).encode(), key))
         return result
 
-    def _scan(self, stream: str, shard: str, upto: str) -> list[tuple[str, int | None, int]]:
+    def _scan(self, stream: str, shard: str, upto: str) -> list[tuple[str, int | None, int, bytes]]:
         """Records of ``shard`` from its oldest up to ``upto`` (a sequence number, or SHARD_END), as the reader
-        lists them (a KPL aggregate's user records each under their sub-sequence number), with arrival times."""
+        lists them (a KPL aggregate's user records each under their sub-sequence number), with arrival times and
+        partition keys (as the reader hands them to the job: UTF-8 bytes)."""
         stats: Counter[str] = Counter()
         limiter = self.client.limiter(stream, shard, "records")
         self.client.limiter(stream, shard, "iterator").acquire()
@@ -77,7 +84,7 @@ class KinesisAudit:
             stream, "get_shard_iterator", stats, StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
         )
         iterator: str | None = answer["ShardIterator"]
-        found: list[tuple[str, int | None, int]] = []
+        found: list[tuple[str, int | None, int, bytes]] = []
         while iterator is not None:
             limiter.acquire()
             limit = self.client.settings.get_records_limit
@@ -89,9 +96,9 @@ class KinesisAudit:
                 users = deaggregate(record["Data"])
                 arrived = arrival_ms(record)
                 if users is None:
-                    found.append((sequence, None, arrived))
+                    found.append((sequence, None, arrived, str(record["PartitionKey"]).encode()))
                 else:
-                    found += [(sequence, i, arrived) for i in range(len(users))]
+                    found += [(sequence, i, arrived, u.partition_key.encode()) for i, u in enumerate(users)]
             iterator = page.get("NextShardIterator")
             if not page.get("Records") and not page.get("MillisBehindLatest"):
                 break

@@ -116,6 +116,11 @@ class KinesisSystem:
     ) -> list[tuple[int | None, Position]]:
         return self._audit.records_read(stream, starts, ends)
 
+    def records_read_keyed(
+        self, stream: str, starts: Mapping[int, Position], ends: Mapping[int, Position]
+    ) -> list[tuple[int | None, Position, bytes]]:
+        return self._audit.records_read_keyed(stream, starts, ends)
+
     # ---------------------------------------------------------------- resharding (tests, demos)
 
     def open_shards(self, stream: str) -> list[str]:

@@ -1,0 +1,229 @@
+"""Folding a state's changes into its ``current`` table: one row per key, what a Spark user reads.
+
+``compact`` merges the newest ``current`` (sorted by key hash) with the changes after its segment, key by key, one
+current file at a time, drops the rows whose time-to-live ran out at the newest batch's time, and writes the
+result as the next version of ``current``, in files sorted by key hash and disjoint (so an executor builds a
+fraction streaming, file by file); the commit names the segment it folds in and carries the application
+transaction ``(state-compactor, segment)``, so two compactions never both land one segment. It then retires the
+change files the *previous* version of ``current`` folded in: a reader that built from that version still finds
+every change after it. Memory holds the changes since the last compaction and one current file, never the
+whole state. When it runs: ``due`` (docs/design.md, "Keyed state").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake.transaction import AddAction, RemoveAction
+
+from pipelines.control.home import Home
+from pipelines.core import state as rules
+from pipelines.deltaio import read_delta, readable
+from pipelines.faults import crash_point
+from pipelines.state import layout
+from pipelines.state.cache import _one_file
+from pipelines.state.durable import BATCH_KEY, COMPACTOR_APP, SEGMENT_KEY, StateTables, removes
+
+FILE_BYTES = 64 << 20
+"""Target size of a ``current`` file: large enough that a big state has few files, small enough to stream."""
+VACUUM_HOURS = 1
+"""How long files that left a table stay on the store: a reader that opened an older version (a task building a
+base, a verification) still finds them. Compaction runs at most every ``MIN_INTERVAL_S``, so at most a few
+copies of the state wait for the vacuum."""
+MIN_INTERVAL_S = 60.0
+"""A running driver compacts a state at most this often ..."""
+MAX_INTERVAL_S = 600.0
+"""... and at least this often while its changes grow."""
+RATIO = 0.25
+"""... or sooner, once the changes since the last compaction hold this share of ``current``'s rows."""
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What one compaction of one state did."""
+
+    state: str
+    segment: int
+    rows: int
+    expired: int
+    changes_folded: int
+    files_retired: int
+    seconds: float
+
+
+def due(tables: StateTables, last_run_s: float | None, now_s: float) -> bool:
+    """Whether a running driver should compact now: changes past ``RATIO`` of ``current`` (at least a minute
+    after the last round), or any change ``MAX_INTERVAL_S`` after it."""
+    if last_run_s is not None and now_s - last_run_s < MIN_INTERVAL_S:
+        return False
+    as_of = tables.current_as_of()
+    if tables.segment() <= as_of:
+        return False
+    if last_run_s is None or now_s - last_run_s >= MAX_INTERVAL_S:
+        return True
+    current_rows, changed_rows = _rows(tables)
+    return changed_rows >= max(1, RATIO * current_rows)
+
+
+def compact(home: Home, job: str, spec: rules.StateSpec) -> Compaction | None:
+    """Fold every committed change into the next version of ``current``; None when there was nothing to fold."""
+    t0 = time.perf_counter()
+    tables = StateTables(home, job, spec)
+    latest = tables.segment()
+    current = tables.current()
+    as_of = tables.current_as_of(current)
+    if latest <= as_of:
+        return None
+    raw = tables.read_changes(as_of, latest)
+    batch = _newest_batch(raw)
+    changes = _latest_per_key(raw, spec)
+    del raw
+    now_us = _newest_time(changes)
+    schema = layout.current_schema(spec)
+    counts = {"rows": 0, "expired": 0}
+
+    def merged() -> Iterator[pa.RecordBatch]:
+        actions = pa.table(current.get_add_actions(flatten=True)).to_pylist()
+        ordered = sorted(actions, key=lambda a: a.get(f"min.{rules.KEY_HASH}") or 0)
+        hashes = changes.column(rules.KEY_HASH).to_numpy() if changes.num_rows else np.empty(0, np.int64)
+        taken = 0
+        for i, action in enumerate(ordered):
+            high = ordered[i + 1].get(f"min.{rules.KEY_HASH}") if i + 1 < len(ordered) else None
+            end = len(hashes) if high is None else int(np.searchsorted(hashes, high, side="left"))
+            mine = changes.slice(taken, end - taken)
+            taken = end
+            old = read_delta(current, schema=schema, keep=_one_file(action["path"]))
+            if mine.num_rows and old.num_rows:
+                old = old.filter(pc.invert(pc.is_in(old[rules.KEY], value_set=mine[rules.KEY])))
+            yield from _kept(pa.concat_tables([old, mine]), spec, now_us, counts)
+        if taken < changes.num_rows:
+            yield from _kept(changes.slice(taken), spec, now_us, counts)
+
+    reader = pa.RecordBatchReader.from_batches(schema, merged())
+    crash_point("mid_state_compaction")
+    with readable(tables.current_path):
+        write_deltalake(
+            current,
+            reader,
+            mode="overwrite",
+            target_file_size=FILE_BYTES,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(COMPACTOR_APP, latest)],
+                custom_metadata={SEGMENT_KEY: str(latest), BATCH_KEY: batch},
+            ),
+        )
+    retired = _retire(tables, as_of)
+    with readable(tables.current_path):
+        current.vacuum(retention_hours=VACUUM_HOURS, dry_run=False, enforce_retention_duration=False)
+    return Compaction(
+        spec.name, latest, counts["rows"], counts["expired"], changes.num_rows, retired, time.perf_counter() - t0
+    )
+
+
+def _latest_per_key(changes: pa.Table, spec: rules.StateSpec) -> pa.Table:
+    """Each key's newest row among the changes (the highest segment), sorted by key hash, as ``current_schema``."""
+    schema = layout.current_schema(spec)
+    if changes.num_rows == 0:
+        return schema.empty_table()
+    rows = changes.select(schema.names)
+    order = pc.sort_indices(rows, sort_keys=[(rules.KEY, "ascending"), (rules.SEGMENT, "descending")])
+    rows = rows.take(order)
+    keys = rows.column(rules.KEY).combine_chunks()
+    first = np.ones(len(keys), dtype=bool)
+    if len(keys) > 1:
+        first[1:] = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1)).to_numpy(zero_copy_only=False)
+    rows = rows.filter(pa.array(first))
+    return rows.sort_by(rules.KEY_HASH).cast(schema)
+
+
+def _newest_batch(changes: pa.Table) -> str:
+    """``<model version>/<batch id>`` of the newest batch among the changes: which batch a version of ``current``
+    is as of, for a reader that needs the state at a given batch (``pipelines.state.inspect``)."""
+    if changes.num_rows == 0:
+        return ""
+    top = pc.max(changes.column(rules.SEGMENT)).as_py()
+    newest = changes.filter(pc.equal(changes.column(rules.SEGMENT), top))
+    return f"{newest.column('model_version')[0].as_py()}/{newest.column('batch_id')[0].as_py()}"
+
+
+def _newest_time(changes: pa.Table) -> int | None:
+    if changes.num_rows == 0:
+        return None
+    newest = pc.max(changes.column(rules.UPDATED_AT).cast(pa.int64())).as_py()
+    return None if newest is None else int(newest)
+
+
+def _kept(
+    rows: pa.Table, spec: rules.StateSpec, now_us: int | None, counts: dict[str, int]
+) -> Iterator[pa.RecordBatch]:
+    """Rows sorted by key hash, without those whose time-to-live ran out by the newest batch's time."""
+    if rows.num_rows == 0:
+        return
+    if spec.ttl_s is not None and now_us is not None:
+        updated = rows.column(rules.UPDATED_AT).cast(pa.int64())
+        alive = pc.greater(pc.add(updated, int(spec.ttl_s * 1_000_000)), now_us)
+        alive = pc.fill_null(alive, True)
+        before = rows.num_rows
+        rows = rows.filter(alive)
+        counts["expired"] += before - rows.num_rows
+    rows = rows.sort_by(rules.KEY_HASH)
+    counts["rows"] += rows.num_rows
+    yield from rows.combine_chunks().to_batches()
+
+
+def _retire(tables: StateTables, upto: int) -> int:
+    """Remove the change files whose segments are all at or before ``upto`` (folded into a kept ``current``)."""
+    if upto <= 0:
+        return 0
+    dt = tables.changes()
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    old = [a for a in actions if (a.get(f"max.{rules.SEGMENT}") or 0) <= upto]
+    if not old:
+        return 0
+    with readable(tables.changes_path):
+        retired: list[AddAction | RemoveAction] = [*removes(old, layout.CHANGES_PARTITIONS)]
+        dt.create_write_transaction(
+            retired,
+            "append",
+            dt.schema(),
+            partition_by=list(layout.CHANGES_PARTITIONS),
+            commit_properties=CommitProperties(custom_metadata={"pipelines.state.retired_upto": str(upto)}),
+        )
+        dt.update_incremental()
+        dt.vacuum(retention_hours=VACUUM_HOURS, dry_run=False, enforce_retention_duration=False)
+    return len(old)
+
+
+def _rows(tables: StateTables) -> tuple[int, int]:
+    """(rows of ``current``, change rows after its segment), from the add actions alone."""
+    as_of = tables.current_as_of()
+    current = pa.table(tables.current().get_add_actions(flatten=True))
+    changes = tables.change_actions(as_of, tables.segment())
+    current_rows = int(pc.sum(current["num_records"]).as_py() or 0) if current.num_rows else 0
+    return current_rows, sum(int(a.get("num_records") or 0) for a in changes)
+
+
+def compact_job_states(home: Home, job: str, specs: tuple[rules.StateSpec, ...]) -> list[Compaction]:
+    """Compact every state of a job now (``pipelines job compact``, the end of a run)."""
+    done = []
+    for spec in specs:
+        found = compact(home, job, spec)
+        if found is not None:
+            done.append(found)
+    return done
+
+
+def summary(done: list[Compaction]) -> str:
+    """One line for a driver's log or a CLI."""
+    return ", ".join(
+        f"state {c.state}: {c.rows:,} keys at segment {c.segment} ({c.changes_folded:,} changes folded"
+        + (f", {c.expired:,} expired" if c.expired else "")
+        + f", {c.seconds:.2f}s)"
+        for c in done
+    )
