@@ -35,7 +35,7 @@ from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.core.start import EARLIEST, LATEST, start_time_ms
 from pipelines.errors import ConfigError
 from pipelines.faults import crash_point
-from pipelines.jobs.config import CONFIG_KEY, JobConfig, job_config
+from pipelines.jobs.config import CONFIG_KEY, JobConfig, check_config_change, job_config
 from pipelines.systems.base import Position, SupportsRelayout, SupportsStartAtTime
 from pipelines.systems.identity import IDENTITY_KEY, check_same_streams, identities, recorded
 from pipelines.systems.registry import JobSystems
@@ -59,6 +59,7 @@ class VersionPlan:
             or self.model.partitions() != p.partitions()
             or self.model.grouper != p.grouper
             or self.model.elasticity_factor != p.elasticity_factor
+            or self.model.config.get(CONFIG_KEY) != p.config.get(CONFIG_KEY)
         )
 
     def summary(self) -> dict[str, Any]:
@@ -105,25 +106,31 @@ def plan_next(
     factor: object | None = None,
     grouper: str | None = None,
     containers: int | None = None,
+    config: dict[str, Any] | None = None,
 ) -> VersionPlan:
-    """Version N+1 of ``job`` over its inputs' partitions now: a new factor, grouper or container count.
+    """Version N+1 of ``job`` over its inputs' partitions now: a new factor, grouper or container count, or a new
+    configuration (``config``: the job's YAML, a new function or options, columns added to its state or output).
 
     ``None`` keeps what the active model has. Partition growth is absorbed by
     the grouper (SEP-5's fixed task number keeps keys with their tasks); a
-    shrink or, for that grouper, a growth to a non-multiple is refused.
+    shrink or, for that grouper, a growth to a non-multiple is refused. A new
+    configuration is checked against the one in force (``check_config_change``).
     """
     control = ControlPlane(home)
     current = control.job_models.active(job)
-    config = job_config(current)
-    raw = config.to_dict()
+    active = job_config(current)
+    raw = active.to_dict()
+    if config is not None:  # the YAML's factor, grouper and containers were the job's at its create: kept as now
+        check_config_change(active, JobConfig.from_dict(config, origin=f"the new configuration of job {job}"))
+        raw = {**config, "grouper": current.grouper, "containers": active.containers}
     raw["elasticity_factor"] = current.elasticity_factor if factor is None else validate_factor(factor)
     if grouper is not None:
         raw["grouper"] = grouper
     if containers is not None:
         raw["containers"] = containers
-    config = JobConfig.from_dict(raw, origin=f"job {job} v{current.version}")
-    with JobSystems(home, config.systems) as systems:
-        model_config = _model_config(systems, config)
+    new = JobConfig.from_dict(raw, origin=f"job {job} v{current.version}")
+    with JobSystems(home, new.systems) as systems:
+        model_config = _model_config(systems, new)
         check_same_streams(
             job,
             current.version,
@@ -135,13 +142,13 @@ def plan_next(
         model = plan_job_model(
             job,
             (control.job_models.latest_version(job) or current.version) + 1,
-            partition_counts(systems, config),
-            factor=config.elasticity_factor,
-            grouper=config.grouper,
-            containers=config.containers,
+            partition_counts(systems, new),
+            factor=new.elasticity_factor,
+            grouper=new.grouper,
+            containers=new.containers,
             previous=current,
             config=model_config,
-            slotted=frozenset(s for s in config.inputs if isinstance(systems.of(s.system), SupportsRelayout)),
+            slotted=frozenset(s for s in new.inputs if isinstance(systems.of(s.system), SupportsRelayout)),
         )
         old = control.checkpoints.latest(job, current.version)
         return VersionPlan(current, model, start_positions(systems, old, model))

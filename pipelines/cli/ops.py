@@ -7,7 +7,7 @@ import argparse
 from pipelines.cli.output import Output, text
 from pipelines.control.home import Home
 from pipelines.core.ssp import validate_name
-from pipelines.errors import PartitionChangeError, PipelinesError
+from pipelines.errors import ConfigError, PartitionChangeError, PipelinesError
 
 
 def run(args: argparse.Namespace, home: Home, output: Output) -> None:
@@ -46,8 +46,8 @@ def demo(args: argparse.Namespace, home: Home, output: Output) -> None:
         raise PipelinesError("the demo's verification failed; see the table above")
 
 
-def _resolve_factor(home: Home, job: str, factor: str, reason: str, output: Output) -> tuple[object, str]:
-    if factor.strip().lower() != "auto":
+def _resolve_factor(home: Home, job: str, factor: str | None, reason: str, output: Output) -> tuple[object, str]:
+    if factor is None or factor.strip().lower() != "auto":
         return factor, reason
     from pipelines.control.locks import ScalingInProgressError
     from pipelines.core.autosize import SKIP
@@ -67,8 +67,21 @@ def rescale(args: argparse.Namespace, home: Home, output: Output) -> None:
         from pipelines.quality.verify import check_output_sequence
 
         check_output_sequence(home, validate_name("job", args.job), args.sequence)
+    if args.factor is None and args.config is None:
+        raise ConfigError("rescale needs --factor (a number, or auto) or --config (a new version of the job's YAML)")
+    config = None
+    if args.config is not None:
+        from pipelines.jobs.config import JobConfig
+
+        config = JobConfig.load(args.config).to_dict()
     factor, reason = _resolve_factor(home, args.job, args.factor, args.reason, output)
-    request = scaling.ScalingRequest(validate_name("job", args.job), factor, reason, grouper=args.grouper)  # type: ignore[arg-type]
+    request = scaling.ScalingRequest(
+        validate_name("job", args.job),
+        factor,  # type: ignore[arg-type]
+        reason,
+        grouper=args.grouper,
+        config=config,
+    )
     summary = scaling.plan(home, request)
     if not args.dry_run and not summary["changes"]:
         scaling.settle_abandoned(home, request.job, say=output.note)

@@ -219,7 +219,7 @@ def _plan_saves(args: argparse.Namespace) -> bool:
 
 
 def _rescale_writes(args: argparse.Namespace) -> bool:
-    return not args.dry_run or args.factor.strip().lower() == "auto"  # auto records the autosizer's decision
+    return not args.dry_run or (args.factor or "").strip().lower() == "auto"  # auto records the autosizer's decision
 
 
 def _watch_applies(args: argparse.Namespace) -> bool:
@@ -586,7 +586,7 @@ RESCALE = ActionCommand(
     "pipelines.cli.ops.rescale",
     (
         JOB,
-        arg("--factor", required=True, help='target elasticity factor, or "auto" to ask the autosizer'),
+        arg("--factor", help='target elasticity factor, or "auto" to ask the autosizer (default: the one now)'),
         arg(
             "--reason",
             type=reason,
@@ -594,6 +594,11 @@ RESCALE = ActionCommand(
             help=f"recorded with the new model (one line, at most {MAX_REASON} characters)",
         ),
         arg("--grouper", help=f"switch grouper too: one of {GROUPER_NAMES}"),
+        arg(
+            "--config",
+            help="a new version of the job's YAML: another function or options, columns added to its output or "
+            "state (the factor stays unless --factor says otherwise)",
+        ),
         arg("--dry-run", action="store_true", help="plan and print the new model, change nothing"),
         arg("--lock-wait", type=seconds, default=0.0, help="seconds to wait for another scaling step"),
         arg(

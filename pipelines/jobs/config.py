@@ -29,7 +29,7 @@ from pipelines import yamlfile
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream
-from pipelines.core.state import StateSpec, make_spec
+from pipelines.core.state import StateSpec, check_evolution, make_spec
 from pipelines.errors import ConfigError
 
 CONFIG_KEY = "job_config"
@@ -210,6 +210,62 @@ def interval_seconds(text: str) -> float:
         raise ConfigError(f"not a trigger interval: {text!r}")
     unit = found.group(2)
     return float(found.group(1)) * _SECONDS_PER[unit if unit in _SECONDS_PER else unit.removesuffix("s")]
+
+
+CHANGEABLE = frozenset(
+    {
+        "process",
+        "process_options",
+        "output_schema",
+        "state",
+        "batch",
+        "trigger",
+        "autosize",
+        "metrics_retention_hours",
+        "source",
+        "elasticity_factor",
+        "grouper",
+        "containers",
+    }
+)
+"""What a new model version may change of a job's configuration (``rescale --config``); the rest (its inputs,
+tables, stores, systems and start) names what the job is, and a different one is another job."""
+
+
+def check_config_change(old: JobConfig, new: JobConfig) -> None:
+    """Refuse a new configuration of a running job unless it keeps what the job is and what its tables hold.
+
+    The inputs, tables, adjunct stores, input systems' settings and start stay as they are; the output schema
+    and each state's value schema may only add columns (rows already written keep theirs and read the new ones
+    as null); states are declared at ``job create``.
+    """
+    if new.name != old.name:
+        raise ConfigError(f"the new configuration names job {new.name!r}, not {old.name!r}")
+    before, after = old.to_dict(), new.to_dict()
+    fixed = sorted(k for k in set(before) | set(after) if k not in CHANGEABLE and before.get(k) != after.get(k))
+    if fixed:
+        raise ConfigError(
+            f"job {old.name!r}: a new version cannot change {', '.join(fixed)} (what the job reads, where it writes "
+            "and from where it started); create a job afresh for that"
+        )
+    from pipelines.jobs.output_schema import parse_output_schema
+
+    was = {f.name: f.dataType.simpleString() for f in parse_output_schema(old.output_schema).fields}
+    now = {f.name: f.dataType.simpleString() for f in parse_output_schema(new.output_schema).fields}
+    for name, kind in was.items():
+        if now.get(name) != kind:
+            change = "drops" if name not in now else f"changes to {now[name]}"
+            raise ConfigError(
+                f"job {old.name!r}: the new output_schema {change} column {name!r} ({kind}); the sink's schema may "
+                "only add columns"
+            )
+    added = sorted({s.name for s in new.state} - {s.name for s in old.state})
+    if added:
+        raise ConfigError(
+            f"job {old.name!r}: the new configuration adds state {', '.join(added)}; a job's states are declared "
+            "when it is created (a new state would count none of the records before it), so create a job afresh"
+        )
+    check_evolution(old.name, old.state, new.state)
 
 
 def state_section(spec: StateSpec) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def state_flags(
     applied = applied.assign(
         partition=applied["partition"].astype("int64"),
         offset=applied["offset"].astype(str),
-        key_text=applied["key"].map(_text),
+        key_text=applied["key"].map(_text).astype(object),
     ).sort_values(INPUT_ORDER, kind="stable")
     # per key and partition: its last record, and each record's count of records from it to that last
     group = applied.groupby(["key_text", "stream", "partition"], sort=False)
@@ -111,8 +111,8 @@ def state_flags(
     )
 
     mine = rows[STATE_COLUMNS].rename(columns=_PLAIN)
-    mine = mine.assign(key_text=mine[rules.KEY].map(_text)).drop(columns=[rules.KEY])
-    frame = pd.DataFrame({"key_text": sorted(set(counts.index) | set(mine["key_text"]))})
+    mine = mine.assign(key_text=mine[rules.KEY].map(_text).astype(object)).drop(columns=[rules.KEY])
+    frame = pd.DataFrame({"key_text": pd.Series(sorted(set(counts.index) | set(mine["key_text"])), dtype=object)})
     frame = frame.merge(counts, left_on="key_text", right_index=True, how="left")
     frame = frame.merge(spans, left_on="key_text", right_index=True, how="left")
     frame = frame.merge(input_last, left_on="key_text", right_index=True, how="left")

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+from deltalake.schema import Field as DeltaField
+
 from pipelines.control.home import Home
-from pipelines.deltaio import create_table, is_table
+from pipelines.deltaio import create_table, open_if_table, readable
 from pipelines.jobs.config import JobConfig
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.runtime import schemas
@@ -24,8 +27,15 @@ def ensure_output_tables(home: Home, config: JobConfig, output: Any | None = Non
         (config.dead_letter_table, schemas.DEAD_LETTER),
     ):
         path = home.sinks / name
-        if not is_table(path):
+        dt = open_if_table(path)
+        if dt is None:
             create_table(path, schemas.arrow(struct), mode="ignore")
+            continue
+        have = set(pa.schema(dt.schema().to_arrow()).names)
+        missing = [f for f in schemas.arrow(struct) if f.name not in have]
+        if missing:  # a new version's output_schema added columns (``jobs.config.check_config_change``)
+            with readable(path):
+                dt.alter.add_columns([DeltaField.from_arrow(f) for f in missing])
     if config.state:
         from pipelines.state.runtime import ensure_tables
 

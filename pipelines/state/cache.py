@@ -240,9 +240,11 @@ class StateCache:
         self._pending: dict[tuple[str, str, str], dict[str, dict[bytes, dict[str, Any]]]] = {}
 
     def directory(self, home: Home, tables: StateTables) -> Path:
-        """A folder per state table incarnation: a job made again under its name never meets its old bases."""
+        """A folder per state table incarnation and value schema: a job made again under its name never meets its
+        old bases, nor a version that added columns the bases of the version before."""
         identity = tables.changes().metadata().id
-        digest = hashlib.sha1(f"{home.root}|{identity}".encode()).hexdigest()[:16]
+        columns = ",".join(f"{c.name}:{c.type}" for c in tables.spec.columns)  # added columns: new bases
+        digest = hashlib.sha1(f"{home.root}|{identity}|{columns}".encode()).hexdigest()[:16]
         return self.root / digest / tables.job / tables.spec.name
 
     def remember_written(self, tables: StateTables, path: str, rows: dict[bytes, dict[str, Any]]) -> None:

@@ -249,22 +249,32 @@ class StateTables:
     # ------------------------------------------------------------------ current
 
     def current_as_of(self, dt: DeltaTable | None = None) -> int:
-        """The segment the ``current`` table's latest version folds in (0: no compaction yet)."""
+        """The segment the ``current`` table's latest version folds in (0: no compaction yet).
+
+        The newest compaction's commit says it; later commits (columns added by a new version's schema) do not
+        change the rows.
+        """
         dt = dt or self.current()
-        return _as_of(dt.history(1))
+        for entry in dt.history():
+            if entry.get(SEGMENT_KEY) is not None:
+                return int(entry[SEGMENT_KEY])
+        return 0
 
     def current_for(self, segment: int) -> tuple[DeltaTable, int]:
         """The newest version of ``current`` that folds in at most ``segment``, and the segment it folds in."""
         dt = self.current()
-        as_of = self.current_as_of(dt)
-        if as_of <= segment:
-            return dt, as_of
-        for entry in dt.history():
-            found = _as_of([entry])
-            if found <= segment and entry.get("version") is not None:
+        for i, entry in enumerate(dt.history()):
+            found = entry.get(SEGMENT_KEY)
+            if found is None:
+                continue
+            if int(found) <= segment:
+                if i == 0 or self.current_as_of(dt) == int(found):
+                    return dt, int(found)
                 old = DeltaTable(dt.table_uri, version=int(entry["version"]), storage_options=_options(self))
-                return old, found
-        raise TailRetired(f"state {self.spec.name!r}: no version of its current table is at or before {segment}")
+                return old, int(found)
+        if self.current_as_of(dt) == 0:
+            return dt, 0
+        return DeltaTable(dt.table_uri, version=0, storage_options=_options(self)), 0  # as made: empty
 
     def size(self) -> tuple[int, int]:
         """(rows, bytes) of ``current`` plus the changes it does not fold in yet, from the add actions alone."""
@@ -295,13 +305,6 @@ def _of_fraction(action: dict[str, Any], fraction: Fraction | None) -> bool:
     if factor is None or bucket is None:
         return True
     return overlaps(fraction, int(factor), int(bucket))
-
-
-def _as_of(history: Iterable[dict[str, Any]]) -> int:
-    for entry in history:
-        value = entry.get(SEGMENT_KEY)
-        return int(value) if value is not None else 0
-    return 0
 
 
 def _options(tables: StateTables) -> dict[str, str] | None:

@@ -60,7 +60,9 @@ def preview(home: Any, job: str, factor: object, reason: str | None = None) -> d
     from pipelines.operations.scaling.readings import last_heartbeat
 
     request = rescale_request(home, job, factor, reason)
-    version = planning.plan_next(home, request.job, factor=request.factor, grouper=request.grouper)
+    version = planning.plan_next(
+        home, request.job, factor=request.factor, grouper=request.grouper, config=request.config
+    )
     plan = version.summary()
     plan.update(kind=request.kind, reason=request.reason)  # what scaling.plan returns to the DAG
     current = version.previous

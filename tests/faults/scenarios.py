@@ -47,8 +47,10 @@ from pipelines.faults import FAULT_DIR_ENV, FAULT_ENV
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
+from pipelines.state.inspect import state_at
 from pipelines.runtime.session import spark_env
 from pipelines.systems.deltalog import DeltaLog
+from tests.faults import stateful
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_JOB = REPO / "include" / "jobs" / "enrichment.yaml"
@@ -100,7 +102,8 @@ class Producer:
             key = f"key-{i % KEYS}"
             n = self.seq.get(key, 0)
             self.seq[key] = n + 1
-            batch.append((key.encode(), json.dumps({"key": key, "seq": n, "payload": str(i)}).encode(), None))
+            value = {"key": key, "seq": n, "amount": i % 7 + 1, "payload": str(i)}
+            batch.append((key.encode(), json.dumps(value).encode(), None))
         self.log.produce(STREAM, batch)
         self.produced += records
 
@@ -138,6 +141,9 @@ class Scenario:
             inputs=[{"system": "deltalog", "stream": STREAM}],
             elasticity_factor=factor,
             process_options={"latency_ms": 0},
+            process="tests.faults.stateful:process",
+            output_schema=base["output_schema"] + stateful.OUTPUT,
+            state=stateful.STATE,
             sink={"table": f"{JOB}_out"},
             dead_letter={"table": f"{JOB}_dead"},
             batch={"max_records": MAX_RECORDS, "trigger_interval": "0 seconds"},
@@ -236,6 +242,7 @@ class Scenario:
         quality = run_quality(self.home, JOB, None, sequence="seq")
         verify_exit = 0 if quality.success else 1
         store_problems = self._store_problems(rows) if "customer" in rows.columns else []
+        state_problems = _state_problems(self.home, self.config)
         problems = [
             text
             for bad, text in (
@@ -249,7 +256,7 @@ class Scenario:
                 (verify_exit != 0, f"pipelines verify fails: {quality.summary()[-1500:]}"),
             )
             if bad
-        ] + store_problems
+        ] + store_problems + state_problems
         return Outcome(
             point, scenario, nth, killed, lost, duplicated, order, lock_left, unfinished, in_force,
             verify_exit, recovery_s, problems, at_crash or {},
@@ -274,6 +281,30 @@ def _stream_records(home: Home) -> set[tuple[int, str]]:
     log = DeltaLog(home.streams)
     table = read_delta(log.path(STREAM), columns=["partition", "offset"]).to_pandas()
     return set(zip(table["partition"], table["offset"].astype(str), strict=True))
+
+
+def _state_problems(home: Home, config: JobConfig) -> list[str]:
+    """Every key's state is the fold of its records in the stream (events, amounts, last seq, records applied)."""
+    log = DeltaLog(home.streams)
+    records = read_delta(log.path(STREAM), columns=["key", "value"]).to_pylist()
+    folds: dict[bytes, list[int]] = {}
+    for r in records:
+        event = json.loads(r["value"])
+        fold = folds.setdefault(r["key"], [0, 0, -1])
+        fold[0] += 1
+        fold[1] += int(event["amount"])
+        fold[2] = max(fold[2], int(event["seq"]))
+    rows = {r["key"]: r for r in state_at(home, JOB, config.state[0], None).to_pylist()}
+    problems = []
+    for key, (events, amount, last) in sorted(folds.items()):
+        row = rows.get(key)
+        got = None if row is None else (row["events"], row["amount"], row["last_seq"], row["_records"])
+        if got != (events, amount, last, events):
+            problems.append(f"key {key.decode()}: state {got}, the fold of its records {(events, amount, last, events)}")
+    extra = sorted(set(rows) - set(folds))
+    if extra:
+        problems.append(f"state rows for {len(extra)} keys the stream never held, e.g. {extra[0]!r}")
+    return problems[:5]
 
 
 def _order_violations(rows: Any) -> int:
@@ -403,8 +434,15 @@ OPERATION_POINTS = ("mid_migration", "after_migrate", "during_switch")
 SCENARIOS: dict[str, Run] = {
     # mid_batch: 4 tasks x 4 batches or more per run; once: a task of the second batch, the first committed
     "mid_batch": runtime_crash("mid_batch", passes=12, once=6),
-    # after_sink_commit: 4 batches or more per run; once: the first batch's rows in the sink, no checkpoint at all
+    # after_sink_commit: 4 batches or more per run; once: the first batch's rows in the sink, its state changes
+    # and checkpoints not yet (the batch's manifest commits the first run's state changes at the replay)
     "after_sink_commit": runtime_crash("after_sink_commit", passes=3, once=1),
+    # mid_state_write: a task wrote its state changes, nothing of its batch committed; once: the second batch's
+    "mid_state_write": runtime_crash("mid_state_write", passes=12, once=6),
+    # after_state_commit: the first batch's sink rows and state changes committed, no checkpoint yet
+    "after_state_commit": runtime_crash("after_state_commit", passes=3, once=1),
+    # mid_state_compaction: the run's compaction (every minute, and once at its end) wrote its files, not committed
+    "mid_state_compaction": runtime_crash("mid_state_compaction", passes=2, once=1),
     "mid_migration": operation_crash("mid_migration", "rescale"),
     "after_migrate": operation_crash("after_migrate", "rescale"),
     "during_switch": operation_crash("during_switch", "rescale"),
@@ -413,4 +451,5 @@ SCENARIOS: dict[str, Run] = {
 }
 """Point of the issue's matrix -> scenario: (a) mid_batch, (b) after_sink_commit, (c) mid_migration,
 (d) after_migrate, (e) during_switch, (f) during_expansion (a random operation point when repeated),
-(g) store_switch."""
+(g) store_switch; and the state's own: mid_state_write, after_state_commit, mid_state_compaction. Every scenario's
+job keeps state (``stateful``), so every point is judged on it too."""

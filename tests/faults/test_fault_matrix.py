@@ -21,6 +21,11 @@ AT_CRASH: dict[str, tuple[str, Callable[[dict[str, int]], bool]]] = {
         "the first batch's rows in the sink and no checkpoint yet",
         lambda at: at["sink_rows"] > 0 and at["checkpointed_batch"] == -1,
     ),
+    "after_state_commit": (
+        "the first batch's rows in the sink and no checkpoint yet",
+        lambda at: at["sink_rows"] > 0 and at["checkpointed_batch"] == -1,
+    ),
+    "mid_state_write": ("a batch committed before it: a crash mid-run", lambda at: at["checkpointed_batch"] >= 0),
 }
 """Where a driver's crash must land for its point to test what it names (``runtime_crash``'s pass run once)."""
 

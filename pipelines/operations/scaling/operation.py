@@ -42,6 +42,7 @@ class ScalingRequest:
     reason: str
     kind: str = RESCALE
     grouper: str | None = None  # None: keep the job's grouper
+    config: dict[str, Any] | None = None  # a new configuration (the job's YAML as a mapping); None: keep it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,9 +69,10 @@ class ScalingOperation:
     grouper: str | None
     reason: str
     ttl_s: float = DEFAULT_TTL_S
+    config: dict[str, Any] | None = None  # the new configuration the operation plans with (None: the job's own)
 
     def request(self) -> ScalingRequest:
-        return ScalingRequest(self.job, self.to_factor, self.reason, self.kind, self.grouper)
+        return ScalingRequest(self.job, self.to_factor, self.reason, self.kind, self.grouper, self.config)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

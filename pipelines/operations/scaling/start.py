@@ -47,7 +47,7 @@ def plan(home: Home, request: ScalingRequest) -> dict[str, Any]:
 
 
 def plan_version(home: Home, request: ScalingRequest) -> planning.VersionPlan:
-    return planning.plan_next(home, request.job, factor=request.factor, grouper=request.grouper)
+    return planning.plan_next(home, request.job, factor=request.factor, grouper=request.grouper, config=request.config)
 
 
 def begin(
@@ -95,7 +95,12 @@ def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, w
         from_version=version.previous.version,
         from_factor=version.previous.elasticity_factor,
         to_factor=version.model.elasticity_factor,
-        details={"reason": request.reason, "owner": owner, **version.summary()},
+        details={
+            "reason": request.reason,
+            "owner": owner,
+            **version.summary(),
+            **({"config": request.config} if request.config is not None else {}),
+        },
     )
     control.events.record(event)
     say(f"scaling event {event.event_id}: {what} (v{version.previous.version} → v{version.model.version})")
@@ -114,6 +119,7 @@ def _operation(event: ScalingEvent, owner: str, ttl_s: float) -> ScalingOperatio
         grouper=event.details.get("grouper"),
         reason=event.details.get("reason", event.kind),
         ttl_s=ttl_s,
+        config=event.details.get("config"),
     )
 
 
