@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.core.adjunct import parse_duration
+from pipelines.core.adjunct import Fraction, parse_duration
 from pipelines.errors import ConfigError, PipelinesError
 
 DEFAULT_MAX_VALUE_BYTES = 1 << 20
@@ -299,6 +300,18 @@ def _exact(kind: type, wanted: str, wrong: Callable[[Any, str], StateValueError]
 
 
 # ------------------------------------------------------------------ bookkeeping
+
+
+def overlaps(fraction: Fraction, factor: int, bucket: int) -> bool:
+    """Whether rows written by key bucket ``bucket`` of ``factor`` may hold keys of ``fraction``.
+
+    A key with hash h is in bucket h mod X at one factor and h mod X' at another; both are congruent to h modulo
+    gcd(X, X'), so the two buckets can share a key exactly when they are congruent modulo it (the Chinese
+    remainder theorem: every such pair has keys in common). A task reads only the change files of buckets that
+    overlap its own, whatever factor wrote them.
+    """
+    g = math.gcd(factor, fraction.factor)
+    return bucket % g == fraction.bucket % g
 
 
 def expired(updated_at_us: int | None, ttl_s: float | None, now_us: int) -> bool:

@@ -7,7 +7,10 @@ control table under its own name (``job_models``, ``checkpoints``,
 ``autosize_decisions``, ``adjunct_checkpoints``), each embedded-log stream as
 ``stream_<name>`` and each job's sink and dead-letter table as
 ``sink_<table>`` (characters other than letters, digits and ``_`` become
-``_``). Delta's own SQL works on paths too (``DESCRIBE HISTORY
+``_``), and each job's keyed state as ``state_<job>_<state>``: one row per key
+as of the job's last committed batch (its ``current`` table with the changes
+after its last compaction folded in), beside the raw ``..._current`` and
+``..._changes`` tables. Delta's own SQL works on paths too (``DESCRIBE HISTORY
 delta.`<home>/control/metrics```).
 
 Only queries run (``SELECT``, ``WITH``, ``VALUES``, ``TABLE``, ``SHOW``,
@@ -86,16 +89,65 @@ def views(home: Home) -> dict[str, Location]:
     return found
 
 
+def state_views(home: Home) -> dict[str, tuple[Location, Location]]:
+    """View name -> (``current``, ``changes``) of every job's every state in the home."""
+    store = home.store
+    found: dict[str, tuple[Location, Location]] = {}
+    for job in sorted(store.list(home.root / "state"), key=lambda e: e.name):
+        if not job.is_dir:
+            continue
+        for state in sorted(store.list(job.location), key=lambda e: e.name):
+            current, changes = state.location / "current", state.location / "changes"
+            if state.is_dir and store.list(current / "_delta_log") and store.list(changes / "_delta_log"):
+                found["state_" + re.sub(r"\W", "_", f"{job.name}_{state.name}")] = (current, changes)
+    return found
+
+
 def register(spark: Any, home: Home) -> list[str]:
     """Every table of ``views`` as a temporary view of ``spark``; returns their names. Spark reads an S3 home's
     tables through s3a (hadoop-aws), configured from the same AWS variables as the home's own store."""
     names = []
     for name, place in views(home).items():
-        spark.read.format("delta").load(place.path if place.is_local else place.hadoop_uri()).createOrReplaceTempView(
-            name
-        )
+        _load(spark, place).createOrReplaceTempView(name)
         names.append(name)
+    for name, (current, changes) in state_views(home).items():
+        _load(spark, current).createOrReplaceTempView(f"{name}_current")
+        _load(spark, changes).createOrReplaceTempView(f"{name}_changes")
+        columns = spark.table(f"{name}_current").columns
+        spark.sql(_live_state(name, _as_of(current), columns)).createOrReplaceTempView(name)
+        names += [name, f"{name}_current", f"{name}_changes"]
     return names
+
+
+def _load(spark: Any, place: Location) -> Any:
+    return spark.read.format("delta").load(place.path if place.is_local else place.hadoop_uri())
+
+
+def _as_of(current: Location) -> int:
+    """The segment a state's ``current`` folds in (``pipelines.state.durable``): its newest compaction's label."""
+    from pipelines.deltaio import open_table
+    from pipelines.state.durable import SEGMENT_KEY
+
+    for entry in open_table(current).history():
+        if entry.get(SEGMENT_KEY) is not None:
+            return int(entry[SEGMENT_KEY])
+    return 0
+
+
+def _live_state(name: str, as_of: int, columns: list[str]) -> str:
+    """One row per key: each key's newest change after ``current``'s segment, else its row in ``current``."""
+    listed = ", ".join(f"`{c}`" for c in columns)
+    return f"""
+        WITH newer AS (
+            SELECT {listed} FROM (
+                SELECT *, row_number() OVER (PARTITION BY key ORDER BY _segment DESC) AS _rank
+                FROM {name}_changes WHERE _segment > {as_of}
+            ) WHERE _rank = 1
+        )
+        SELECT {listed} FROM newer
+        UNION ALL
+        SELECT {listed} FROM {name}_current c WHERE NOT EXISTS (SELECT 1 FROM newer n WHERE n.key = c.key)
+    """
 
 
 def run_query(spark: Any, query: str) -> tuple[list[str], list[list[Any]]]:

@@ -12,7 +12,6 @@ segment stays together with the sink's rows: docs/design.md, "Keyed state".
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -31,6 +30,7 @@ from pipelines.control.home import Home
 from pipelines.control.table import COMMIT_RETRIES, RETRY_BACKOFF
 from pipelines.core import state as rules
 from pipelines.core.adjunct import Fraction
+from pipelines.core.state import overlaps
 from pipelines.deltaio import create_table, open_if_table, read_delta, readable, refresh
 from pipelines.state import layout
 
@@ -82,13 +82,6 @@ class ChangeFile:
             data_change=True,
             stats=json.dumps(stats),
         )
-
-
-def overlaps(fraction: Fraction, factor: int, bucket: int) -> bool:
-    """Whether rows written by bucket ``bucket`` of ``factor`` may hold keys of ``fraction``: both buckets are the
-    same hash modulo their factors' gcd (the rule checkpoint migration rests on, docs/design.md)."""
-    g = math.gcd(factor, fraction.factor)
-    return bucket % g == fraction.bucket % g
 
 
 class StateTables:

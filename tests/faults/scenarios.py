@@ -243,20 +243,24 @@ class Scenario:
         verify_exit = 0 if quality.success else 1
         store_problems = self._store_problems(rows) if "customer" in rows.columns else []
         state_problems = _state_problems(self.home, self.config)
-        problems = [
-            text
-            for bad, text in (
-                (not killed, f"the fault {point}@{nth} never fired: nothing was tested"),
-                (lost, f"{lost} records lost"),
-                (duplicated, f"{duplicated} records duplicated in the sink"),
-                (order, f"{order} per-key order violations"),
-                (lock_left, f"a scaling lock was left behind: {lock_left}"),
-                (unfinished, f"{unfinished} scaling events left unfinished"),
-                (not in_force, f"the active model is not in force: {why}"),
-                (verify_exit != 0, f"pipelines verify fails: {quality.summary()[-1500:]}"),
-            )
-            if bad
-        ] + store_problems + state_problems
+        problems = (
+            [
+                text
+                for bad, text in (
+                    (not killed, f"the fault {point}@{nth} never fired: nothing was tested"),
+                    (lost, f"{lost} records lost"),
+                    (duplicated, f"{duplicated} records duplicated in the sink"),
+                    (order, f"{order} per-key order violations"),
+                    (lock_left, f"a scaling lock was left behind: {lock_left}"),
+                    (unfinished, f"{unfinished} scaling events left unfinished"),
+                    (not in_force, f"the active model is not in force: {why}"),
+                    (verify_exit != 0, f"pipelines verify fails: {quality.summary()[-1500:]}"),
+                )
+                if bad
+            ]
+            + store_problems
+            + state_problems
+        )
         return Outcome(
             point, scenario, nth, killed, lost, duplicated, order, lock_left, unfinished, in_force,
             verify_exit, recovery_s, problems, at_crash or {},
@@ -300,7 +304,9 @@ def _state_problems(home: Home, config: JobConfig) -> list[str]:
         row = rows.get(key)
         got = None if row is None else (row["events"], row["amount"], row["last_seq"], row["_records"])
         if got != (events, amount, last, events):
-            problems.append(f"key {key.decode()}: state {got}, the fold of its records {(events, amount, last, events)}")
+            problems.append(
+                f"key {key.decode()}: state {got}, the fold of its records {(events, amount, last, events)}"
+            )
     extra = sorted(set(rows) - set(folds))
     if extra:
         problems.append(f"state rows for {len(extra)} keys the stream never held, e.g. {extra[0]!r}")

@@ -247,3 +247,36 @@ def _until(done: Callable[[], bool], messages: list[str], timeout: float = 240.0
     while not done():
         assert time.monotonic() < deadline, f"timed out; driver said: {messages[-5:]}"
         time.sleep(0.3)
+
+
+def test_delta_spark_reads_a_stateful_jobs_state_tables(spark: Any, home: Home) -> None:
+    """A state's ``current`` and ``changes`` tables, after rescales (a non-multiple too), a compaction and columns
+    added by a new version, read the same through delta-spark; ``current`` is one row per key, its fold."""
+    from tests.integration.state.helpers import TotalsProducer, totals_job
+
+    producer = TotalsProducer.on_log(home, "events", 2, keys=KEYS)
+    config = totals_job(home, "stateful", 1)
+    producer.produce(100)
+    _run(spark, home, config.name)
+    rescale(home, config.name, 4, reason="contract: scale up")
+    producer.produce(100)
+    _run(spark, home, config.name)
+    raw = config.to_dict()
+    raw["state"] = [{**raw["state"][0], "value_schema": raw["state"][0]["value_schema"] + ", note STRING"}]
+    apply_plan(home, plan_next(home, config.name, factor=3, config=raw), reason="contract: a column added")
+    producer.produce(100)
+    _run(spark, home, config.name)
+    assert verify_job(home, config.name).ok
+
+    state = home.root.local_path() / "state" / config.name / "totals"
+    for table in ("current", "changes"):
+        problems = _compare(spark, state / table)
+        assert not problems, json.dumps(problems, indent=1, default=str)[:6000]
+    current = spark.read.format("delta").load(str(state / "current"))
+    assert "note" in current.columns
+    folds = {
+        r["customer"]: (r["events"], r["amount"], r["_records"])
+        for r in current.selectExpr("CAST(key AS STRING) AS customer", "events", "amount", "_records").collect()
+    }
+    assert len(folds) == KEYS == current.count()  # one row per key
+    assert folds == {k.decode(): (f.events, f.amount, f.events) for k, f in producer.folds.items()}
