@@ -47,8 +47,8 @@ from pipelines.faults import FAULT_DIR_ENV, FAULT_ENV
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
-from pipelines.state.inspect import state_at
 from pipelines.runtime.session import spark_env
+from pipelines.state.inspect import state_at
 from pipelines.systems.deltalog import DeltaLog
 from tests.faults import stateful
 
