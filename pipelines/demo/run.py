@@ -1,11 +1,13 @@
-"""The end-to-end demo on the embedded default: a live job through scale-up, expansion and scale-down.
+"""The end-to-end demo on the embedded default: a live stateful job through scale-up, expansion and scale-down.
 
 A producer appends keyed events continuously (faster than factor 1 can keep
-up with, at 2 ms per record); the enrichment job runs as a continuous driver
-in this process's Spark application. Each step changes the running job with
-the operations the Airflow DAGs run, in this process:
+up with, at 2 ms per record); the demo's job (``include/jobs/customer-totals.yaml``:
+per customer, its events, their amounts' sum and its last seq, kept as keyed
+state, and its current name from an adjunct store fed by a change stream)
+runs as a continuous driver in this process's Spark application. Each step
+changes the running job with the operations the Airflow DAGs run, in this process:
 
-* scale up to 4 and down to 2: ``pipelines.operations.scaling.run_all``, the
+* scale up to 4 and down to 3 (not a divisor of 4): ``pipelines.operations.scaling.run_all``, the
   steps of ``elastic_rescale``;
 * expand the input 2 -> 4: ``pipelines.operations.repartition.detect`` and
   the same steps with GroupByPartitionFixedTaskNum, as ``repartition_watch``.
@@ -13,8 +15,10 @@ the operations the Airflow DAGs run, in this process:
 Every switch happens in place (the driver stops its query at a batch
 boundary and starts the new model's query in the same Spark application), is
 verified with the Great Expectations suites over its scaling window, and is
-recorded with its downtime. At the end the producer stops, the job drains its
-backlog, and the whole run is verified.
+recorded with its downtime; the checks include the state check (every
+customer's row counts its events in the input). At the end the producer
+stops, the job drains its backlog, the whole run is verified, and three
+customers' state rows are read with Spark SQL beside their counts in the input.
 
 ``--input kafka`` runs the same story on a real Apache Kafka broker (one
 KRaft node on 127.0.0.1, ``pipelines.servers.kafka_broker``) that the demo
@@ -48,13 +52,13 @@ from pipelines.runtime.driver import run_job
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 
-JOB_CONFIG = str(Path(__file__).resolve().parents[2] / "include" / "jobs" / "enrichment.yaml")  # any cwd
+JOB_CONFIG = str(Path(__file__).resolve().parents[2] / "include" / "jobs" / "customer-totals.yaml")  # any cwd
 STREAM = "events"
 STEPS: list[tuple[str, int | None, int | None]] = [  # (step, factor, expand the input to this many partitions)
     ("start at factor 1", 1, None),
     ("scale up to 4", 4, None),
     ("expand input 2 -> 4", None, 4),
-    ("scale down to 2", 2, None),
+    ("scale down to 3", 3, None),
 ]
 KAFKA_METADATA_REFRESH_MS = 1000  # how soon the demo's producer sees new partitions ...
 KAFKA_GRACE_MS = 3000  # ... well inside the job's hold-back window after it notices them
@@ -72,6 +76,9 @@ HEADERS = [
     "no dup",
     "order",
     "routing",
+    "state",
+    "state keys",
+    "state MB",
 ]
 
 
@@ -88,6 +95,8 @@ class StepResult:
     downtime_s: float | None = None
     replayed: int | None = None
     counts: dict[str, int] | None = None  # the step's DQ counts (lost, duplicates, out_of_order, misrouted)
+    state_keys: int | None = None  # the state's rows in the home after the step, and their bytes
+    state_bytes: int | None = None
     passed: bool = True
     notes: list[str] = field(default_factory=list)
 
@@ -112,7 +121,20 @@ class StepResult:
             verdict("duplicates"),
             verdict("out_of_order"),
             verdict("misrouted"),
+            self._state(),
+            "-" if self.state_keys is None else f"{self.state_keys:,}",
+            "-" if self.state_bytes is None else f"{self.state_bytes / 1e6:.2f}",
         ]
+
+    def _state(self) -> str:
+        """The state check of the step's window: ok, or how many keys' rows disagree with the input."""
+        if self.counts is None:
+            return "-"
+        wrong = sum(v for k, v in self.counts.items() if k.startswith("state:") and not k.endswith(":keys"))
+        judged = [k for k in self.counts if k.startswith("state:") and not k.endswith(":keys")]
+        if not judged:
+            return "-"
+        return "ok" if wrong == 0 else f"BAD {wrong} keys"
 
 
 class Producer(threading.Thread):
@@ -235,8 +257,9 @@ def run_demo(
         _refuse_a_home_of_others(home, raw["name"])
         home.store.delete_tree(home.root)
     raw["process_options"] = {"latency_ms": latency_ms}
+    raw["process"] = "pipelines.demo.totals:totals_with_names"
     raw["stores"] = {CUSTOMERS: {"input": CUSTOMERS, "partitioning": "broadcast", "bootstrap": True}}
-    raw["output_schema"] += ", customer STRING"
+    raw["output_schema"] += ", name STRING"
     broker = None
     steps = steps or STEPS
     system: InputSystem
@@ -307,6 +330,7 @@ def run_demo(
                 say("  " + behind)
             result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
             result.version = model.version
+            result.state_keys, result.state_bytes = _state_size(home, config)
             if event is not None:
                 result.downtime_s = event.details.get("downtime_s")
                 result.replayed = event.details.get("records_replayed")
@@ -332,6 +356,7 @@ def run_demo(
             result.records, result.rate, result.lag_after = _throughput(home, config.name, result.version)
         final = run_quality(home, config.name, sequence="seq")
         say("  " + final.summary().replace("\n", "\n  "))
+        state_sample = _state_beside_input(spark, home, config, system)
         store = verify_store(home, config.name, CUSTOMERS)
         say(
             f"  store {CUSTOMERS}: {customers.changes:,} changes ({customers.deletes:,} deletes) while the job ran; "
@@ -354,6 +379,8 @@ def run_demo(
     total.records = v.rows + v.dead_letters
     total.counts = {"lost": v.lost, "duplicates": v.duplicates, "out_of_order": v.order_violations}
     total.counts["misrouted"] = v.misrouted
+    total.counts.update({f"state:{s.state}": s.wrong for s in v.states})
+    total.state_keys, total.state_bytes = _state_size(home, config)
     total.passed = final.success
     say("\n" + _table(HEADERS, [r.row() for r in [*results, total]]))
     say(
@@ -362,8 +389,49 @@ def run_demo(
         "boundary to the new query's first batch, inside one Spark application)"
     )
     say(f"\nsink: {home.sinks / config.sink_table}\ndead letters: {home.sinks / config.dead_letter_table}")
+    say(state_sample)
     say(f"data docs: {final.docs_index}")
     return [*results, total], final
+
+
+def _state_size(home: Home, config: JobConfig) -> tuple[int | None, int | None]:
+    """The job's state in the home now: rows (``current`` plus the changes not folded in yet) and bytes."""
+    if not config.state:
+        return None, None
+    from pipelines.state.durable import StateTables
+
+    rows, size = StateTables(home, config.name, config.state[0]).size()
+    return rows, size
+
+
+def _state_beside_input(spark: Any, home: Home, config: JobConfig, system: InputSystem, customers: int = 3) -> str:
+    """Three customers' state rows read with Spark SQL (``pipelines sql``'s views), beside their events counted
+    in the input itself: what a user would look at to trust the state."""
+    import json
+
+    from pipelines.observe.sql import register, run_query
+
+    if not config.state:
+        return ""
+    register(spark, home)
+    view = "state_" + "".join(c if c.isalnum() or c == "_" else "_" for c in f"{config.name}_{config.state[0].name}")
+    query = (
+        f"SELECT CAST(key AS STRING) AS customer, events, amount, last_seq, _records FROM {view} "
+        f"ORDER BY events DESC, customer LIMIT {customers}"
+    )
+    columns, rows = run_query(spark, query)
+    wanted = {str(r[0]).encode(): [0, 0, -1] for r in rows}
+    for p, part in system.describe(STREAM).partitions.items():
+        read = system.read(STREAM, p, part.earliest, part.end, columns=["key", "value"]).records
+        for key, value in zip(read.column("key").to_pylist(), read.column("value").to_pylist(), strict=True):
+            if key in wanted:
+                event = json.loads(value)
+                wanted[key][0] += 1
+                wanted[key][1] += int(event["amount"])
+                wanted[key][2] = max(wanted[key][2], int(event["seq"]))
+    table = [[*map(str, r), *map(str, wanted[str(r[0]).encode()])] for r in rows]
+    head = [*columns, "input events", "input amount", "input last seq"]
+    return f"\nthe state, read with Spark SQL ({query.split(' FROM ')[0]} FROM {view} ...):\n{_table(head, table)}"
 
 
 def falling_behind(home: Home, job: str, version: int, since: float, trigger_interval: str) -> str | None:

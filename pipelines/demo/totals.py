@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+from pipelines.demo.enrich import CUSTOMERS
 from pipelines.jobs.process import Record, TaskContext, per_record
 
 
@@ -22,3 +23,14 @@ def totals(record: Record, ctx: TaskContext) -> dict[str, Any]:
     total = {"events": seen["events"] + 1, "amount": seen["amount"] + int(event["amount"]), "last_seq": event["seq"]}
     ctx.state.put(record.key, total)
     return {"customer": event["key"], "seq": event["seq"], **total}
+
+
+@per_record
+def totals_with_names(record: Record, ctx: TaskContext) -> dict[str, Any]:
+    """The demo's job: ``totals``, and each customer's current name from the adjunct store fed by its changes."""
+    row: dict[str, Any] = totals(record, ctx)
+    names = ctx.stores.get(CUSTOMERS)
+    if names is not None:
+        name = names.get(record.key)
+        row["name"] = None if name is None else name.decode()
+    return row

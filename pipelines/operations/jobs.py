@@ -24,11 +24,38 @@ def create_job(home: Home, config: JobConfig) -> JobModel:
     from pipelines.adjunct.runtime import check_job_stores
 
     check_job_stores(home, config)  # adjunct stores: streams exist, partitioned ones are co-partitioned
+    _check_state_inputs(home, config)
     output = parse_output_schema(config.output_schema)
     plan = planning.plan_first(home, config)
     ensure_output_tables(home, config, output)
     planning.save(home, plan, "job create", activate=True)
     return plan.model
+
+
+def _check_state_inputs(home: Home, config: JobConfig) -> None:
+    """A stateful job's every key must reach one virtual task per batch: with several inputs, only if the task of
+    partition i reads partition i of each (GroupByPartition, or SEP-5's fixed task number) and the inputs are
+    co-partitioned (the same partition count, so one key's records share a partition number). Otherwise two
+    tasks could fold the same key at once and one's change would lose the other's."""
+    if not config.state or len(config.inputs) < 2:
+        return
+    if config.grouper not in ("GroupByPartition", "GroupByPartitionFixedTaskNum", "AllSspToSingleTask"):
+        raise ConfigError(
+            f"job {config.name!r} keeps state over {len(config.inputs)} inputs with {config.grouper}, which gives each "
+            "partition of each input a task of its own, so one key could be folded by two tasks at once; use "
+            "GroupByPartition with co-partitioned inputs"
+        )
+    from pipelines.systems.registry import JobSystems
+
+    with JobSystems(home, config.systems) as systems:
+        counts = {str(s): len(systems.of(s.system).describe(s.stream).partitions) for s in config.inputs}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{s} {n}" for s, n in counts.items())
+        raise ConfigError(
+            f"job {config.name!r} keeps state over inputs that are not co-partitioned ({listed} partitions): a key's "
+            "records must share a partition number in every input, so one task folds them; give the inputs the "
+            "same partition count and producer keys"
+        )
 
 
 def _refuse_shared_tables(home: Home, config: JobConfig) -> None:

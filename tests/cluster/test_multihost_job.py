@@ -11,13 +11,13 @@ and every process gets the store's AWS variables in its environment.
 In one run: a 2-partition stream read at factor 4 by tasks on both worker
 hosts, each record enriched through a broadcast adjunct store that every
 executor host fills from the home (one record it cannot parse goes to the dead
-letters); the store's input updated, then a live
+letters) and counted in keyed state per key; the store's input updated, then a live
 rescale to 8 issued from another host, after which the new value is served;
 the stream expanded to 4 partitions and absorbed live; worker1 killed whole
 while one of its tasks runs (Spark retries the task on worker2, the job goes
 on); the driver stopped from another host and started again on ``driver2``.
 The whole run must then verify with nothing lost, duplicated, out of order or
-misrouted, and the drivers table shows the driver's move.
+misrouted, every key's state counting its records once, and the drivers table shows the driver's move.
 """
 
 from __future__ import annotations
@@ -53,9 +53,12 @@ grouper: GroupByPartition
 elasticity_factor: 4
 containers: 1
 process: tests.cluster.enrich:process
-output_schema: "event_key STRING, seq BIGINT, payload STRING, enriched STRING"
+output_schema: "event_key STRING, seq BIGINT, payload STRING, enriched STRING, events BIGINT"
 process_options:
   latency_ms: 2
+state:
+  name: seen
+  value_schema: "events BIGINT, last_seq BIGINT"
 stores:
   customers:
     input: customers
@@ -148,8 +151,10 @@ import json, sys
 from pipelines.control.home import Home
 from pipelines.quality.verify import verify_job
 v = verify_job(Home(sys.argv[1]), sys.argv[2], sequence="seq")
-print(json.dumps({k: getattr(v, k) for k in (
-    "records_expected", "rows", "dead_letters", "lost", "duplicates", "order_violations", "misrouted", "unread")}))
+figures = {k: getattr(v, k) for k in (
+    "records_expected", "rows", "dead_letters", "lost", "duplicates", "order_violations", "misrouted", "unread")}
+figures["states"] = {s.state: {"keys": s.keys, "wrong": s.wrong, "examples": s.examples} for s in v.states}
+print(json.dumps(figures))
 """
 
 
@@ -425,6 +430,9 @@ def test_a_job_rescales_expands_survives_a_dead_worker_host_and_moves_its_driver
         assert verdict["dead_letters"] == 1, f"the unparsable record in the dead letters: {verdict}"
         assert verdict["lost"] == verdict["duplicates"] == verdict["order_violations"] == 0, verdict
         assert verdict["misrouted"] == verdict["unread"] == 0, verdict
+        # every key's state counts its records exactly once, through the rescale, the expansion, the dead worker
+        # host (its tasks' state changes retried on the other) and the driver's move to another host
+        assert verdict["states"]["seen"] == {"keys": KEYS, "wrong": 0, "examples": []}, verdict["states"]
         timings["total"] = time.monotonic() - began
     finally:
         print(f"timings (s from the test's start or per step): {json.dumps(timings)}")

@@ -151,6 +151,9 @@ def verify(
         "misrouted": v.misrouted,
         "dead_letters": v.dead_letters,
     }
+    for state in v.states:  # each state's check: its keys judged and those whose row disagrees with the input
+        counts[f"state:{state.state}"] = state.wrong
+        counts[f"state:{state.state}:keys"] = state.keys
     move_status(
         control,
         op,

@@ -262,3 +262,54 @@ def test_a_stream_deleted_and_created_again_under_a_job_stops_it_instead_of_skip
         run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
     assert control.checkpoints.latest_batch(config.name, 1) == batches, "no batch was committed"
     assert len(sink(home, config)) == 60, "nothing was read from the new stream"
+
+
+def test_a_stateful_kinesis_job_keeps_every_keys_state_across_a_split_a_merge_and_their_relayouts(
+    spark, home: Home, endpoint: str
+) -> None:
+    """A key moves to a child shard, maybe read by another slot: its state is there when the child is read,
+    after its parents (KCL's rule), so every key's fold holds through a split, a merge and a factor of 3."""
+    from tests.integration.state.helpers import TOTALS, TotalsProducer, fold_mismatches
+
+    settings = {"endpoint_url": endpoint, "region": "us-east-1", "get_records_per_second": 50.0}
+    system = KinesisSystem(settings)
+    system.create("totals-in", 2)
+    producer = TotalsProducer(system, "totals-in", keys=24)
+    raw = JobConfig.load(TOTALS).to_dict()
+    raw.update(
+        name="kin-state",
+        inputs=[{"system": "kinesis", "stream": "totals-in"}],
+        systems={"kinesis": settings},
+        process_options={"latency_ms": 0},
+        sink={"table": "kin_state_out"},
+        dead_letter={"table": "kin_state_dead"},
+        batch={"max_records": 120, "trigger_interval": "0 seconds"},
+    )
+    config = JobConfig.from_dict(raw)
+    create_job(home, config)
+
+    def run(step: str) -> None:
+        run_job(spark, home, config.name, available_now=True, progress=lambda m: None)
+        assert fold_mismatches(home, config, producer) == [], f"after {step}"
+        verdict = verify_job(home, config.name, sequence="seq")
+        assert verdict.ok and verdict.states[0].keys == 24, f"after {step}: {verdict.summary()}"
+
+    def relayout(step: str) -> None:
+        changes = repartition.detect(home, [config.name])
+        catch = lambda h, j: run_job(spark, h, j, available_now=True, progress=lambda m: None)  # noqa: E731
+        outcome = scaling.run_all(home, changes[0].request(), sequence="seq", catch_up=catch, say=lambda m: None)
+        assert outcome["status"] == "verified", f"{step}: {outcome}"
+
+    producer.produce(150)
+    run("factor 1")
+    rescale(home, config.name, 3, reason="a factor of 3")
+    producer.produce(100)
+    system.split_shard("totals-in", "shardId-000000000000")  # records of its keys unread in the parent
+    producer.produce(100)
+    run("split, 1:n")
+    relayout("1:1 after the split")
+    producer.produce(100)
+    system.merge_shards("totals-in", "shardId-000000000003", "shardId-000000000001")
+    producer.produce(100)
+    relayout("1:1 after the merge")
+    run("after the merge")

@@ -137,6 +137,30 @@ def test_a_job_with_a_store_runs_rescales_and_switches_store_versions_on_s3(spar
     assert all(later[s].positions == log.end_positions("customers") != first[s].positions for s in first)
 
 
+def test_a_stateful_job_keeps_its_state_in_the_bucket_through_a_rescale(spark: Any, s3_home: Home) -> None:
+    """State on S3: change segments and `current` in the bucket, the batch manifest a conditional put, the
+    executors' bases on local disk only; every key's state is the fold of its records through a non-multiple."""
+    from pipelines.operations.scaling.start import apply_plan
+    from pipelines.planning import plan_next
+    from pipelines.quality.verify import verify_job
+    from pipelines.runtime.driver import run_job
+    from tests.integration.state.helpers import TotalsProducer, fold_mismatches, totals_job
+
+    producer = TotalsProducer.on_log(s3_home, "events", 2, keys=16)
+    config = totals_job(s3_home, "s3_state", 2)
+    producer.produce(160)
+    run_job(spark, s3_home, config.name, available_now=True, progress=lambda m: None)
+    apply_plan(s3_home, plan_next(s3_home, config.name, factor=3), "a non-multiple on S3")
+    producer.produce(160)
+    run_job(spark, s3_home, config.name, available_now=True, progress=lambda m: None)
+    assert fold_mismatches(s3_home, config, producer) == []
+    verdict = verify_job(s3_home, config.name)
+    assert verdict.ok and verdict.states[0].keys == 16, verdict.summary()
+    state = s3_home.root / "state" / config.name / "totals"
+    assert s3_home.store.list(state / "current" / "_delta_log") and s3_home.store.list(state / "changes")
+    assert not s3_home.store.list(s3_home.root / "run" / "batches" / config.name), "every manifest was removed"
+
+
 def test_data_docs_are_written_to_the_bucket_and_readable(spark: Any, s3_home: Home) -> None:
     from pipelines.quality.report import run_quality
     from pipelines.runtime.driver import run_job
