@@ -36,6 +36,8 @@ RUNS = {
     "ui": "--rows 200 --repeat 1",
     "control": "--batches 100 --samples 3 --metric-batches 2000 --store-batches 2000",
     "streams": "--commits 30 --records 10",
+    "state": "--keys 300 --steps 1 --rate 40 --latency-ms 0",
+    "state_size": "--keys 3000 --baseline-keys 300 --records 200 --memory 4g",
 }
 
 
