@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pyarrow as pa
-from deltalake import CommitProperties, write_deltalake
+from deltalake import CommitProperties
 
 from pipelines.adjunct.bases import hashes_of
 from pipelines.control.home import Home
@@ -41,7 +41,8 @@ from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.runtime.session import spark_env
 from pipelines.state import layout
-from pipelines.state.durable import BATCH_KEY, SEGMENT_KEY
+from pipelines.state.compaction import write_files
+from pipelines.state.durable import BATCH_KEY, SEGMENT_KEY, StateTables
 from pipelines.state.inspect import state_at
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.usage import Parser
@@ -92,15 +93,16 @@ def write_state(home: Home, config: JobConfig, keys: int) -> int:
             )
             log(f"  wrote {min(keys, start + CHUNK):,} of {keys:,} rows")
 
-    path = layout.current_path(home, config.name, spec.name)
-    write_deltalake(
-        path.path,
-        pa.RecordBatchReader.from_batches(schema, batches()),
-        mode="overwrite",
-        target_file_size=64 << 20,
+    tables = StateTables(home, config.name, spec)
+    adds = write_files(tables, batches())  # as compaction writes `current`: sorted by hash, disjoint files
+    current = tables.current()
+    current.create_write_transaction(
+        adds,
+        "append",
+        current.schema(),
         commit_properties=CommitProperties(custom_metadata={SEGMENT_KEY: "0", BATCH_KEY: ""}),
     )
-    return sum(f.stat().st_size for f in Path(path.path).glob("*.parquet"))
+    return sum(a.size for a in adds)
 
 
 def produce(home: Home, keys: int, records: int) -> Counter[int]:

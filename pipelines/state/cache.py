@@ -20,7 +20,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from pipelines.core import state as rules
 from pipelines.core.adjunct import Fraction
 from pipelines.deltaio import read_delta
 from pipelines.state import layout
-from pipelines.state.durable import StateTables, TailRetired
+from pipelines.state.durable import StateTables, TailRetired, disjoint, one_file
 from pipelines.storage.hostlocal import LOCAL_DIR_ENV
 
 log = logging.getLogger(__name__)
@@ -331,11 +331,10 @@ class StateCache:
         stats.bytes_from_home += sum(int(a["size_bytes"]) for a in actions)
 
         def batches() -> Iterator[pa.RecordBatch]:
-            lows = [a.get(f"min.{rules.KEY_HASH}") for a in actions]
-            if all(v is not None for v in lows):  # compaction writes files sorted by hash and disjoint
-                ordered = sorted(actions, key=lambda a: a[f"min.{rules.KEY_HASH}"])
+            ordered = sorted(actions, key=lambda a: a.get(f"min.{rules.KEY_HASH}") or 0)
+            if disjoint(ordered):  # as compaction writes them: streamed, file by file
                 for action in ordered:
-                    part = read_delta(dt, schema=schema, keep=_one_file(action["path"]))
+                    part = read_delta(dt, schema=schema, keep=one_file(action["path"]))
                     stats.rows_from_home += part.num_rows
                     if fraction.factor > 1 and part.num_rows:
                         part = part.filter(fraction_mask(part[rules.KEY_HASH], fraction))
@@ -392,11 +391,6 @@ class StateCache:
         with self._lock:
             self._parts.clear()
             self._pending.clear()
-
-
-def _one_file(path: str) -> Callable[[dict[str, Any]], bool]:
-    """A ``read_delta`` filter that keeps one data file."""
-    return lambda action: bool(action["path"] == path)
 
 
 def _cache_schema(spec: rules.StateSpec) -> pa.Schema:

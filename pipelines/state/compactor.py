@@ -27,6 +27,7 @@ class StateCompactor(threading.Thread):
         super().__init__(name=f"state-compactor-{job}", daemon=True)
         self.control, self.job, self.progress = control, job, progress
         self.halt = threading.Event()
+        self.started = time.monotonic()
         self.last: dict[str, float] = {}
         self.busy = threading.Lock()
 
@@ -35,7 +36,8 @@ class StateCompactor(threading.Thread):
             self.round(force=False)
 
     def last_round(self) -> None:
-        """Fold everything in before the run ends, so ``current`` holds every committed batch while the job is down."""
+        """Fold everything in before the run ends (a small state; a large one as its changes are due), so
+        ``current`` holds every committed batch while the job is down."""
         self.halt.set()
         if self.is_alive():
             self.join(timeout=60.0)
@@ -49,7 +51,7 @@ class StateCompactor(threading.Thread):
                 for spec in specs:
                     tables = tables_for(self.control.home, self.job, spec)
                     now = time.monotonic()
-                    if not force and not due(tables, self.last.get(spec.name), now):
+                    if not due(tables, self.last.get(spec.name, self.started), now, ending=force):
                         continue
                     self.last[spec.name] = now
                     found = compact(self.control.home, self.job, spec)

@@ -11,10 +11,11 @@ segment stays together with the sink's rows: docs/design.md, "Keyed state".
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -302,6 +303,21 @@ def _of_fraction(action: dict[str, Any], fraction: Fraction | None) -> bool:
 
 def _options(tables: StateTables) -> dict[str, str] | None:
     return tables.home.store.delta_options()
+
+
+def disjoint(ordered: list[dict[str, Any]]) -> bool:
+    """Whether files (add actions sorted by their lowest key hash) hold disjoint hash ranges, in order: what
+    ``write_files`` writes, and what lets a reader stream a state file by file."""
+    for a, b in itertools.pairwise(ordered):
+        high, low = a.get(f"max.{rules.KEY_HASH}"), b.get(f"min.{rules.KEY_HASH}")
+        if high is None or low is None or not high < low:
+            return False
+    return all(a.get(f"min.{rules.KEY_HASH}") is not None for a in ordered)
+
+
+def one_file(path: str) -> Callable[[dict[str, Any]], bool]:
+    """A ``read_delta`` filter that keeps one data file."""
+    return lambda action: bool(action["path"] == path)
 
 
 def removes(actions: Iterable[dict[str, Any]], partitions: Sequence[str] = ()) -> list[RemoveAction]:
