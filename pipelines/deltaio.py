@@ -85,6 +85,20 @@ def read_delta(
     return result.select(list(columns)) if columns is not None else result
 
 
+def file_batches(
+    table: DeltaTable, action: dict[str, Any], schema: pa.Schema, batch_rows: int = 65_536
+) -> Iterator[pa.RecordBatch]:
+    """One data file of an unpartitioned table (its flattened add action), batch by batch, as ``schema``: a file
+    read without holding it whole (a large state's files are tens of megabytes)."""
+    root = table_location(table)
+    store = store_for(root)
+    loc = root / unquote(action["path"])
+    with readable(root):
+        parquet = pq.ParquetFile(store.arrow_path(loc), filesystem=store.filesystem())
+        for batch in parquet.iter_batches(batch_size=batch_rows):
+            yield from _conform(pa.Table.from_batches([batch]), schema).to_batches()
+
+
 CACHED_FILE_BYTES = 1 << 20
 """Data files up to this size are kept parsed, per process: they are immutable (a new commit adds new files), and a
 driver reads the same control-table files again and again; on object storage each read is a request."""

@@ -159,7 +159,7 @@ def compact(args: argparse.Namespace, home: Home, output: Output) -> None:
     if specs:
         from pipelines.state.compaction import compact_job_states
 
-        folded = compact_job_states(home, job, specs)
+        folded = compact_job_states(home, job, specs, models.active(job))
 
     def human() -> str:
         text = table(

@@ -314,6 +314,18 @@ def overlaps(fraction: Fraction, factor: int, bucket: int) -> bool:
     return bucket % g == fraction.bucket % g
 
 
+def switch_reads(old: int, new: int, state_bytes: int) -> tuple[str, int]:
+    """Where the tasks of a switch from factor ``old`` to ``new`` read their state, and about how many bytes each.
+
+    After a split (``new`` a multiple of ``old``) a new bucket's keys are all in its parent's fraction, cached on
+    the hosts that ran it: a task there reads only the changes after it. Any other change gives each new task a
+    fraction no old one held; it is built once from the home: about its share of the state.
+    """
+    if new % old == 0:
+        return "its parent's cached fraction (only the newest changes from the home)", 0
+    return "the home (current, then the changes after it), once", state_bytes // max(new, 1)
+
+
 def expired(updated_at_us: int | None, ttl_s: float | None, now_us: int) -> bool:
     """A row last changed at ``updated_at_us`` has outlived its state's time-to-live by ``now_us``.
 

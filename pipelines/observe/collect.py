@@ -45,7 +45,7 @@ def observe(
     driver: bool = True,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """Plain JSON-able data: window, driver, batches, charts, faults, markers, tasks, inputs, errors.
+    """Plain JSON-able data: window, driver, batches, charts, faults, markers, tasks, inputs, state, errors.
 
     The active model is read first and its errors propagate (an unknown job is
     ``UnknownJobError``, which the CLI turns into its refusal); everything
@@ -111,6 +111,19 @@ def observe(
         except Exception as e:
             errors["inputs"] = _error(e)
     result["tasks"] = [r.to_dict() for r in task_table(model, checkpoints, rows, points, held)]
+    result["state"] = None
+    try:
+        from pipelines.jobs.config import job_config
+
+        specs = job_config(model).state
+        if specs:
+            from pipelines.observe.state import state_view
+
+            result["state"] = state_view(home, job, specs, control, since)
+            if result["state"]["chart"]["series"]:  # drawn with the other plots, on their time axis
+                result["charts"].append(result["state"]["chart"])
+    except Exception as e:
+        errors["state"] = _error(e)
     result["errors"] = errors
     return result
 

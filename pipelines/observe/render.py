@@ -178,6 +178,21 @@ def text(obs: Mapping[str, Any], *, width: int = 40) -> str:
         lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
         if len(tasks) > TEXT_TASKS_SHOWN:
             lines.append(f"... {len(tasks) - TEXT_TASKS_SHOWN} more (--json has all)")
+    for st in (obs.get("state") or {}).get("states") or []:
+        lines.append("")
+        last = st.get("last_compaction") or {}
+        ttl = f", time-to-live {_num(st['ttl_s'], ' s')}" if st.get("ttl_s") else ""
+        lines.append(
+            f"state {st['state']}: {st['keys_in_current']:,} keys in current (as of segment {st['current_as_of']}, "
+            f"the last committed {st['segment']}), {st['rows']:,} rows and {_num(st['bytes'])} bytes in the home{ttl}"
+        )
+        if last:
+            lines.append(
+                f"  last compaction {str(last.get('at'))[:19].replace('T', ' ')}: {_num(last.get('keys'))} keys, "
+                f"{_num(last.get('expired'))} expired, {_num(last.get('compaction_s'), ' s')}"
+            )
+        for t in (st.get("tasks") or [])[:TEXT_TASKS_SHOWN]:
+            lines.append(f"  {t['task']}: {t['keys']:,} keys, {_num(t['bytes'])} bytes")
     for v in obs.get("inputs") or []:
         lines.append("")
         if not v.get("reachable"):

@@ -33,9 +33,9 @@ from pipelines.adjunct.rows import fraction_mask
 from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.core.adjunct import Fraction
-from pipelines.deltaio import read_delta
+from pipelines.deltaio import file_batches, read_delta
 from pipelines.state import layout
-from pipelines.state.durable import StateTables, TailRetired, disjoint, one_file
+from pipelines.state.durable import StateTables, TailRetired, disjoint
 from pipelines.storage.hostlocal import LOCAL_DIR_ENV
 
 log = logging.getLogger(__name__)
@@ -89,29 +89,34 @@ class Base:
         if not self.batches or not len(keys):
             return found
         which = np.searchsorted(self.starts, hashes, side="right") - 1
-        for i in np.unique(which):
+        picks: dict[int, list[tuple[int, bytes]]] = {}
+        for j, i in enumerate(which.tolist()):
             if i < 0:
                 continue
-            picked = np.nonzero(which == i)[0]
-            column = self.hashes[i]
-            idx = np.searchsorted(column, hashes[picked], side="left")
-            n = len(column)
-            rows: list[int] = []
-            wanted: list[bytes] = []
-            batch_keys = self.batches[i].column(rules.KEY)
-            for j, at in zip(picked.tolist(), idx.tolist(), strict=True):
-                h = int(hashes[j])
-                while at < n and int(column[at]) == h:  # keys sharing a 32-bit hash sit side by side
-                    if batch_keys[at].as_py() == keys[j]:
-                        rows.append(at)
-                        wanted.append(keys[j])
-                        break
-                    at += 1
-            if rows:
-                taken = self.batches[i].take(pa.array(rows, pa.int64()))
-                for key, row in zip(wanted, taken.to_pylist(), strict=True):
-                    found[key] = row
+            at = self._find(i, keys[j], int(hashes[j]))
+            if at is not None:
+                picks.setdefault(at[0], []).append((at[1], keys[j]))
+        for i, hits in picks.items():
+            taken = self.batches[i].take(pa.array([row for row, _ in hits], pa.int64()))
+            for (_, key), row in zip(hits, taken.to_pylist(), strict=True):
+                found[key] = row
         return found
+
+    def _find(self, i: int, key: bytes, h: int) -> tuple[int, int] | None:
+        """(batch, row) of ``key`` (hash ``h``), looking from batch ``i`` back over the batches a run of its hash
+        crosses (keys sharing a 32-bit hash sit side by side, maybe across a batch's edge)."""
+        while i >= 0:
+            column = self.hashes[i]
+            at = int(np.searchsorted(column, h, side="left"))
+            names = self.batches[i].column(rules.KEY)
+            while at < len(column) and int(column[at]) == h:
+                if names[at].as_py() == key:
+                    return i, at
+                at += 1
+            if int(self.starts[i]) != h:
+                return None
+            i -= 1
+        return None
 
     def iter_batches(self) -> Iterator[pa.RecordBatch]:
         yield from self.batches
@@ -332,13 +337,15 @@ class StateCache:
 
         def batches() -> Iterator[pa.RecordBatch]:
             ordered = sorted(actions, key=lambda a: a.get(f"min.{rules.KEY_HASH}") or 0)
-            if disjoint(ordered):  # as compaction writes them: streamed, file by file
+            if disjoint(ordered):  # as compaction writes them: streamed, file by file, batch by batch, in order
                 for action in ordered:
-                    part = read_delta(dt, schema=schema, keep=one_file(action["path"]))
-                    stats.rows_from_home += part.num_rows
-                    if fraction.factor > 1 and part.num_rows:
-                        part = part.filter(fraction_mask(part[rules.KEY_HASH], fraction))
-                    yield from _sorted_batches(_to_cache_schema(part, names))
+                    for batch in file_batches(dt, action, schema):
+                        part = pa.Table.from_batches([batch])
+                        stats.rows_from_home += part.num_rows
+                        if fraction.factor > 1:
+                            part = part.filter(fraction_mask(part[rules.KEY_HASH], fraction))
+                        if part.num_rows:
+                            yield from _to_cache_schema(part, names).combine_chunks().to_batches()
                 return
             whole = read_delta(dt, schema=schema)
             stats.rows_from_home += whole.num_rows

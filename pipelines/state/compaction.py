@@ -16,10 +16,11 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -28,7 +29,8 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from pipelines.control.home import Home
 from pipelines.core import state as rules
-from pipelines.deltaio import read_delta, readable
+from pipelines.core.model import JobModel
+from pipelines.deltaio import file_batches, read_delta, readable
 from pipelines.faults import crash_point
 from pipelines.state import layout
 from pipelines.state.durable import (
@@ -37,7 +39,6 @@ from pipelines.state.durable import (
     SEGMENT_KEY,
     StateTables,
     disjoint,
-    one_file,
     removes,
 )
 from pipelines.storage.objects import store_for
@@ -71,6 +72,8 @@ class Compaction:
     changes_folded: int
     files_retired: int
     seconds: float
+    tasks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Keys and bytes of the state per virtual task of the model given (by the key's bucket and last partition)."""
 
 
 def due(tables: StateTables, last_run_s: float, now_s: float, *, ending: bool = False) -> bool:
@@ -102,8 +105,11 @@ def _files(tables: StateTables) -> list[dict[str, Any]]:
     return files
 
 
-def compact(home: Home, job: str, spec: rules.StateSpec) -> Compaction | None:
-    """Fold every committed change into the next version of ``current``; None when there was nothing to fold."""
+def compact(home: Home, job: str, spec: rules.StateSpec, model: JobModel | None = None) -> Compaction | None:
+    """Fold every committed change into the next version of ``current``; None when there was nothing to fold.
+
+    ``model``: the model in force, whose virtual tasks the rows are counted for (``Compaction.tasks``).
+    """
     t0 = time.perf_counter()
     tables = StateTables(home, job, spec)
     latest = tables.segment()
@@ -118,6 +124,7 @@ def compact(home: Home, job: str, spec: rules.StateSpec) -> Compaction | None:
     now_us = _newest_time(changes)
     schema = layout.current_schema(spec)
     counts = {"rows": 0, "expired": 0}
+    owners = TaskCounter(model)
 
     def merged() -> Iterator[pa.RecordBatch]:
         actions = pa.table(current.get_add_actions(flatten=True)).to_pylist()
@@ -126,21 +133,24 @@ def compact(home: Home, job: str, spec: rules.StateSpec) -> Compaction | None:
             whole = read_delta(current, schema=schema)
             if changes.num_rows and whole.num_rows:
                 whole = whole.filter(pc.invert(pc.is_in(whole[rules.KEY], value_set=changes[rules.KEY])))
-            yield from _kept(pa.concat_tables([whole, changes]), spec, now_us, counts)
+            yield from _kept(pa.concat_tables([whole, changes]), spec, now_us, counts, owners)
             return
         hashes = changes.column(rules.KEY_HASH).to_numpy() if changes.num_rows else np.empty(0, np.int64)
+        keys = changes.column(rules.KEY)
         taken = 0
-        for i, action in enumerate(ordered):  # a key's old row is in the one file whose hash range holds it
-            high = ordered[i + 1].get(f"min.{rules.KEY_HASH}") if i + 1 < len(ordered) else None
-            end = len(hashes) if high is None else int(np.searchsorted(hashes, high, side="left"))
-            mine = changes.slice(taken, end - taken)
-            taken = end
-            old = read_delta(current, schema=schema, keep=one_file(action["path"]))
-            if mine.num_rows and old.num_rows:
-                old = old.filter(pc.invert(pc.is_in(old[rules.KEY], value_set=mine[rules.KEY])))
-            yield from _kept(pa.concat_tables([old, mine]), spec, now_us, counts)
+        for action in ordered:  # file by file, batch by batch: memory holds the changes and one batch
+            for batch in file_batches(current, action, schema):
+                old = pa.Table.from_batches([batch])
+                high = int(old.column(rules.KEY_HASH)[-1].as_py())
+                end = int(np.searchsorted(hashes, high, side="right"))
+                if changes.num_rows:  # against every change: a run of one hash may cross a batch's edge
+                    old = old.filter(pc.invert(pc.is_in(old[rules.KEY], value_set=keys)))
+                yield from _kept(
+                    pa.concat_tables([old, changes.slice(taken, end - taken)]), spec, now_us, counts, owners
+                )
+                taken = end
         if taken < changes.num_rows:
-            yield from _kept(changes.slice(taken), spec, now_us, counts)
+            yield from _kept(changes.slice(taken), spec, now_us, counts, owners)
 
     adds = write_files(tables, merged())
     crash_point("mid_state_compaction")
@@ -160,7 +170,14 @@ def compact(home: Home, job: str, spec: rules.StateSpec) -> Compaction | None:
     with readable(tables.current_path):
         current.vacuum(retention_hours=VACUUM_HOURS, dry_run=False, enforce_retention_duration=False)
     return Compaction(
-        spec.name, latest, counts["rows"], counts["expired"], changes.num_rows, retired, time.perf_counter() - t0
+        spec.name,
+        latest,
+        counts["rows"],
+        counts["expired"],
+        changes.num_rows,
+        retired,
+        time.perf_counter() - t0,
+        owners.figures(),
     )
 
 
@@ -256,7 +273,11 @@ def _newest_time(changes: pa.Table) -> int | None:
 
 
 def _kept(
-    rows: pa.Table, spec: rules.StateSpec, now_us: int | None, counts: dict[str, int]
+    rows: pa.Table,
+    spec: rules.StateSpec,
+    now_us: int | None,
+    counts: dict[str, int],
+    owners: TaskCounter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows sorted by key hash, without those whose time-to-live ran out by the newest batch's time."""
     if rows.num_rows == 0:
@@ -270,7 +291,46 @@ def _kept(
         counts["expired"] += before - rows.num_rows
     rows = rows.sort_by(rules.KEY_HASH)
     counts["rows"] += rows.num_rows
-    yield from rows.combine_chunks().to_batches(max_chunksize=BATCH_ROWS)
+    for batch in rows.combine_chunks().to_batches(max_chunksize=BATCH_ROWS):
+        if owners is not None:
+            owners.count(batch)
+        yield batch
+
+
+class TaskCounter:
+    """Rows and bytes of a state per virtual task of a model: the task owning a row's key bucket (hash mod the
+    factor) of the partition its key was last read from; a key last read from a partition the model does not
+    read (a Kinesis shard moved to another slot) counts under ``OTHER``."""
+
+    OTHER = "(other partitions)"
+
+    def __init__(self, model: JobModel | None) -> None:
+        self.factor = model.elasticity_factor if model is not None else 1
+        self.names: dict[tuple[str, int, int], str] = {}
+        if model is not None:
+            for ssp, task in model.ssp_to_task().items():
+                self.names[(ssp.stream, ssp.partition, ssp.key_bucket or 0)] = str(task)
+        self.keys: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+
+    def count(self, batch: pa.RecordBatch) -> None:
+        if not self.names or batch.num_rows == 0:
+            return
+        frame = pd.DataFrame(
+            {
+                "stream": batch.column(rules.LAST[0]).to_numpy(zero_copy_only=False),
+                "partition": batch.column(rules.LAST[1]).fill_null(-1).to_numpy(zero_copy_only=False),
+                "bucket": batch.column(rules.KEY_HASH).to_numpy() % self.factor,
+            }
+        )
+        per_row = batch.nbytes / batch.num_rows
+        for (stream, partition, bucket), n in frame.value_counts().items():
+            task = self.names.get((stream, int(partition), int(bucket)), self.OTHER)
+            self.keys[task] = self.keys.get(task, 0) + int(n)
+            self.bytes[task] = self.bytes.get(task, 0) + int(n * per_row)
+
+    def figures(self) -> dict[str, tuple[int, int]]:
+        return {task: (n, self.bytes[task]) for task, n in self.keys.items()}
 
 
 def _retire(tables: StateTables, upto: int) -> int:
@@ -305,11 +365,13 @@ def _rows(tables: StateTables) -> tuple[int, int]:
     return current_rows, sum(int(a.get("num_records") or 0) for a in changes)
 
 
-def compact_job_states(home: Home, job: str, specs: tuple[rules.StateSpec, ...]) -> list[Compaction]:
-    """Compact every state of a job now (``pipelines job compact``, the end of a run)."""
+def compact_job_states(
+    home: Home, job: str, specs: tuple[rules.StateSpec, ...], model: JobModel | None = None
+) -> list[Compaction]:
+    """Compact every state of a job now (``pipelines job compact``)."""
     done = []
     for spec in specs:
-        found = compact(home, job, spec)
+        found = compact(home, job, spec, model)
         if found is not None:
             done.append(found)
     return done

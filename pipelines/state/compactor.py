@@ -47,14 +47,14 @@ class StateCompactor(threading.Thread):
         done: list[Compaction] = []
         with self.busy:
             try:
-                specs = job_config(self.control.job_models.active(self.job)).state
-                for spec in specs:
+                model = self.control.job_models.active(self.job)
+                for spec in job_config(model).state:
                     tables = tables_for(self.control.home, self.job, spec)
                     now = time.monotonic()
                     if not due(tables, self.last.get(spec.name, self.started), now, ending=force):
                         continue
                     self.last[spec.name] = now
-                    found = compact(self.control.home, self.job, spec)
+                    found = compact(self.control.home, self.job, spec, model)
                     if found is not None:
                         done.append(found)
                         self._record(found, tables)
@@ -75,6 +75,8 @@ class StateCompactor(threading.Thread):
             "compaction_s": done.seconds,
             "segment": float(done.segment),
         }
-        self.control.metrics.append(
-            [metric(self.job, model, -1, None, f"state.{done.state}.{k}", v) for k, v in figures.items()]
-        )
+        rows = [metric(self.job, model, -1, None, f"state.{done.state}.{k}", v) for k, v in figures.items()]
+        for task, (keys, size) in sorted(done.tasks.items()):
+            rows.append(metric(self.job, model, -1, task, f"state.{done.state}.task_keys", float(keys)))
+            rows.append(metric(self.job, model, -1, task, f"state.{done.state}.task_bytes", float(size)))
+        self.control.metrics.append(rows)

@@ -100,7 +100,22 @@ def preview(home: Any, job: str, factor: object, reason: str | None = None) -> d
         "lock": lock.describe() if lock is not None and lock.held else None,
         "max_factor": max_factor(),
         "conf": run_conf(request),
+        "state": state_reads(home, version, current.elasticity_factor, version.model.elasticity_factor),
     }
+
+
+def state_reads(home: Any, version: Any, old: int, new: int) -> list[dict[str, Any]]:
+    """Per keyed state of the job: its size, and what each new task of the switch reads of it and from where."""
+    from pipelines.core.state import switch_reads
+    from pipelines.jobs.config import job_config
+    from pipelines.state.durable import StateTables
+
+    out = []
+    for spec in job_config(version.model).state:
+        _, size = StateTables(home, version.model.job_name, spec).size()
+        where, each = switch_reads(old, new, size)
+        out.append({"state": spec.name, "bytes": size, "per_task_bytes": each, "from": where})
+    return out
 
 
 def describe_change(

@@ -66,6 +66,41 @@ def rescaled_job(running_airflow: AirflowClient) -> dict[str, Any]:
     return {"home": home, "model": model, "event": event, "report": report, "decision": decision}
 
 
+STATEFUL = "ui_totals"
+
+
+@pytest.fixture(scope="module")
+def stateful_job(running_airflow: AirflowClient) -> dict[str, Any]:
+    """A stateful job in the Airflow home whose state has two batches committed and one compaction recorded, as
+    its driver's compactor records it (no Spark run: the page shows the state's tables and metric rows)."""
+    from pipelines.core.hashing import key_hash
+    from pipelines.state.compactor import StateCompactor
+    from tests.integration.state.helpers import commit_batch
+
+    home = Home(running_airflow.pipelines_home)
+    DeltaLog(home.streams).create("ui_totals_in", 2)
+    raw = JobConfig.load(REPO / "include" / "jobs" / "customer-totals.yaml").to_dict()
+    raw.update(
+        name=STATEFUL,
+        elasticity_factor=2,
+        inputs=[{"system": "deltalog", "stream": "ui_totals_in"}],
+        sink={"table": f"{STATEFUL}_out"},
+        dead_letter={"table": f"{STATEFUL}_dead"},
+    )
+    config = JobConfig.from_dict(raw)
+    create_job(home, config)
+    keys = [f"customer-{i}".encode() for i in range(40)]
+    for batch_id, partition in ((0, 0), (1, 1)):
+        for bucket in (0, 1):
+            mine = [k for k in keys if key_hash(k, 0) % 2 == bucket and int(k.split(b"-")[1]) % 2 == partition]
+            commit_batch(
+                home, STATEFUL, config.state[0], mine, factor=2, bucket=bucket, batch_id=batch_id * 2 + bucket,
+                stream="ui_totals_in", partition=partition,
+            )  # fmt: skip
+    done = StateCompactor(ControlPlane(home), STATEFUL).round(force=True)
+    return {"home": home, "config": config, "keys": len(keys), "compaction": done[0]}
+
+
 def _context(browser: Any, client: AirflowClient, *, logged_in: bool) -> Any:
     context = browser.new_context(base_url=client.base_url, viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(60_000)
@@ -117,6 +152,31 @@ def test_the_page_shows_the_job_its_factor_and_its_rescale(
     finally:
         context.close()
     print(f"[ui] browser checks took {time.monotonic() - started:.1f} s")
+
+
+def test_the_page_shows_a_jobs_keyed_state_per_virtual_task(
+    browser: Any, running_airflow: AirflowClient, stateful_job: dict[str, Any], tmp_path: Path
+) -> None:
+    context = _context(browser, running_airflow, logged_in=True)
+    try:
+        page = context.new_page()
+        response = page.goto(PAGE)
+        assert response is not None and response.status == 200
+        card = page.locator(f"section.job[data-job='{STATEFUL}']")
+        card.wait_for()
+        row = card.locator("table.obs-state tbody tr[data-state='totals']")
+        cells = [c.strip() for c in row.locator("td").all_inner_texts()]
+        assert cells[0] == "totals" and cells[1] == str(stateful_job["keys"]), cells
+        assert "40 keys, 0 expired" in cells[-1], cells  # the last compaction, from the compactor's metric rows
+        tasks = card.locator("details.obs-state-tasks[data-state='totals'] tbody tr")
+        named = {t.get_attribute("data-task"): int(t.locator("td").nth(1).inner_text()) for t in tasks.all()}
+        assert set(named) == {"Partition 0-0-2", "Partition 0-1-2", "Partition 1-0-2", "Partition 1-1-2"}, named
+        assert sum(named.values()) == stateful_job["keys"], named
+        assert named == {t: k for t, (k, _) in stateful_job["compaction"].tasks.items()}
+        page.screenshot(path=str(tmp_path / "keyed-state.png"), full_page=True)
+        print(f"\n[ui] keyed state screenshot: {tmp_path / 'keyed-state.png'}")
+    finally:
+        context.close()
 
 
 def test_the_json_endpoint_has_the_same_data(running_airflow: AirflowClient, rescaled_job: dict[str, Any]) -> None:

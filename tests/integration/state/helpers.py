@@ -103,3 +103,46 @@ def fold_mismatches(home: Home, config: JobConfig, producer: TotalsProducer) -> 
     extra = sorted(set(rows.index) - set(producer.folds))
     bad += [f"{k!r}: a state row for a key never produced" for k in extra]
     return bad
+
+
+def commit_batch(
+    home: Home,
+    job: str,
+    spec: rules.StateSpec,
+    keys: list[bytes],
+    *,
+    factor: int = 1,
+    bucket: int = 0,
+    batch_id: int = 0,
+    stream: str = "events",
+    partition: int = 0,
+) -> int:
+    """One virtual task's micro-batch without Spark: every key's ``events`` counted once more, its changes
+    committed as the next segment, as the sink's commit does; the segment committed."""
+    from pipelines.state.cache import StateCache
+    from pipelines.state.durable import StateTables
+    from pipelines.state.task import StateVersions, TaskStates
+
+    tables = StateTables(home, job, spec)
+    segment = tables.segment()
+    task = TaskStates(
+        home,
+        job,
+        [spec],
+        StateVersions({spec.name: segment}, 10**15 + batch_id),
+        factor=factor,
+        bucket=bucket,
+        model_version=1,
+        batch_id=batch_id,
+        cache=StateCache(home.root.local_path() / f"cache-{batch_id}"),
+    )
+    task.load(keys)
+    for i, key in enumerate(keys):
+        task.begin()
+        seen = task.api.get(key) or {"events": 0}
+        task.api.put(key, {**seen, "events": seen["events"] + 1})
+        task.commit([(key, stream, partition, str(batch_id * 100_000 + i))])
+    files = task.finish()[spec.name]
+    landed = tables.commit(files, previous=segment, app_id=f"{job}/v1/q", batch_id=batch_id, time_us=10**15 + batch_id)
+    assert landed == segment + 1
+    return landed

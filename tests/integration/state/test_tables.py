@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -113,3 +114,34 @@ def _hashes(keys: list[bytes]) -> object:
 class _Stats:
     def __init__(self) -> None:
         self.keys_looked_up = self.rows_found = self.bytes_from_home = self.rows_from_home = self.base_builds = 0
+
+
+def test_keys_sharing_a_hash_are_found_across_a_batch_edge() -> None:
+    """Two keys with one 32-bit murmur3 hash, the run of that hash cut by a batch's edge: both are found."""
+    from pipelines.state.cache import Base, hashes_of
+    from pipelines.state.layout import current_schema
+
+    keys = [f"k{i}".encode() for i in range(300_000)]
+    hashes = hashes_of(keys)
+    order = np.argsort(hashes, kind="stable")
+    same = np.nonzero(np.diff(hashes[order]) == 0)[0]
+    assert len(same), "300,000 keys give a few pairs sharing a 32-bit hash (about 10 expected)"
+    a, b = order[same[0]], order[same[0] + 1]
+    rows = sorted([(int(hashes[i]), keys[i]) for i in range(0, 300_000, 1000)] + [(int(hashes[a]), keys[a])])
+    rows += [(int(hashes[b]), keys[b])]
+    rows.sort(key=lambda r: r[0])
+    cut = next(i for i, (h, _) in enumerate(rows) if h == int(hashes[a])) + 1  # between the pair
+    schema = current_schema(SPEC)
+    table = pa.Table.from_pylist(
+        [
+            {"key": k, "key_hash": h, "events": n, "_records": n, "_has_value": True, "_segment": 1}
+            for n, (h, k) in enumerate(rows)
+        ],
+        schema=schema,
+    )
+    batches = [*table.slice(0, cut).to_batches(), *table.slice(cut).to_batches()]
+    base = Base(Fraction(0, 1), 1, batches, None)
+    wanted = [keys[a], keys[b], rows[0][1], rows[-1][1]]
+    found = base.lookup(wanted, hashes_of(wanted))
+    assert sorted(found) == sorted(wanted)
+    assert {found[k]["key"] for k in wanted} == set(wanted)

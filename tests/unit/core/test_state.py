@@ -142,3 +142,10 @@ def test_buckets_that_share_no_key_are_not_read(x: int, y: int, data: st.DataObj
     b, c = data.draw(st.integers(0, x - 1)), data.draw(st.integers(0, y - 1))
     shared = any(h % x == b and h % y == c for h in range(x * y))
     assert rules.overlaps(Fraction(c, y), x, b) == shared
+
+
+def test_a_split_reads_its_parents_cache_and_any_other_switch_its_share_from_the_home() -> None:
+    assert rules.switch_reads(2, 4, 1000) == ("its parent's cached fraction (only the newest changes from the home)", 0)
+    where, each = rules.switch_reads(4, 3, 1200)
+    assert each == 400 and "the home" in where
+    assert rules.switch_reads(4, 2, 1000)[1] == 500, "a merge's fraction is a union of two: built once"
