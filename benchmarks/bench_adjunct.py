@@ -33,7 +33,7 @@ from pipelines.adjunct.config import parse_stores
 from pipelines.adjunct.ingest import AdjunctStores
 from pipelines.adjunct.local import LocalEngine
 from pipelines.adjunct.views import view_at
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.systems.registry import open_system
 from pipelines.usage import Parser
 

@@ -67,7 +67,7 @@ trigger: continuous
 RATE = """
 import json, sys
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 rows = ControlPlane(Home(sys.argv[1])).metrics.read(sys.argv[2], metrics=["records_in", "batch_duration_s"])
 records = rows[rows["metric"] == "records_in"]["value"].sum()
 durations = rows[rows["metric"] == "batch_duration_s"]
@@ -75,7 +75,7 @@ print(json.dumps({"records": int(records), "seconds": float(durations["value"].s
 """
 VERIFY = """
 import json, sys
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.quality.verify import verify_job
 v = verify_job(Home(sys.argv[1]), sys.argv[2], sequence="seq")
 print(json.dumps({k: getattr(v, k) for k in ("records_expected", "rows", "lost", "duplicates", "order_violations")}))

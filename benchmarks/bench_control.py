@@ -46,19 +46,20 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.bench_runtime import log, table
-from pipelines.adjunct.checkpoints import STORE_CHECKPOINT_SCHEMA, prune_store_checkpoints, read_store_checkpoints
-from pipelines.adjunct.checkpoints import TABLE as STORE_TABLE
+from pipelines.adjunct.checkpoints import read_store_checkpoints
 from pipelines.cli.table import count
 from pipelines.control import ControlPlane
 from pipelines.control.checkpoints import Checkpoints
 from pipelines.control.compaction import TARGET_BYTES, compact_job, summary
-from pipelines.control.home import Home
 from pipelines.control.metrics import METRICS
+from pipelines.control.store_checkpoints import STORE_CHECKPOINT_SCHEMA, prune_store_checkpoints
+from pipelines.control.store_checkpoints import TABLE as STORE_TABLE
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.deltaio import forget_parsed_files
 from pipelines.operations.autosize import BATCH_METRICS, HEARTBEAT, QUERY_BOUNDARIES
+from pipelines.storage.home import Home
 from pipelines.usage import Parser
 
 JOB = "aged"

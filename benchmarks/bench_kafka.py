@@ -120,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default=f"local[{PARTITIONS * 8}]", help="Spark master of the session")
     args = parser.parse_args(argv)
 
-    from pipelines.control.home import Home
     from pipelines.runtime.session import build_session
     from pipelines.servers.kafka_broker import KafkaBroker
+    from pipelines.storage.home import Home
     from pipelines.systems.deltalog import DeltaLog
     from pipelines.systems.kafka import KafkaSystem
 

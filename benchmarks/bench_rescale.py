@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.demo.producer import produce
 from pipelines.demo.run import Producer
 from pipelines.jobs.config import JobConfig
@@ -39,6 +38,7 @@ from pipelines.operations.jobs import create_job
 from pipelines.planning import plan_next, save
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import launcher
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.usage import Parser
 

@@ -606,8 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         factors = [1, *factors]
     slots = args.slots or PARTITIONS * max(factors)
 
-    from pipelines.control.home import Home
     from pipelines.runtime.session import build_session
+    from pipelines.storage.home import Home
 
     root = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="bench-runtime-"))
     if args.home:

@@ -251,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cheap-max-records", type=int, default=100_000, help="our micro-batch, cheap job")
     args = parser.parse_args(argv)
 
-    from pipelines.control.home import Home
     from pipelines.runtime.session import build_session
     from pipelines.servers.kafka_broker import KafkaBroker
+    from pipelines.storage.home import Home
     from pipelines.systems.kafka import KafkaSystem
 
     root = Path(tempfile.mkdtemp(prefix="bench-spark-kafka-"))

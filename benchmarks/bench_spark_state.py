@@ -258,7 +258,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pipelines.control import ControlPlane
-    from pipelines.control.home import Home
     from pipelines.operations import scaling
     from pipelines.runtime import requests
     from pipelines.runtime.driver import run_job
@@ -266,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.runtime.session import build_session
     from pipelines.servers.kafka_broker import KafkaBroker
     from pipelines.state import layout
+    from pipelines.storage.home import Home
     from pipelines.systems.kafka import KafkaSystem
 
     root = Path(tempfile.mkdtemp(prefix="bench-spark-state-"))

@@ -28,13 +28,13 @@ import time
 from pathlib import Path
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import launcher
 from pipelines.state.durable import StateTables
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.usage import Parser
 

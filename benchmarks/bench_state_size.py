@@ -34,15 +34,15 @@ import psutil
 import pyarrow as pa
 from deltalake import CommitProperties
 
-from pipelines.adjunct.bases import hashes_of
-from pipelines.control.home import Home
 from pipelines.core import state as rules
+from pipelines.core.hashing import hashes_of
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.runtime.session import spark_env
 from pipelines.state import layout
 from pipelines.state.compaction import write_files
 from pipelines.state.durable import BATCH_KEY, SEGMENT_KEY, StateTables
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.usage import Parser
 

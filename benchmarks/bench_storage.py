@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     factors = sorted({1, *(int(f) for f in args.factors.split(","))})
     top = max(factors)
 
-    from pipelines.control.home import Home
     from pipelines.runtime.session import build_session
     from pipelines.servers.s3 import running_s3
     from pipelines.servers.s3_proxy import proxied
+    from pipelines.storage.home import Home
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     with running_s3(scratch / "s3") as server:
@@ -205,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def count_requests(args: Any) -> int:
     """The counting child: the fixed-cost batches and the top factor's job on a fresh S3 home, requests per batch."""
-    from pipelines.control.home import Home
     from pipelines.runtime.session import build_session
     from pipelines.servers.s3_proxy import ProxyProcess
+    from pipelines.storage.home import Home
 
     top = max(int(f) for f in args.factors.split(","))
     proxy = ProxyProcess(None, os.environ["AWS_ENDPOINT_URL"])  # the parent's

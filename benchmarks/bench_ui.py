@@ -39,7 +39,6 @@ from pipelines_airflow import collect  # noqa: E402
 from pipelines_airflow.app import render_page  # noqa: E402
 
 from pipelines.control import ControlPlane  # noqa: E402
-from pipelines.control.home import Home  # noqa: E402
 from pipelines.demo.producer import produce  # noqa: E402
 from pipelines.jobs.config import JobConfig  # noqa: E402
 from pipelines.observe.collect import observe  # noqa: E402
@@ -47,6 +46,7 @@ from pipelines.observe.synthetic import run_rows  # noqa: E402
 from pipelines.operations.jobs import create_job  # noqa: E402
 from pipelines.operations.scaling.start import apply_plan  # noqa: E402
 from pipelines.planning import plan_next  # noqa: E402
+from pipelines.storage.home import Home  # noqa: E402
 from pipelines.systems.deltalog import DeltaLog  # noqa: E402
 
 JOB = "bench_ui"

@@ -7,7 +7,7 @@ scripts/setup.sh --no-archive
 # Lint and types need only the packages: they run beside the drivers' class-data archive, which a fresh clone builds
 # with one Spark job (about 45 s, a core and a bit busy) and which a cold type-check (about 25 s) fits beside.
 # Ctrl-C reaches both (one process group); if the script ends first, its EXIT trap stops the checks.
-(.venv/bin/ruff check . && .venv/bin/ruff format --check . && exec .venv/bin/mypy --config-file pyproject.toml) &
+(.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/lint-imports --no-cache && exec .venv/bin/mypy --config-file pyproject.toml) &
 checks=$!
 trap 'kill "$checks" 2>/dev/null || true' EXIT
 scripts/setup.sh

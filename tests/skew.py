@@ -21,9 +21,9 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.control import table as control_table
 from pipelines.control.drivers import Registration
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.storage.clock import PROBES, StoreClock, boot_clock, probe_store
+from pipelines.storage.home import Home
 
 
 @dataclass

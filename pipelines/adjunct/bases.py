@@ -12,16 +12,17 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import mmh3
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.core.adjunct import Fraction
+from pipelines.core.hashing import hashes_of
+
+__all__ = ["FILE_OVERHEAD", "Base", "BaseId", "hashes_of"]
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +30,6 @@ FILE_FORMAT = "1"
 FILE_OVERHEAD = 64 * 1024
 """Bytes a base's file takes beyond its table's buffers (schema, footer, alignment), at most."""
 _NAME = re.compile(r"^g(-?\d+)-c(\d+)-f(\d+)of(\d+)-s(\d+)\.arrow$")
-
-
-def hashes_of(keys: Sequence[bytes]) -> np.ndarray:
-    """murmur3_x86_32 (seed 0, unsigned) of each key: the key-bucket hash (``pipelines.core.hashing``)."""
-    h = mmh3.hash
-    return np.fromiter((h(k, 0, signed=False) for k in keys), dtype=np.uint32, count=len(keys))
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from pipelines.errors import ConfigError, PipelinesError
 from pipelines.systems.base import StreamMetadata
 
 if TYPE_CHECKING:
-    from pipelines.adjunct.spec import StoreSpec
+    from pipelines.jobs.stores import StoreSpec
 
 DEFAULT_EXTRACTOR = "default"
 DEFAULT_BATCH_RECORDS = 100_000
@@ -115,7 +115,7 @@ class StoreConfig:
 
 def parse_stores(raw: Any, origin: str = "job config", inputs: Sequence[SystemStream] = ()) -> tuple[StoreConfig, ...]:
     """The ``stores:`` section (``None`` or absent: no stores), checked as far as it can be without the systems."""
-    from pipelines.adjunct.spec import Stores
+    from pipelines.jobs.stores import Stores
     from pipelines.settings import check
 
     specs: dict[str, StoreSpec] | None = check(Stores | None, raw, origin, at=("stores",))

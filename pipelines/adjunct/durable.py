@@ -32,11 +32,11 @@ from pipelines.adjunct.rows import (
     latest_per_key,
 )
 from pipelines.adjunct.state import StoreState
-from pipelines.control.home import Home
 from pipelines.core.adjunct import Fraction
 from pipelines.core.ssp import validate_name
 from pipelines.deltaio import append, open_if_table, read_delta, refresh
 from pipelines.errors import StoreError
+from pipelines.storage.home import Home
 from pipelines.storage.location import Location
 
 WRITER_APP = "adjunct-writer"

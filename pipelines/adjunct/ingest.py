@@ -36,7 +36,6 @@ from pipelines.adjunct.extract import extract, load_extractor, marker_rows
 from pipelines.adjunct.rows import CHANGES_SCHEMA
 from pipelines.adjunct.state import Bootstrap, StoreState
 from pipelines.adjunct.views import BatchStores, StoreVersion
-from pipelines.control.home import Home
 from pipelines.core.adjunct import (
     Action,
     Found,
@@ -50,6 +49,7 @@ from pipelines.core.adjunct import (
 from pipelines.errors import PipelinesError, StoreError
 from pipelines.faults import crash_point
 from pipelines.storage.clock import store_clock
+from pipelines.storage.home import Home
 from pipelines.systems.base import Bounded, InputSystem, Position, check_not_rewound
 
 log = logging.getLogger(__name__)

@@ -25,9 +25,9 @@ from pipelines.adjunct.durable import DurableStore
 from pipelines.adjunct.extract import extract, load_extractor, marker_rows
 from pipelines.adjunct.local import LocalEngine
 from pipelines.adjunct.views import StoreVersion, view_at
-from pipelines.control.home import Home
 from pipelines.core.adjunct import SampleVerdict, apply_changes, compare_sample, judge_store, sample_keys
 from pipelines.errors import ConfigError, StoreError
+from pipelines.storage.home import Home
 
 
 def _configs(home: Home, job: str) -> tuple[StoreConfig, ...]:

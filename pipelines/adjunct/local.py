@@ -28,10 +28,10 @@ from pipelines.adjunct.bases import FILE_OVERHEAD, Base, BaseId, hashes_of
 from pipelines.adjunct.durable import DurableStore, TailGone
 from pipelines.adjunct.places import files, flock, free_bytes, home_digest, prune, remove_stale
 from pipelines.adjunct.rows import fold
-from pipelines.control.home import Home
 from pipelines.core.adjunct import Fraction
 from pipelines.core.cachespace import Place, choose_place
 from pipelines.errors import StoreError
+from pipelines.storage.home import Home
 
 log = logging.getLogger(__name__)
 

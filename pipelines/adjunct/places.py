@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pipelines.adjunct.bases import BaseId
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.storage.hostlocal import LOCAL_DIR_ENV as HOST_DIR_ENV
 
 LOCAL_DIR_ENV = "PIPELINES_ADJUNCT_DIR"

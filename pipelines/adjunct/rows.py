@@ -10,11 +10,14 @@ never a re-hash; a null ``value`` deletes the key; rows of ``class``
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.core.adjunct import Fraction
+from pipelines.core.hashing import in_fraction
 
 META_CLASS = -1
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -57,10 +60,16 @@ ENTRY_SCHEMA = pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.bin
 
 
 def fraction_mask(hashes: pa.ChunkedArray | pa.Array, fraction: Fraction) -> pa.Array:
+    """Which rows hold keys of ``fraction``, as a mask for ``filter``."""
+    return pa.array(fraction_of(hashes, fraction))
+
+
+def fraction_of(hashes: pa.ChunkedArray | pa.Array, fraction: Fraction) -> Any:
+    """``core.hashing.in_fraction`` of an Arrow column of hashes."""
     values = (
         hashes.to_numpy() if isinstance(hashes, pa.Array) else hashes.combine_chunks().to_numpy(zero_copy_only=False)
     )
-    return pa.array(values % fraction.factor == fraction.bucket)
+    return in_fraction(values, fraction.bucket, fraction.factor)
 
 
 def latest_per_key(table: pa.Table, keys: list[str], values: list[str]) -> pa.Table:

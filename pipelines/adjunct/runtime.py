@@ -38,8 +38,8 @@ import pyarrow as pa
 from pipelines.adjunct.config import StoreConfig, parse_stores
 from pipelines.adjunct.ingest import AdjunctStores
 from pipelines.adjunct.views import BatchStores, StoreView, task_stores
-from pipelines.control.home import Home
 from pipelines.errors import StoreError
+from pipelines.storage.home import Home
 
 OFFSET_KEY = "stores"
 """Where the store versions sit in the elastic source's offset JSON."""
@@ -179,7 +179,8 @@ def commit_store_checkpoints(
     """After the sink committed ``batch_id``: append the store versions it saw (``stores``, from its tasks'
     markers) to the job's checkpoints. Rows appended, 0 without stores.
     """
-    from pipelines.adjunct.checkpoints import append_store_checkpoints, checkpoint_rows
+    from pipelines.adjunct.checkpoints import checkpoint_rows
+    from pipelines.control.store_checkpoints import append_store_checkpoints
 
     if stores is None:
         return 0

@@ -31,9 +31,9 @@ from pipelines.adjunct.bases import hashes_of
 from pipelines.adjunct.config import StoreConfig
 from pipelines.adjunct.local import LocalEngine, Part, engine_for
 from pipelines.adjunct.places import default_local_places
-from pipelines.control.home import Home
 from pipelines.core.adjunct import WHOLE, Fraction, store_class
 from pipelines.errors import StoreError
+from pipelines.storage.home import Home
 from pipelines.systems.base import Position
 
 

@@ -28,10 +28,10 @@ from typing import TextIO
 from pipelines.cli.output import Output
 from pipelines.cli.parser import CliParser, build_parser, handler, writes
 from pipelines.cli.table import EMBEDDED_SYSTEM
-from pipelines.control.home import Home, check_writable, resolve_home
 from pipelines.core.limits import not_utf8
 from pipelines.errors import PipelinesError, one_line
 from pipelines.runtime.lifetime import Terminated
+from pipelines.storage.home import Home, check_writable, resolve_home
 
 __all__ = ["EMBEDDED_SYSTEM", "Output", "build_parser", "main"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from pipelines.cli.output import Output
-from pipelines.control.home import Home
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError
+from pipelines.storage.home import Home
 
 
 def show(args: argparse.Namespace, home: Home, output: Output) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from pipelines.cli.output import Output, container_order, sorted_offsets, ssp_order, table, task_order
 from pipelines.cli.streams import open_system, settings
-from pipelines.control.home import Home
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import validate_factor
@@ -18,6 +17,7 @@ from pipelines.core.limits import check_partition_count, check_task_count
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition, validate_name, validate_system
 from pipelines.errors import ConfigError, ModelError, PartitionChangeError, PipelinesError, StreamError
+from pipelines.storage.home import Home
 
 
 def plan(args: argparse.Namespace, home: Home, output: Output) -> None:

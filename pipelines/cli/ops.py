@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from pipelines.cli.output import Output, text
-from pipelines.control.home import Home
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError, PartitionChangeError, PipelinesError
+from pipelines.storage.home import Home
 
 
 def run(args: argparse.Namespace, home: Home, output: Output) -> None:

@@ -12,7 +12,7 @@ from pipelines.usage import Parser
 
 if TYPE_CHECKING:
     from pipelines.cli.output import Output
-    from pipelines.control.home import Home
+    from pipelines.storage.home import Home
 
 Handler = Callable[[argparse.Namespace, "Home", "Output"], None]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from pipelines.cli.output import Output, dash, table, text
-from pipelines.control.home import Home
 from pipelines.core.ssp import validate_name
 from pipelines.errors import PipelinesError
+from pipelines.storage.home import Home
 
 
 def list_stores(args: argparse.Namespace, home: Home, output: Output) -> None:

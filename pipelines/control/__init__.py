@@ -27,7 +27,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from pipelines.control.home import Home, resolve_home
+from pipelines.storage.home import Home, resolve_home
 
 if TYPE_CHECKING:
     from pipelines.control.checkpoints import Checkpoints

@@ -33,13 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column, delete_rows, sql_text
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import NO_BUCKET, SystemStreamPartition, validate_name
 from pipelines.deltaio import read_delta
 from pipelines.errors import ModelError
 from pipelines.storage.clock import StoreClock
+from pipelines.storage.home import Home
 
 INITIAL_BATCH = -1
 """``batch_id`` of a model version's start checkpoints (written when the version is planned, or carried forward)."""

@@ -19,6 +19,7 @@ still holds an older snapshot finds its files, because the rewritten files are d
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,15 +32,15 @@ from pipelines.control.checkpoints import CHECKPOINTS, prune_superseded
 from pipelines.control.decisions import AUTOSIZE_DECISIONS
 from pipelines.control.dq_results import DQ_RESULTS
 from pipelines.control.drivers import DRIVERS
-from pipelines.control.home import Home
-from pipelines.control.job_models import JOB_MODELS
+from pipelines.control.job_models import CONFIG_KEY, JOB_MODELS
 from pipelines.control.locks import SCALING_LOCKS
-from pipelines.control.metrics import METRICS
+from pipelines.control.metrics import DEFAULT_RETENTION_HOURS, MAX_RETENTION_HOURS, METRICS
 from pipelines.control.metrics import expire as expire_metrics
 from pipelines.control.scaling_events import SCALING_EVENTS
 from pipelines.control.table import COMMIT_RETRIES
 from pipelines.deltaio import CACHED_FILE_BYTES, open_if_table, readable
 from pipelines.errors import PipelinesError, StoreUnavailableError, store_unanswered
+from pipelines.storage.home import Home
 
 TABLES: tuple[str, ...] = tuple(
     spec.name
@@ -90,8 +91,8 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
     Rows no reader asks for again are deleted first: superseded checkpoints and store checkpoints, and metric rows
     older than the job's ``metrics_retention_hours`` (whatever the table's file count).
     """
-    from pipelines.adjunct.checkpoints import TABLE as ADJUNCT_CHECKPOINTS
-    from pipelines.adjunct.checkpoints import prune_store_checkpoints
+    from pipelines.control.store_checkpoints import TABLE as ADJUNCT_CHECKPOINTS
+    from pipelines.control.store_checkpoints import prune_store_checkpoints
 
     control = ControlPlane(home)
     expired_before = control.clock.now() - timedelta(hours=_metrics_retention_hours(control, job))
@@ -138,13 +139,12 @@ def compact_job(home: Home, job: str, *, min_files: int = MIN_FILES) -> list[Com
 def _metrics_retention_hours(control: ControlPlane, job: str) -> int:
     """The job's ``metrics_retention_hours``, from its active model's configuration (the default without one),
     at most a century: a job created before that bound could hold a number too large for the clock arithmetic."""
-    from pipelines.jobs.config import JobConfig, job_config
-    from pipelines.jobs.spec import MAX_RETENTION_HOURS
-
     try:
-        return min(job_config(control.job_models.active(job)).metrics_retention_hours, MAX_RETENTION_HOURS)
-    except PipelinesError:  # no model to read it from (a job being created, a damaged model): the default
-        return JobConfig.metrics_retention_hours
+        saved = json.loads(control.job_models.active(job).config[CONFIG_KEY])
+        hours = int(saved.get("metrics_retention_hours") or DEFAULT_RETENTION_HOURS)
+    except (PipelinesError, KeyError, TypeError, ValueError):  # no model (a job being created, a damaged one)
+        return DEFAULT_RETENTION_HOURS
+    return min(hours, MAX_RETENTION_HOURS)
 
 
 def _files(dt: DeltaTable, job: str) -> int:

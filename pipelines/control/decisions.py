@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.autosize import Decision, Observation
 from pipelines.core.ssp import validate_name
+from pipelines.storage.home import Home
 
 AUTOSIZE_DECISIONS = TableSpec(
     "autosize_decisions",

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.ssp import validate_name
 from pipelines.storage.clock import StoreClock
+from pipelines.storage.home import Home
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -43,10 +43,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.ssp import validate_name
 from pipelines.storage.clock import StoreClock
+from pipelines.storage.home import Home
 
 STARTED, RUNNING, STOPPED, FAILED = "started", "running", "stopped", "failed"
 ENDED = (STOPPED, FAILED)

@@ -23,13 +23,16 @@ import pyarrow as pa
 from deltalake import Transaction
 from deltalake.exceptions import CommitFailedError
 
-from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, check_int, column
 from pipelines.core.limits import shown
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError, ModelError, UnknownJobError
 from pipelines.storage.clock import StoreClock
+from pipelines.storage.home import Home
+
+CONFIG_KEY = "job_config"
+"""Where a job model keeps the configuration it was planned from (``pipelines.jobs.config.job_config`` reads it)."""
 
 PLANNED = "planned"
 ACTIVATED = "activated"

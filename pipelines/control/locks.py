@@ -45,11 +45,11 @@ import pyarrow as pa
 from deltalake import Transaction
 from deltalake.exceptions import CommitFailedError
 
-from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column
 from pipelines.core.ssp import validate_name
 from pipelines.errors import PipelinesError
 from pipelines.storage.clock import StoreClock
+from pipelines.storage.home import Home
 
 DEFAULT_TTL_S = 900.0
 HELD = ("acquired", "renewed", "taken over")

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, delete_rows, sql_text
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError
 from pipelines.storage.clock import StoreClock
+from pipelines.storage.home import Home
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,6 +50,13 @@ METRICS = TableSpec(
     ),
     "One metric value per row (long and narrow), per job, model version, batch and virtual task",
 )
+
+
+DEFAULT_RETENTION_HOURS = 168
+"""How long a job's rows stay in the table by default (``metrics_retention_hours``): a week, as Kafka keeps a log."""
+MAX_RETENTION_HOURS = 876_000
+"""A century of metric rows: a larger value overflowed the clock arithmetic of the compaction a running driver
+does every 10 minutes."""
 
 
 def metric(job: str, version: int, batch_id: int, task: str | None, name: str, value: float) -> dict[str, Any]:

@@ -27,10 +27,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipelines.control.home import Home
 from pipelines.control.table import TIMESTAMP, ControlTable, TableSpec, column, utc_now
 from pipelines.core.ssp import validate_name
 from pipelines.storage.clock import StoreClock
+from pipelines.storage.home import Home
 
 
 class EventStatus(StrEnum):

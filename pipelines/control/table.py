@@ -45,10 +45,10 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from pipelines.backoff import Backoff
-from pipelines.control.home import Home
 from pipelines.deltaio import append, create_table, is_table, open_if_table, read_delta, refresh
 from pipelines.errors import ConfigError, ModelError, StoreUnavailableError
 from pipelines.storage.clock import StoreClock, store_clock
+from pipelines.storage.home import Home
 from pipelines.storage.location import Location
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Sequence
 
 import mmh3
+import numpy as np
 
 from pipelines.core.limits import shown, whole_number
 from pipelines.errors import ConfigError
@@ -95,3 +96,14 @@ def max_factor() -> int:
 def buckets_of(factor: int) -> Iterable[int]:
     """All key buckets of a factor, in order."""
     return range(validate_factor(factor))
+
+
+def hashes_of(keys: Sequence[bytes]) -> np.ndarray:
+    """``key_hash`` of each key (none may be null), as unsigned 32-bit numbers: a store's or a state's index."""
+    h = mmh3.hash
+    return np.fromiter((h(k, 0, signed=False) for k in keys), dtype=np.uint32, count=len(keys))
+
+
+def in_fraction(hashes: np.ndarray, bucket: int, factor: int) -> np.ndarray:
+    """Which of ``hashes`` fall in key bucket ``bucket`` of ``factor`` (hash mod factor == bucket)."""
+    return np.asarray(hashes % factor == bucket)

@@ -20,13 +20,13 @@ import time
 from typing import Any
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.errors import PipelinesError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
 from pipelines.servers.kinesis_emulator import KinesisEmulator
+from pipelines.storage.home import Home
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_slot
 

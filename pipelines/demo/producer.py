@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pipelines.control.home import Home
 from pipelines.core.positions import Bounded
+from pipelines.storage.home import Home
 from pipelines.storage.location import Location
 from pipelines.storage.objects import ObjectStore
 from pipelines.systems.base import InputSystem

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from pipelines.adjunct.inspect import verify_store
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
+from pipelines.core.metric_names import DURATION, LAG
 from pipelines.demo.enrich import CUSTOMERS
 from pipelines.demo.producer import produce
 from pipelines.errors import ConfigError, PipelinesError, StreamError
@@ -49,6 +49,7 @@ from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 
@@ -445,16 +446,16 @@ def falling_behind(home: Home, job: str, version: int, since: float, trigger_int
     from pipelines.jobs.config import interval_seconds
 
     interval = interval_seconds(trigger_interval)
-    metrics = ["batch_duration_s", "lag_records"]
+    metrics = [DURATION, LAG]
     start = datetime.fromtimestamp(since, UTC)
     frame = ControlPlane(home).metrics.read(job, model_version=version, metrics=metrics, since=start)
     if not len(frame) or interval <= 0:
         return None
-    durations = frame[frame["metric"] == "batch_duration_s"]["value"]
+    durations = frame[frame["metric"] == DURATION]["value"]
     late = durations[durations > interval]
     if not len(late):
         return None
-    lag = frame[frame["metric"] == "lag_records"]
+    lag = frame[frame["metric"] == LAG]
     behind = int(lag[lag["batch_id"] == lag["batch_id"].max()]["value"].sum()) if len(lag) else None
     lag_text = f"; {behind:,} records behind the input at its last batch" if behind is not None else ""
     return (
@@ -504,12 +505,12 @@ def _at_least(batch: int | None, wanted: int) -> bool:
 
 def _throughput(home: Home, job: str, version: int) -> tuple[int, float, int | None]:
     """A model version's records, its rate from its first to its last batch commit, and its last batch's lag."""
-    frame = ControlPlane(home).metrics.read(job, model_version=version, metrics=["records_in", "lag_records"])
+    frame = ControlPlane(home).metrics.read(job, model_version=version, metrics=["records_in", LAG])
     records_in = frame[frame["metric"] == "records_in"] if len(frame) else frame
     if not len(records_in):
         return 0, 0.0, None
     records = int(records_in["value"].sum())
-    lag = frame[frame["metric"] == "lag_records"]
+    lag = frame[frame["metric"] == LAG]
     lag_after = int(lag[lag["batch_id"] == lag["batch_id"].max()]["value"].sum()) if len(lag) else None
     per_batch = records_in.groupby("batch_id")["at"].min().sort_index()
     if len(per_batch) < 2:

@@ -25,9 +25,9 @@ import sys
 import threading
 import time
 
-from pipelines.control.home import resolve_home
 from pipelines.demo.run import HEADERS, StepResult, _table, run_demo
 from pipelines.errors import PipelinesError
+from pipelines.storage.home import resolve_home
 from pipelines.usage import Parser
 
 FACTORS = (1, 2, 4, 8)

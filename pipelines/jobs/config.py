@@ -26,14 +26,15 @@ from typing import Any
 import yaml
 
 from pipelines import yamlfile
+from pipelines.control.job_models import CONFIG_KEY
+from pipelines.control.metrics import DEFAULT_RETENTION_HOURS
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream
 from pipelines.core.state import StateSpec, check_evolution, make_spec
 from pipelines.errors import ConfigError
 
-CONFIG_KEY = "job_config"
-"""Where a job model keeps the configuration it was planned from."""
+__all__ = ["CONFIG_KEY", "JobConfig", "check_config_change", "job_config"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class JobConfig:
     """The ``autosize:`` section as written (absent fields take ``AutosizeConfig``'s defaults when it is read)."""
     stores: Any = None
     """The ``stores:`` section (adjunct data stores) as written."""
-    metrics_retention_hours: int = 168
+    metrics_retention_hours: int = DEFAULT_RETENTION_HOURS
     """How long the job's rows stay in the ``metrics`` table (``control.compaction``); Kafka's default retention."""
     state: tuple[StateSpec, ...] = ()
     """The keyed states the process function keeps (``state:``; ``pipelines.core.state``), in the order written."""

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from pipelines.adjunct.spec import StoreName, StoreSpec
+from pipelines.control.metrics import DEFAULT_RETENTION_HOURS, MAX_RETENTION_HOURS
 from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
 from pipelines.core.autosize import AutosizeConfig
 from pipelines.core.groupers import GROUPERS
@@ -27,6 +27,7 @@ from pipelines.core.ssp import NAME_PATTERN, SYSTEMS, SystemStream, validate_nam
 from pipelines.core.start import WORDS, parse_start
 from pipelines.core.state import DEFAULT_MAX_VALUE_BYTES, MAX_VALUE_BYTES, StateSpec, make_spec
 from pipelines.errors import ConfigError
+from pipelines.jobs.stores import StoreName, StoreSpec
 from pipelines.settings import (
     AnyMapping,
     Check,
@@ -47,9 +48,7 @@ MAX_BATCH_RECORDS = 1_000_000_000
 the budget Spark carries as a 64-bit count once the factor multiplies it."""
 MAX_CONTAINERS = 100_000
 """As many containers as the embedded log has partitions at most: each holds at least one virtual task."""
-MAX_RETENTION_HOURS = 876_000
-"""A century of metric rows: a larger value overflowed the clock arithmetic of the compaction a running driver
-does every 10 minutes."""
+
 TRIGGERS = ("available-now", "continuous")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN}
@@ -318,7 +317,7 @@ class JobSpec(Section):
         "state or a list of them",
     )
     metrics_retention_hours: Annotated[int, Whole(1, MAX_RETENTION_HOURS)] = Field(
-        168,
+        DEFAULT_RETENTION_HOURS,
         description="hours the job's rows stay in the metrics table; older ones are deleted every 10 minutes "
         "while the job runs, when a run ends, and by 'pipelines job compact'",
     )

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.core.limits import MAX_MINUTES, shown
 from pipelines.errors import ConfigError
 from pipelines.observe.series import METRICS_READ, batches, charts, fault_notes, markers, outage_markers
 from pipelines.observe.tasks import task_table
+from pipelines.storage.home import Home
 
 DEFAULT_MINUTES = 60.0
 MAX_FILES = 300

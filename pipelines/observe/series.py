@@ -47,19 +47,30 @@ from datetime import datetime
 from typing import Any
 
 from pipelines.core.faults import EXECUTORS_LOST, TASKS_FAILED, fault_summary
+from pipelines.core.metric_names import (
+    DURATION,
+    KEYS,
+    LAG,
+    LIFECYCLE,
+    OUTAGE_BACK,
+    OUTAGE_DOWN,
+    TASK_COUNTS,
+    TASK_TIMES,
+    TIME_BEHIND,
+)
 
-DURATION = "batch_duration_s"
-"""Per batch (job-wide row): Spark's ``durationMs.triggerExecution`` in seconds, written by the job's driver."""
-TIME_BEHIND = "input.millis_behind_latest"
-"""Per task: the input system's own time behind the stream's tip (Kinesis), in milliseconds."""
-LAG = "lag_records"
-KEYS = "keys_in"
-"""Per task and batch: the distinct keys among its records (the skew test's sample, ``pipelines.observe.skew``)."""
-LIFECYCLE = frozenset({"query_started", "first_progress", "query_stopped", "heartbeat"})
-TASK_COUNTS = ("records_in", "records_out", "records_fetched", "bytes_fetched", "dead_letters")
-TASK_TIMES = ("read_s", "key_hash_s", "wait_s", "process_s")
-OUTAGE_DOWN = "input_unavailable_s"  # the source, when an input stops answering (then every 30 s): down so far
-OUTAGE_BACK = "input_recovered_s"  # the source, on the first answer after an outage: how long it lasted
+__all__ = [
+    "DURATION",
+    "KEYS",
+    "LAG",
+    "LIFECYCLE",
+    "OUTAGE_BACK",
+    "OUTAGE_DOWN",
+    "TASK_COUNTS",
+    "TASK_TIMES",
+    "TIME_BEHIND",
+]
+
 METRICS_READ = (
     *TASK_COUNTS,
     *TASK_TIMES,

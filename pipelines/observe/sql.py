@@ -30,8 +30,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from pipelines.control.home import Home
 from pipelines.errors import PipelinesError
+from pipelines.storage.home import Home
 from pipelines.storage.location import Location
 
 COMMANDS = ("show", "describe", "desc", "explain")

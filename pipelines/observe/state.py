@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.observe.series import Chart, Series, epoch
+from pipelines.storage.home import Home
 
 FIGURES = ("keys", "bytes", "expired", "compaction_s", "segment")
 PER_TASK = ("task_keys", "task_bytes")

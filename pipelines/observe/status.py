@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.core.limits import MAX_WATCH_S, shown
 from pipelines.errors import ConfigError
 from pipelines.observe.collect import DEFAULT_MINUTES, check_minutes, observe
 from pipelines.observe.render import export_page, text
+from pipelines.storage.home import Home
 
 DEFAULT_WATCH_S = 5.0
 CLEAR = "\x1b[H\x1b[2J"

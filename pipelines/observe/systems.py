@@ -30,9 +30,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from pipelines.control.home import Home
 from pipelines.core.positions import Position
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
+from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem, StreamMetadata, SupportsCommitted, SupportsLineage
 from pipelines.systems.registry import JobSystems
 

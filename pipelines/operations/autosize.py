@@ -78,7 +78,6 @@ import pandas as pd
 
 from pipelines.control import ControlPlane
 from pipelines.control.decisions import record_decision
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.core.autosize import (
     SKIP,
@@ -91,14 +90,16 @@ from pipelines.core.autosize import (
     lag_slope,
     load_policy,
 )
+from pipelines.core.metric_names import LAG
 from pipelines.core.model import JobModel
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.jobs.config import job_config
+from pipelines.storage.home import Home
 
 BATCH_METRICS = ("task_count", "sink_commit_s")
 """Job-wide rows the sink writes once per committed batch: they date the batch."""
 TASK_METRICS = ("process_s", "records_in")
-LAG_METRIC = "lag_records"
+LAG_METRIC = LAG
 QUERY_BOUNDARIES = ("query_started", "query_stopped")
 HEARTBEAT = "heartbeat"
 

@@ -23,11 +23,11 @@ import time
 from typing import Any
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.jobs.config import job_config
 from pipelines.operations.scaling.readings import last_heartbeat
+from pipelines.storage.home import Home
 
 KEEPALIVE_ENV = "PIPELINES_KEEPALIVE"
 LAUNCH, REPORT = "launch", "report"

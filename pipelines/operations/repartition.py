@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock, dead_process_owner
 from pipelines.core.groupers import check_partition_change
 from pipelines.errors import PartitionChangeError, PipelinesError
 from pipelines.jobs.config import job_config
 from pipelines.operations import scaling
 from pipelines.operations.scaling.operation import ScalingRequest, expansion_request, reshard_request
+from pipelines.storage.home import Home
 from pipelines.systems.base import SupportsRelayout
 from pipelines.systems.registry import JobSystems
 

@@ -34,9 +34,9 @@ from typing import Any
 import pandas as pd
 
 from pipelines.control.dq_results import DagRunRef
-from pipelines.control.home import Home
 from pipelines.quality.checks import Annotated, Verdict, annotate
 from pipelines.quality.verify import Window, load_window
+from pipelines.storage.home import Home
 from pipelines.storage.hostlocal import host_dir, pull, push
 
 DOCS_SITE = "quality"

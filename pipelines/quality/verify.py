@@ -10,7 +10,6 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.core.start import EARLIEST
 from pipelines.core.state import StateSpec
@@ -26,6 +25,7 @@ from pipelines.quality.checks import (
     with_input_order,
 )
 from pipelines.quality.state_check import StateVerdict, applied_records, state_flags
+from pipelines.storage.home import Home
 from pipelines.systems.base import SupportsRecordsRead
 from pipelines.systems.registry import JobSystems
 

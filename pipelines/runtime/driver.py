@@ -22,8 +22,8 @@ from typing import Any, TypedDict, TypeVar
 from pipelines.control import ControlPlane
 from pipelines.control.compaction import compact_job, summary
 from pipelines.control.drivers import Registration
-from pipelines.control.home import Home, resolve_home
 from pipelines.core.faults import EXECUTORS_LOST, TASKS_FAILED, FaultLedger, Faults, JobSeen
+from pipelines.core.metric_names import DURATION
 from pipelines.core.model import JobModel
 from pipelines.errors import PipelinesError, raised_inside
 from pipelines.jobs.config import job_config
@@ -33,6 +33,7 @@ from pipelines.runtime import requests, schemas
 from pipelines.runtime.lifetime import die_with_parent
 from pipelines.runtime.outage import STALL_S, record_outage
 from pipelines.runtime.outputs import ensure_output_tables
+from pipelines.storage.home import Home, resolve_home
 from pipelines.usage import Parser
 
 POLL_S = 0.25
@@ -502,7 +503,7 @@ class BatchDurations:
                         "job": self.model.job_name,
                         "model_version": self.model.version,
                         "batch_id": batch,
-                        "metric": "batch_duration_s",
+                        "metric": DURATION,
                         "value": durations["triggerExecution"] / 1000.0,
                     }
                 )

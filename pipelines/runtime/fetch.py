@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.control.home import Home
 from pipelines.core.hashing import key_buckets
 from pipelines.core.positions import Position
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.errors import StreamError
 from pipelines.runtime.offsets import Offset, Pending
 from pipelines.storage import records
+from pipelines.storage.home import Home
 from pipelines.storage.location import Location, parse
 from pipelines.systems.base import RECORD_SCHEMA, InputSystem, ReadResult
 

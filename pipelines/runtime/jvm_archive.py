@@ -20,88 +20,17 @@ docs/decisions/0015-class-data-sharing.md.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from pipelines.runtime.classpath import ARCHIVE, ARCHIVE_ENV, PACKAGE_ROOT, QUIET, STAMP, java_options, stamp
 from pipelines.runtime.lifetime import pid_alive
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-ARCHIVE = PACKAGE_ROOT / ".jvm" / "spark-driver.jsa"
-STAMP = ARCHIVE.with_suffix(".json")
-QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-"""A mismatched archive is a fallback, not an error: no warning on every start."""
-
-
-def stamp() -> dict[str, str]:
-    """What an archive depends on: the JVM, pyspark's jars and ours (names, sizes, times), and where they are."""
-    from pipelines.runtime.session import SPARK_JARS, spark_home
-
-    java = shutil.which("java") or ""
-    version = subprocess.run([java, "-version"], capture_output=True, text=True).stderr if java else ""
-    home = spark_home() or os.environ.get("SPARK_HOME", "")
-    jars = sorted(Path(home, "jars").glob("*.jar")) + sorted(SPARK_JARS.glob("*.jar"))
-    listing = "\n".join(f"{p.name} {p.stat().st_size} {int(p.stat().st_mtime)}" for p in jars if p.exists())
-    return {
-        "java": hashlib.sha256(f"{os.path.realpath(java)}\n{version}".encode()).hexdigest()[:16],
-        "jars": hashlib.sha256(listing.encode()).hexdigest()[:16],
-        "spark_home": str(home),
-        "spark_jars": str(SPARK_JARS),
-    }
-
-
-def java_options() -> str:
-    """The JVM options that map the archive, or nothing when there is none or it was made for other jars/JVM."""
-    try:
-        recorded = json.loads(STAMP.read_text())
-    except (OSError, ValueError):
-        return ""
-    if not ARCHIVE.is_file() or recorded != _current_stamp():
-        return ""
-    return f"-XX:SharedArchiveFile={ARCHIVE} {QUIET}"
-
-
-_STAMP: dict[str, str] | None = None
-
-
-def _current_stamp() -> dict[str, str]:
-    global _STAMP
-    if _STAMP is None:
-        _STAMP = stamp()
-    return _STAMP
-
-
-WORKLOAD = r"""
-import sys
-from pathlib import Path
-from pipelines.control.home import Home
-from pipelines.jobs.config import JobConfig
-from pipelines.operations.jobs import create_job
-from pipelines.runtime.driver import run_job
-from pipelines.runtime.session import build_session
-from pipelines.systems.deltalog import DeltaLog
-
-home = Home(Path.cwd() / "home")  # build's scratch folder, removed after
-log = DeltaLog(home.streams)
-log.create("events", 2)
-log.produce("events", [(f"k{i % 7}".encode(), b'{"key": "k", "seq": 0}', None) for i in range(40)])
-base = JobConfig.load(Path(sys.argv[1]) / "include" / "jobs" / "enrichment.yaml").to_dict()
-base.update(name="archive", inputs=[{"system": "deltalog", "stream": "events"}], elasticity_factor=2,
-            process_options={"latency_ms": 0}, sink={"table": "archive_out"}, dead_letter={"table": "archive_dead"},
-            batch={"max_records": 20, "trigger_interval": "0 seconds"})
-base.pop("stores", None)
-create_job(home, JobConfig.from_dict(base))
-spark = build_session("local[2]", "pipelines-class-archive")
-run_job(spark, home, "archive", available_now=True, progress=lambda m: None)
-spark.sql("SELECT 1").collect()
-spark.read.format("delta").load(str(home.sinks / "archive_out")).count()
-spark.stop()
-"""
+__all__ = ["ARCHIVE", "STAMP", "build", "java_options", "stamp"]
 
 
 def build(progress: bool = True) -> bool:
@@ -120,7 +49,7 @@ def build(progress: bool = True) -> bool:
     env[ARCHIVE_ENV] = f"-XX:ArchiveClassesAtExit={fresh} {QUIET}"
     with tempfile.TemporaryDirectory() as scratch:
         done = subprocess.run(
-            [sys.executable, "-c", WORKLOAD, str(PACKAGE_ROOT)],
+            [sys.executable, "-m", "pipelines.cli.archive_workload", str(PACKAGE_ROOT)],
             env=env,
             cwd=scratch,
             capture_output=True,
@@ -146,10 +75,6 @@ def _abandoned() -> list[Path]:
         if not pid.isdigit() or not pid_alive(int(pid)):
             found.append(path)
     return found
-
-
-ARCHIVE_ENV = "PIPELINES_JVM_ARCHIVE_OPTIONS"
-"""Set only while ``build`` runs its workload: the options that make that driver write the archive instead."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,11 +36,11 @@ from pathlib import Path
 
 from pipelines.control import ControlPlane
 from pipelines.control.drivers import FAILED, RECENT_LIVE_S, DriverRow
-from pipelines.control.home import Home
 from pipelines.errors import PipelinesError, by_name, last_error_line, raised_inside
 from pipelines.runtime import logs, requests
 from pipelines.runtime.lifetime import Terminated, check_master, master_problem, pid_alive, tied_command
 from pipelines.runtime.session import spark_confs, spark_env
+from pipelines.storage.home import Home
 from pipelines.storage.hostlocal import host_dir
 
 DRIVER = str(Path(__file__).with_name("driver.py"))

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.storage.hostlocal import host_dir
 
 _target: Path | None = None

@@ -17,8 +17,8 @@ import hashlib
 import json
 from typing import Any
 
-from pipelines.control.home import Home
 from pipelines.runtime.requests import run_dir
+from pipelines.storage.home import Home
 from pipelines.storage.location import Location
 
 

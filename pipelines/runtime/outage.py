@@ -70,7 +70,7 @@ def record_outage(home: Any, job: str, version: int, seconds: float, what: str) 
     from datetime import timedelta
 
     from pipelines.control import ControlPlane
-    from pipelines.observe.series import OUTAGE_BACK, OUTAGE_DOWN
+    from pipelines.core.metric_names import OUTAGE_BACK, OUTAGE_DOWN
 
     print(f"[{job}] v{version}: {what} waited {seconds:.1f}s for an answer", flush=True)
     try:

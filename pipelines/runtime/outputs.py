@@ -11,11 +11,11 @@ from typing import Any
 import pyarrow as pa
 from deltalake.schema import Field as DeltaField
 
-from pipelines.control.home import Home
 from pipelines.deltaio import create_table, open_if_table, readable
 from pipelines.jobs.config import JobConfig
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.runtime import schemas
+from pipelines.storage.home import Home
 
 
 def ensure_output_tables(home: Home, config: JobConfig, output: Any | None = None) -> None:

@@ -141,9 +141,9 @@ class _Keyed:
         batch: pa.RecordBatch,
         output: Any,
     ) -> _Keyed:
-        from pipelines.control.home import Home
         from pipelines.runtime.reading import record_order, task_range
         from pipelines.state.runtime import already_committed, open_task
+        from pipelines.storage.home import Home
 
         described = task_range(task)
         if home is None or described is None or described.state is None:

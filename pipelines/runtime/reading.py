@@ -25,13 +25,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from pipelines.control.home import Home
 from pipelines.core.positions import Position
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.runtime import fetch, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.offsets import Offset, Pending
 from pipelines.runtime.outage import record_outage
+from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem
 
 # Input-system clients opened by ``read_task`` on executors, kept for the life of the (reused) Python worker:

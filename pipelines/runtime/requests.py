@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.storage.location import Location
 
 

@@ -26,74 +26,26 @@ when they are set (``s3a_confs``).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 import shlex
 import socket
 import sys
 import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pipelines.errors import PipelinesError
+from pipelines.runtime.classpath import (
+    ARCHIVE_ENV,
+    PACKAGE_ROOT,
+    SPARK_JARS,
+    MissingJarsError,
+    java_options,
+    spark_classpath,
+    spark_home,
+)
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-SPARK_JARS = Path(PACKAGE_ROOT) / ".jvm" / "spark-jars"
-"""Where ``scripts/setup.sh`` (and the Dockerfile) copies the jars ``jvm/spark/pom.xml`` pins."""
-
-
-@functools.cache
-def spark_home() -> str | None:
-    """A ``SPARK_HOME`` for the pip-installed pyspark without its zipped Python copy; None to leave Spark be.
-
-    Links only, built once per installation beside its jars (``.jvm/``), or in the temporary folder where that
-    folder is missing or read-only. Not in the temporary folder first: the drivers' class-data archive
-    (``runtime.jvm_archive``) holds for the class path it was made with, this folder's path included, so a
-    ``TMPDIR`` other than set-up's (each test run has its own) silently started every driver without it; and a
-    removed clone left its links behind in /tmp. Made in a sibling folder then renamed, so drivers starting
-    together never see half of one.
-    """
-    if os.environ.get("SPARK_HOME"):
-        return None
-    import pyspark
-
-    real = Path(pyspark.__file__).resolve().parent
-    if not (real / "jars").is_dir() or not (real / "bin").is_dir() or not (real / "python" / "lib").is_dir():
-        return None  # not the pip layout: nothing to leave out
-    tag = hashlib.sha256(str(real).encode()).hexdigest()[:12]
-    places = [SPARK_JARS.parent / f"spark-home-{pyspark.__version__}-{tag}"] if SPARK_JARS.parent.is_dir() else []
-    places.append(Path(tempfile.gettempdir()) / f"pipelines-spark-home-{os.getuid()}-{pyspark.__version__}-{tag}")
-    problem: OSError | None = None
-    for home in places:
-        if (home / "jars").is_dir():
-            return str(home)
-        try:
-            _link_spark_home(real, home)
-        except OSError as e:  # a read-only folder: the next place, or slower Python starts, nothing worse
-            problem = e
-            continue
-        if (home / "jars").is_dir():
-            return str(home)
-    print(f"[pipelines] using Spark's zipped pyspark ({problem})", file=sys.stderr)
-    return None
-
-
-def _link_spark_home(real: Path, home: Path) -> None:
-    """``home``: a link to each entry of pyspark's folder ``real`` but its ``python`` (the zipped copy)."""
-    building = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
-    for entry in real.iterdir():
-        if entry.name != "python":
-            (building / entry.name).symlink_to(entry)
-    try:
-        building.rename(home)
-    except OSError:  # another driver made it first
-        for link in building.iterdir():
-            link.unlink()
-        building.rmdir()
-
+__all__ = ["PACKAGE_ROOT", "SPARK_JARS", "MissingJarsError", "build_session", "spark_classpath", "spark_home"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -195,30 +147,6 @@ hundreds, and reading one with 50 took 12.0 s against 1.2 s with 1 (``python -m 
 of 20 commits). A session that reads a huge table sets it higher."""
 
 
-class MissingJarsError(PipelinesError):
-    """The JVM libraries every Spark session needs were never fetched (``scripts/setup.sh`` fetches them)."""
-
-
-def spark_classpath(jars: Path = SPARK_JARS) -> str:
-    """The class path entry for our jars: ``<folder>/*``, which the JVM expands to every jar in it.
-
-    On the class path rather than in ``spark.jars``: the JVM loads them from
-    the install at start, as it loads pyspark's own jars, so no application
-    copies 36 MB to each executor or serves them from the driver, and Hadoop's
-    filesystems and Delta's classes come from the one system class loader (a
-    ``spark.jars`` jar lives in a child loader some Hadoop code does not
-    search). The price: every host of a cluster needs them at the same path,
-    which holds for the image every process of a deployment runs
-    (``Dockerfile``) and for a local master.
-    """
-    if not any(jars.glob("*.jar")):
-        raise MissingJarsError(
-            f"Spark's JVM libraries (Delta Lake, s3a, Spark's Kafka source) are missing from {jars}: "
-            "run scripts/setup.sh, which fetches them with Maven (jvm/spark/pom.xml)"
-        )
-    return str(jars / "*")
-
-
 def s3a_confs(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Hadoop's s3a filesystem set from the standard AWS variables, so a checkpoint can be an ``s3a://`` URI.
 
@@ -245,9 +173,7 @@ def driver_java_options() -> str:
     tool elsewhere, and stayed there whenever the driver was killed. ``spark.local.dir`` and
     ``SPARK_LOCAL_DIRS`` still win for Spark's own scratch.
     """
-    from pipelines.runtime import jvm_archive
-
-    extra = os.environ.get(jvm_archive.ARCHIVE_ENV) or jvm_archive.java_options()
+    extra = os.environ.get(ARCHIVE_ENV) or java_options()
     tmp = shlex.quote(f"-Djava.io.tmpdir={tempfile.gettempdir()}")
     return f"{JVM_OPTIONS} {tmp} {extra}".strip()
 

@@ -34,9 +34,9 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from pipelines.control.home import Home
 from pipelines.control.metrics import metric
 from pipelines.core.checkpoints import CheckpointMap
+from pipelines.core.metric_names import LAG
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.core.state import StateSpec
 from pipelines.deltaio import open_table
@@ -46,6 +46,7 @@ from pipelines.runtime import fetch, heap, manifest, schemas
 from pipelines.runtime.markers import TaskMarker
 from pipelines.runtime.processing import make_processor
 from pipelines.runtime.reading import read_described
+from pipelines.storage.home import Home
 from pipelines.storage.location import parse
 from pipelines.storage.objects import store_for
 
@@ -322,7 +323,7 @@ def _partition_metrics(
                 behind = system.records_between(stream, p, position, ends[p]) if p in ends else None
                 if behind is not None:
                     ssp = SystemStreamPartition(system_name, stream, p).wire()
-                    rows.append(metric(job, version, batch_id, ssp, "lag_records", behind))
+                    rows.append(metric(job, version, batch_id, ssp, LAG, behind))
             system.acknowledge(job, stream, positions)
         except PipelinesError as e:  # metrics and acknowledgements are reports: never a reason to fail a batch
             rows.append(metric(job, version, batch_id, f"{system_name}/{stream}", "input_unavailable", 1.0))

@@ -45,8 +45,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from pipelines.control.home import Home
 from pipelines.core.batchplan import PartitionView, plan_batch
+from pipelines.core.metric_names import OUTAGE_BACK, OUTAGE_DOWN
 from pipelines.core.model import JobModel
 from pipelines.core.positions import Bounded, End, Position
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
@@ -55,6 +55,7 @@ from pipelines.runtime import fetch, heap, requests, schemas
 from pipelines.runtime.offsets import BatchOffsets, Offset, Pending, encode
 from pipelines.runtime.outage import InputOutage
 from pipelines.runtime.reading import SspRange, TaskRange, describe
+from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem, SupportsRelayout, check_not_rewound
 from pipelines.systems.identity import check_same_streams, identities, recorded
 
@@ -157,7 +158,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lasted = self._outage.answered()
         if lasted is not None:
             print(f"[{self.job}] v{self.version}: input answers again after {lasted:.1f}s", flush=True)
-            self._report("input_recovered_s", lasted)
+            self._report(OUTAGE_BACK, lasted)
         ends: dict[SystemStreamPartition, Offset] = {}
         pins: dict[SystemStreamPartition, Pending] = {}  # one Pending per partition, shared by its buckets
         for ssp, end in planned.items():
@@ -181,7 +182,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"no new batch until it answers; next try in {wait:.1f}s: {error}",
                 flush=True,
             )
-            self._report("input_unavailable_s", down)
+            self._report(OUTAGE_DOWN, down)
         time.sleep(wait)
 
     def _report(self, metric: str, value: float) -> None:

@@ -29,13 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.adjunct.rows import fraction_mask
-from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.core.adjunct import Fraction
+from pipelines.core.hashing import hashes_of as murmur
 from pipelines.deltaio import file_batches, read_delta
 from pipelines.state import layout
-from pipelines.state.durable import StateTables, TailRetired, disjoint
+from pipelines.state.durable import StateTables, TailRetired, disjoint, fraction_mask
+from pipelines.storage.home import Home
 from pipelines.storage.hostlocal import LOCAL_DIR_ENV
 
 log = logging.getLogger(__name__)
@@ -60,9 +60,7 @@ def cache_root() -> Path:
 
 
 def hashes_of(keys: Sequence[bytes]) -> np.ndarray:
-    """The key-bucket hash of each key (murmur3_x86_32, seed 0, unsigned; ``pipelines.core.hashing``)."""
-    from pipelines.adjunct.bases import hashes_of as murmur
-
+    """The key-bucket hash of each key (``pipelines.core.hashing``), as the ``key_hash`` column holds it."""
     return murmur(keys).astype(np.int64)
 
 

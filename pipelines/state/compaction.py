@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
-from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.core.model import JobModel
 from pipelines.deltaio import file_batches, read_delta, readable
@@ -41,6 +40,7 @@ from pipelines.state.durable import (
     disjoint,
     removes,
 )
+from pipelines.storage.home import Home
 from pipelines.storage.objects import store_for
 
 FILE_BYTES = 64 << 20

@@ -26,14 +26,14 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction, RemoveAction
 
-from pipelines.adjunct.rows import fraction_mask
-from pipelines.control.home import Home
 from pipelines.control.table import COMMIT_RETRIES, RETRY_BACKOFF
 from pipelines.core import state as rules
 from pipelines.core.adjunct import Fraction
+from pipelines.core.hashing import in_fraction
 from pipelines.core.state import overlaps
 from pipelines.deltaio import create_table, open_if_table, read_delta, readable, refresh
 from pipelines.state import layout
+from pipelines.storage.home import Home
 
 WRITER_APP = "state-writer"
 COMPACTOR_APP = "state-compactor"
@@ -313,6 +313,12 @@ def disjoint(ordered: list[dict[str, Any]]) -> bool:
         if high is None or low is None or not high < low:
             return False
     return all(a.get(f"min.{rules.KEY_HASH}") is not None for a in ordered)
+
+
+def fraction_mask(hashes: pa.ChunkedArray | pa.Array, fraction: Fraction) -> pa.Array:
+    """Which rows (by their ``key_hash``) hold keys of ``fraction``, as a mask for ``filter``."""
+    values = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
+    return pa.array(in_fraction(values.to_numpy(zero_copy_only=False), fraction.bucket, fraction.factor))
 
 
 def one_file(path: str) -> Callable[[dict[str, Any]], bool]:

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.deltaio import read_delta
 from pipelines.state import layout
 from pipelines.state.compaction import _latest_per_key
 from pipelines.state.durable import BATCH_KEY, SEGMENT_KEY, StateTables
+from pipelines.storage.home import Home
 
 
 class StateMovedOn(rules.StateError):

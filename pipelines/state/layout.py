@@ -17,9 +17,9 @@ import re
 
 import pyarrow as pa
 
-from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.core.ssp import validate_name
+from pipelines.storage.home import Home
 from pipelines.storage.location import Location
 
 CHANGES_PARTITIONS = ("factor", "key_bucket")

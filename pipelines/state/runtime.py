@@ -23,10 +23,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.state.durable import ChangeFile, StateTables
 from pipelines.state.task import OFFSET_KEY, StateVersions, TaskStates
+from pipelines.storage.home import Home
 
 __all__ = ["OFFSET_KEY", "commit_states", "driver_versions", "ensure_tables", "open_task", "task_ready"]
 

@@ -21,12 +21,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.core.adjunct import Fraction
 from pipelines.state import layout
 from pipelines.state.cache import ReadStats, StateCache, cache_for, hashes_of
 from pipelines.state.durable import ChangeFile, StateTables
+from pipelines.storage.home import Home
 from pipelines.storage.objects import store_for
 
 OFFSET_KEY = "state"

@@ -12,9 +12,9 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pipelines.control.home import Home
 from pipelines.core.checkpoints import partition_floor
 from pipelines.core.ssp import SystemStreamPartition, validate_system
+from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem, Position
 
 

@@ -45,7 +45,7 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from pipelines_airflow import collect, datadocs, rescale
-from pipelines_airflow.page import TITLE, plain, render
+from pipelines_airflow.page import TITLE, docs_chrome, plain, render
 
 URL_PREFIX = "/elastic-pipelines"
 FORM_FIELDS = "a rescale takes the fields job, factor and reason"
@@ -70,9 +70,9 @@ def create_app() -> Any:
     from fastapi.exceptions import HTTPException, RequestValidationError
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
-    from pipelines.control.home import resolve_home
     from pipelines.core.limits import shown
     from pipelines.errors import PipelinesError, UnknownJobError
+    from pipelines.storage.home import resolve_home
 
     app = FastAPI(
         title=TITLE,
@@ -248,7 +248,7 @@ def create_app() -> Any:
         if found.suffix != ".html":
             return FileResponse(found, headers=headers)
         known = datadocs.static_files(datadocs.gx_static())
-        html = datadocs.rewrite_page(found.read_text(encoding="utf-8"), page, known)
+        html = datadocs.rewrite_page(found.read_text(encoding="utf-8"), page, known, docs_chrome)
         return HTMLResponse(html, headers=headers)
 
     @app.get(datadocs.STATIC_ROUTE + "/{path:path}", include_in_schema=False)

@@ -34,7 +34,7 @@ def collect(job: str | None = None, home: Any = None) -> dict[str, Any]:
     """``{"home", "generated_at", "jobs": [...]}``, narrowed to one job when ``job`` is given (``UnknownJobError``
     when it has no model)."""
     from pipelines.control import ControlPlane
-    from pipelines.control.home import resolve_home
+    from pipelines.storage.home import resolve_home
 
     home = home if home is not None else resolve_home()
     control = ControlPlane(home)

@@ -33,7 +33,7 @@ import importlib.util
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -111,8 +111,8 @@ def _text(value: Any) -> str | None:
 def site_root(home: Any = None) -> Path:
     """The Data Docs site on this host's disk: the home's own, or, for an object-store home, this host's copy of
     it, brought up to date with what validations on any host wrote (at most every ``SYNC_S``)."""
-    from pipelines.control.home import resolve_home
     from pipelines.quality.report import quality_dir, sync_docs
+    from pipelines.storage.home import resolve_home
 
     home = home if home is not None else resolve_home()
     if not home.is_local:
@@ -289,13 +289,16 @@ def static_files(static: Path) -> frozenset[str]:
     return frozenset(p.relative_to(static).as_posix() for p in static.rglob("*") if p.is_file())
 
 
-def rewrite_page(html: str, page: str, known: Iterable[str]) -> str:
-    """A GX page that needs nothing from another site and runs no script, with a bar back to the page."""
-    from pipelines_airflow.page import render
+def rewrite_page(html: str, page: str, known: Iterable[str], chrome: Callable[[str, str], tuple[str, str]]) -> str:
+    """A GX page that needs nothing from another site and runs no script, with a bar back to the page.
 
+    ``chrome(up, static)`` renders the page's head additions and its bar (``page.docs_chrome``), given the way
+    up to the plugin's root and to its static folder.
+    """
     up = "../" * (page.count("/") + 1)  # from the page's folder to the plugin's root (``/elastic-pipelines/``)
-    head, bar = render("docs_head.html", static=up + STATIC_ROUTE.lstrip("/") + "/"), render("docs_bar.html", up=up)
-    parser = _Rewriter(up + STATIC_ROUTE.lstrip("/") + "/", known, head, bar)
+    static = up + STATIC_ROUTE.lstrip("/") + "/"
+    head, bar = chrome(up, static)
+    parser = _Rewriter(static, known, head, bar)
     parser.feed(html)
     parser.close()
     return "".join(parser.out)

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from pipelines.control.home import Home, resolve_home
+from pipelines.storage.home import Home, resolve_home
 
 
 class PipelinesHook(BaseHook):

@@ -39,6 +39,11 @@ def render(template: str, **context: Any) -> str:
     return env.get_template(template).render(**context)
 
 
+def docs_chrome(up: str, static: str) -> tuple[str, str]:
+    """What a Data Docs page served by the plugin gains: its head's additions and the bar back to the page."""
+    return render("docs_head.html", static=static), render("docs_bar.html", up=up)
+
+
 def status_class(event: Mapping[str, Any]) -> str:
     """A scaling event's pill: red for a failure, amber for a rollback, blue while in progress, green once done."""
     if event["status"] in BAD_STATUSES:

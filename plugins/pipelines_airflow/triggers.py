@@ -112,8 +112,8 @@ class ScalingWaitTrigger(BaseTrigger):
 
     def _look(self) -> tuple[str | None, int | None]:
         """One blocking look at the control plane (run in a thread): the status to fire, or None to keep waiting."""
-        from pipelines.control.home import resolve_home
         from pipelines.operations import scaling
+        from pipelines.storage.home import resolve_home
 
         home = resolve_home(self.home)
         if self.wait == SWITCH:

@@ -90,7 +90,7 @@ the root logger only), which is how the test sees tasks lost with a killed worke
 
 SINK_PROBE = """
 import json, sys
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.deltaio import is_table, read_delta
 table = Home(sys.argv[1]).sinks / sys.argv[2]
 
@@ -114,13 +114,13 @@ core's worth at two polls a second, taken from the Spark tasks the test waits fo
 DRIVERS = """
 import json, sys
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 drivers = ControlPlane(Home(sys.argv[1])).drivers.latest(sys.argv[2], recent_s=3600)
 print(json.dumps([[d.host, d.state] for d in drivers]))
 """
 CUSTOMERS = """
 import sys
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 log = DeltaLog(Home(sys.argv[1]).streams)
 if sys.argv[2] == "create":
@@ -132,7 +132,7 @@ print("{}")
 """
 BAD_RECORD = """
 import sys
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 DeltaLog(Home(sys.argv[1]).streams).produce("events", [(b"key-1", b"{not json", None)])
 print("{}")
@@ -141,14 +141,14 @@ print("{}")
 FAULTS = """
 import json, sys
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 rows = ControlPlane(Home(sys.argv[1])).metrics.read(sys.argv[2], metrics=["tasks_failed", "executors_lost"])
 print(json.dumps([[int(r.model_version), int(r.batch_id), r.metric, r.value] for r in rows.itertuples()]))
 """
 """The driver's rows of what Spark lost, per batch: ``[version, batch, metric, value]``."""
 VERIFY = """
 import json, sys
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.quality.verify import verify_job
 v = verify_job(Home(sys.argv[1]), sys.argv[2], sequence="seq")
 figures = {k: getattr(v, k) for k in (

@@ -22,7 +22,6 @@ from deltalake import DeltaTable
 
 from pipelines.control import ControlPlane
 from pipelines.control.decisions import read_decisions
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.core.groupers import plan_job_model
 from pipelines.core.hashing import max_factor
@@ -32,6 +31,7 @@ from pipelines.jobs.config import CONFIG_KEY, JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.runtime import launcher
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.deltaio import read_delta
 from pipelines.demo.producer import produce
 from pipelines.errors import PipelinesError
@@ -17,6 +16,7 @@ from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import launcher
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.e2e.airflow_fixtures import REPO, AirflowClient, listening_sockets
 

@@ -27,7 +27,6 @@ from pipelines_airflow.triggers import (
 
 from pipelines.control import ControlPlane
 from pipelines.control.drivers import Registration
-from pipelines.control.home import Home
 from pipelines.control.metrics import metric
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
@@ -36,6 +35,7 @@ from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.operations.scaling.readings import end_positions
 from pipelines.storage.clock import StoreClock, boot_clock
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,7 +28,6 @@ from urllib.parse import quote, unquote, urlparse
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.core.hashing import max_factor
 from pipelines.demo.producer import produce
 from pipelines.jobs.config import JobConfig
@@ -36,6 +35,7 @@ from pipelines.operations.jobs import create_job
 from pipelines.quality.report import validate_window
 from pipelines.quality.synthetic import synthetic_window
 from pipelines.quality.verify import Window
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.e2e.airflow_fixtures import ADMIN_USER, REPO, AirflowClient
 

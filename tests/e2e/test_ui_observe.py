@@ -24,13 +24,13 @@ from urllib.parse import quote
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.demo.producer import produce
 from pipelines.jobs.config import JobConfig
 from pipelines.observe.synthetic import run_rows
 from pipelines.operations.jobs import create_job
 from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.e2e.airflow_fixtures import REPO, AirflowClient
 

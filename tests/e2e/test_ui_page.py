@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.core.model import JobModel
 from pipelines.demo.producer import produce
 from pipelines.jobs.config import JobConfig
@@ -28,6 +27,7 @@ from pipelines.operations.jobs import create_job
 from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
 from pipelines.quality.report import run_quality
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.e2e.airflow_fixtures import REPO, AirflowClient
 

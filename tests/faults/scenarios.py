@@ -39,7 +39,6 @@ from typing import Any
 
 from pipelines.adjunct.inspect import verify_store
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.deltaio import read_delta
 from pipelines.demo.enrich import CUSTOMERS
@@ -49,6 +48,7 @@ from pipelines.operations.jobs import create_job
 from pipelines.quality.report import run_quality
 from pipelines.runtime.session import spark_env
 from pipelines.state.inspect import state_at
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.faults import stateful
 

@@ -4,7 +4,7 @@
   :func:`pipelines.runtime.session.build_session` and warmed up once, because
   on these 2-core machines a session costs 6-13 s and its first Python task
   another ~4 s (measured while these fixtures were written).
-* ``home`` — a fresh :class:`~pipelines.control.home.Home` under ``tmp_path``.
+* ``home`` — a fresh :class:`~pipelines.storage.home.Home` under ``tmp_path``.
 
 Spark on a standalone cluster is the cluster tests' (``tests/cluster``: a master and two worker hosts, the driver
 on a host of its own, the home on an object store), not a loopback master's here.
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.runtime.session import build_session
+from pipelines.storage.home import Home
 
 __all__ = ["TEST_JVM_OPTIONS", "fast_jvm_confs", "home", "spark"]
 

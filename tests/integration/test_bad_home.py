@@ -241,8 +241,8 @@ def test_a_read_only_home_is_refused_before_anything_is_written_and_still_read(h
 
 def test_lock_show_reads_a_held_lease_from_a_read_only_home(home: Path) -> None:
     """The store's clock needs a probe write; a process that cannot write still shows the lease, writing nothing."""
-    from pipelines.control.home import Home
     from pipelines.control.locks import ScalingLock
+    from pipelines.storage.home import Home
 
     ScalingLock(Home(home)).acquire("enrichment", "run-elsewhere", "rescale to 4")
     _read_only(home)

@@ -28,7 +28,6 @@ from deltalake import DeltaTable
 
 from pipelines.adjunct.extract import end_of_dataset_record
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.deltaio import read_delta
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.autosize import evaluate
@@ -38,6 +37,7 @@ from pipelines.planning import plan_next
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.integration.runtime.jobs import DEMO, SeqProducer, job, sink
 from tests.integration.runtime.test_rescale import rescale

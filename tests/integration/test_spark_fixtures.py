@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 
 pytestmark = pytest.mark.integration
 

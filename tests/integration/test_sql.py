@@ -16,10 +16,10 @@ import pytest
 from deltalake import DeltaTable
 
 from pipelines import cli
-from pipelines.control.home import Home
 from pipelines.observe import sql
 from pipelines.observe.sql import SqlError, register, run_query
 from pipelines.runtime.logs import log_path
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.integration.runtime.jobs import job
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pipelines.adjunct.checkpoints import read_store_checkpoints
-from pipelines.control.home import Home
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.integration.runtime.jobs import DEMO, order_violations, produce, sink
 from tests.integration.runtime.test_rescale import rescale

@@ -20,8 +20,8 @@ from pipelines.adjunct.config import parse_stores
 from pipelines.adjunct.ingest import AdjunctStores
 from pipelines.adjunct.local import LocalEngine
 from pipelines.adjunct.views import BatchStores, view_at
-from pipelines.control.home import Home
 from pipelines.errors import StoreError
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.registry import open_system
 
@@ -124,7 +124,7 @@ CHILD = """
 import json, sys
 from pipelines.adjunct.config import parse_stores
 from pipelines.adjunct.views import BatchStores, task_stores
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 configs = list(parse_stores({"customers": {"input": "customers", "persistence": "memory"}}))
 view = task_stores(Home(sys.argv[1]), "enrich", configs, BatchStores.from_json(sys.argv[2]))["customers"]
 print(json.dumps([v[:4].decode() if v else None for v in view.get_many([b"c7", b"nope"]).to_pylist()]))

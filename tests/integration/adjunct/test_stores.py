@@ -15,9 +15,9 @@ from pipelines.adjunct.extract import end_of_dataset_record
 from pipelines.adjunct.ingest import AdjunctStores
 from pipelines.adjunct.local import LocalEngine
 from pipelines.adjunct.views import task_stores, view_at
-from pipelines.control.home import Home
 from pipelines.core.adjunct import Action, Found, Fraction, Start
 from pipelines.core.hashing import key_hash
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.registry import open_system
 

@@ -13,10 +13,10 @@ from deltalake import DeltaTable
 
 from pipelines.control import ControlPlane
 from pipelines.control.compaction import compact_job
-from pipelines.control.home import Home
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.runtime.driver import Heartbeat
+from pipelines.storage.home import Home
 
 REPO = Path(__file__).resolve().parents[3]
 SSPS = [SystemStreamPartition("deltalog", "events", p, b) for p in range(2) for b in range(2)]
@@ -144,7 +144,7 @@ def test_the_adjunct_stores_checkpoint_rows_are_compacted_too(tmp_path: Path) ->
     """A job with adjunct stores adds a file of store rows with every batch (``adjunct.checkpoints``)."""
     from datetime import UTC, datetime
 
-    from pipelines.adjunct.checkpoints import TABLE, append_store_checkpoints
+    from pipelines.control.store_checkpoints import TABLE, append_store_checkpoints
     from pipelines.deltaio import read_delta
 
     home = Home(tmp_path / "home")
@@ -238,7 +238,8 @@ def test_store_checkpoint_rows_no_restart_can_pick_are_deleted_and_every_reading
     under every numbering of the incarnations (``latest_store_checkpoints``): before and after the deletion."""
     from datetime import UTC, datetime, timedelta
 
-    from pipelines.adjunct.checkpoints import TABLE, append_store_checkpoints, latest_store_checkpoints
+    from pipelines.adjunct.checkpoints import latest_store_checkpoints
+    from pipelines.control.store_checkpoints import TABLE, append_store_checkpoints
     from pipelines.deltaio import read_delta
 
     home = Home(tmp_path / "home")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pipelines.control import ControlPlane
 from pipelines.control.drivers import RECENT_S, STOPPED, Registration
-from pipelines.control.home import Home
 from pipelines.control.table import utc_now
+from pipelines.storage.home import Home
 
 
 def test_a_driver_registers_beats_and_stops_and_the_newest_comes_first(tmp_path: Path) -> None:

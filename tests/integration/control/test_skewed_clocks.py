@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.control.checkpoints import INITIAL_BATCH
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingInProgressError
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.operations.scaling.readings import last_heartbeat
+from pipelines.storage.home import Home
 from tests.skew import SkewedHost
 
 pytestmark = pytest.mark.integration

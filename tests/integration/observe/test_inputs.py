@@ -6,10 +6,10 @@ import socket
 import time
 from pathlib import Path
 
-from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.observe.systems import inspect_inputs
 from pipelines.servers.kafka_broker import KafkaBroker
+from pipelines.storage.home import Home
 from pipelines.systems.kafka import KafkaSystem
 from tests.integration.kafka_fixtures import new_topic
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.observe.systems import inspect_inputs
 from pipelines.servers.kinesis_emulator import KinesisEmulator
+from pipelines.storage.home import Home
 from pipelines.systems.kinesis import KinesisSystem
 
 

@@ -17,7 +17,6 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.decisions import read_decisions, record_decision
-from pipelines.control.home import Home
 from pipelines.control.scaling_events import ScalingEvent
 from pipelines.core.autosize import DOWN, HOLD, UP, AutosizeConfig, Decision, Observation
 from pipelines.core.model import JobModel
@@ -27,6 +26,7 @@ from pipelines.operations.autosize import autosize_config, evaluate, observe
 from pipelines.operations.jobs import create_job
 from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 

@@ -19,11 +19,11 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.decisions import read_decisions
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock, process_owner
 from pipelines.core.autosize import HOLD, SKIP
 from pipelines.operations import repartition, scaling
 from pipelines.operations.autosize import evaluate
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 from ..runtime.jobs import job, produce
@@ -118,7 +118,7 @@ def test_an_autosizer_decision_during_a_manual_rescale_records_a_skip_naming_the
 HOLDER = """
 import sys, time
 from pathlib import Path
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.control.locks import process_owner
 from pipelines.operations import scaling
 owner = process_owner("cli")

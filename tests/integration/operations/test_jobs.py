@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
+from pipelines.storage.home import Home
 
 from ..runtime.jobs import job, produce
 

@@ -11,16 +11,16 @@ import time
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.errors import PipelinesError
 from pipelines.operations import keepalive
 from pipelines.runtime import launcher, requests
+from pipelines.storage.home import Home
 from tests.integration.runtime.jobs import job, produce
 
 DRIVER = """
 import sys, time
 from pipelines.control.drivers import Registration
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.runtime import requests
 home, job = Home(sys.argv[1]), sys.argv[2]
 time.sleep(0.5)  # a session starting

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingInProgressError, ScalingLock
+from pipelines.storage.home import Home
 
 
 def test_one_holder_at_a_time_and_reentrant_for_its_owner(home: Home) -> None:
@@ -103,7 +103,7 @@ def test_two_acquirers_deciding_on_one_snapshot_cannot_both_commit(home: Home) -
 HOLD = """
 import sys, time
 from pathlib import Path
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.control.locks import ScalingLock, process_owner
 owner = process_owner("cli")
 ScalingLock(Home(Path(sys.argv[1]))).acquire("job", owner, "rescale to 4")

@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock, process_owner
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 from ..runtime.jobs import DEMO, produce

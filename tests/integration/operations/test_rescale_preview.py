@@ -15,7 +15,6 @@ from pipelines_airflow import rescale
 from pipelines_airflow.page import render
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.core.hashing import MAX_FACTOR, MAX_FACTOR_ENV
 from pipelines.core.limits import MAX_REASON
@@ -24,6 +23,7 @@ from pipelines.errors import ConfigError, PipelinesError, UnknownJobError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import scaling
 from pipelines.operations.jobs import create_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 REPO = Path(__file__).resolve().parents[3]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.core.checkpoints import CheckpointMap
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.operations.jobs import create_job
 from pipelines.operations.retention import Reader, trim_stream
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 from ..adjunct.test_job import config as store_job

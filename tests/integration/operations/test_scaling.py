@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingInProgressError, ScalingLock, process_owner
 from pipelines.deltaio import read_delta
 from pipelines.demo import producer
@@ -24,6 +23,7 @@ from pipelines.operations.scaling.operation import ScalingRequest
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from tests.integration.runtime.jobs import job, order_violations, sink
 

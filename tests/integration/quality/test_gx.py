@@ -10,11 +10,11 @@ import pytest
 
 from pipelines.cli import main as cli
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
 from pipelines.quality.report import run_quality, validate_window
 from pipelines.quality.verify import load_window
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 
 from ..runtime.jobs import job, produce
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.quality import verify
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from tests.integration.runtime.jobs import job, produce
 
 QUIET = lambda message: None  # noqa: E731

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.quality.report import run_quality
 from pipelines.quality.verify import verify_job
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 from ..runtime.jobs import SeqProducer, job

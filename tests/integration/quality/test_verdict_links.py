@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from pipelines_airflow import collect, datadocs
 from pipelines_airflow.app import render_page
+from pipelines_airflow.page import docs_chrome
 
 from pipelines.control import ControlPlane
 from pipelines.control.dq_results import DagRunRef
-from pipelines.control.home import Home
 from pipelines.quality.report import quality_dir, validate_window
 from pipelines.quality.synthetic import synthetic_window
 from pipelines.quality.verify import Window
+from pipelines.storage.home import Home
 
 JOB = "linked"
 RUN = DagRunRef("quality_report", "manual__2026-01-01T00:00:00+00:00")
@@ -117,7 +118,7 @@ def test_data_docs_pages_are_rewritten_to_need_nothing_from_elsewhere(validated:
         page = path.relative_to(site).as_posix()
         original = path.read_text()
         assert "<script" in original and "cdn.jsdelivr.net" in original  # what GX writes
-        html = datadocs.rewrite_page(original, page, known)
+        html = datadocs.rewrite_page(original, page, known, docs_chrome)
         up = "../" * (page.count("/") + 1)
         assert "<script" not in html and "cdn" not in html and "great-expectations-web-assets" not in html
         assert not re.search(r"\son[a-z]+=", html) and "javascript:" not in html  # no inline handler left

@@ -9,11 +9,11 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.control.home import Home
 from pipelines.core.hashing import key_bucket
 from pipelines.deltaio import read_delta
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
+from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem, Record
 from pipelines.systems.deltalog import DeltaLog
 

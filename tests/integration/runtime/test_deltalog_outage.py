@@ -8,12 +8,12 @@ import time
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.jobs.config import JobConfig
 from pipelines.observe.collect import observe
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 from .jobs import SeqProducer, job, misrouted, order_violations, sink

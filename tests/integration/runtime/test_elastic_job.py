@@ -12,10 +12,10 @@ import time
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.core.ssp import SystemStreamPartition
 from pipelines.runtime import requests
 from pipelines.runtime.driver import batch_budget, run_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 from .jobs import SeqProducer, dead_letters, job, misrouted, order_violations, produce, sink

@@ -10,8 +10,8 @@ import pytest
 from deltalake import DeltaTable
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.runtime import driver
+from pipelines.storage.home import Home
 
 from .jobs import job, produce
 

@@ -22,9 +22,9 @@ import psutil
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.runtime import launcher, requests
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 from .jobs import SeqProducer, job, produce, sink

@@ -28,7 +28,6 @@ from confluent_kafka.admin import AdminClient
 
 from pipelines import cli
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.errors import StreamError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
@@ -38,6 +37,7 @@ from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import batch_budget, run_job
 from pipelines.servers.kafka_broker import KafkaBroker
+from pipelines.storage.home import Home
 from pipelines.systems.kafka import KafkaSystem
 from tests.integration.kafka_fixtures import SASL_PREFIX, new_topic, sasl_settings
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig
 from pipelines.observe.collect import observe
@@ -28,6 +27,7 @@ from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
 from pipelines.servers.kinesis_emulator import KinesisEmulator
+from pipelines.storage.home import Home
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_slot
 from tests.integration.systems.kpl import kpl_pack

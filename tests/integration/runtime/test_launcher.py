@@ -14,10 +14,10 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.drivers import Registration
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingLock
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.runtime import launcher, requests
+from pipelines.storage.home import Home
 
 from .jobs import job, produce
 
@@ -272,7 +272,7 @@ def _fake_driver(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
 REGISTERS = """
 import sys, time
 from pipelines.control.drivers import Registration
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 time.sleep(1.0)  # a session starting
 Registration(Home(sys.argv[1]), sys.argv[2]).start()
 time.sleep(60)
@@ -335,7 +335,7 @@ def test_a_detached_driver_that_exits_while_starting_is_its_error_and_leaves_no_
 
     noted = (
         "import sys\n"
-        "from pipelines.control.home import Home\n"
+        "from pipelines.storage.home import Home\n"
         "from pipelines.runtime import requests\n"
         "requests.note_failure(Home(sys.argv[1]), sys.argv[2], 'ConfigError', 'sink table: bad schema')\n"
         "print('error: sink table: bad schema')\n"
@@ -351,7 +351,7 @@ def test_a_detached_driver_that_exits_while_starting_is_its_error_and_leaves_no_
 
 STOPS_AT_A_BOUNDARY = """
 import os, pathlib, sys, time
-from pipelines.control.home import Home
+from pipelines.storage.home import Home
 from pipelines.runtime import requests
 home, job, said = Home(sys.argv[1]), sys.argv[2], pathlib.Path(os.environ["FAKE_DRIVER_SAYS"])
 said.write_text("running")

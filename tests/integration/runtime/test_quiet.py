@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.runtime.logs import announce, log_path, quiet, until_done
+from pipelines.storage.home import Home
 
 from .jobs import job, produce
 

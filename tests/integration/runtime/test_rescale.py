@@ -9,13 +9,13 @@ import time
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.core.model import JobModel
 from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 
 from .jobs import SeqProducer, job, misrouted, order_violations, sink

@@ -36,9 +36,9 @@ from pyspark.sql.streaming.python_streaming_source_runner import (
     PREPARE_FOR_TRIGGER_AVAILABLE_NOW_FUNC_ID,
 )
 
-from pipelines.control.home import Home
 from pipelines.runtime import schemas
 from pipelines.runtime.source import ElasticSource
+from pipelines.storage.home import Home
 from tests.integration.runtime.jobs import job, produce
 
 REPO = Path(__file__).resolve().parents[3]

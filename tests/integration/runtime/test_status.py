@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.observe.synthetic import run_rows
 from pipelines.runtime.driver import run_job
+from pipelines.storage.home import Home
 
 from .jobs import job, produce, sink
 from .test_rescale import rescale

@@ -9,11 +9,11 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.jobs.config import JobConfig
 from pipelines.operations.jobs import create_job
 from pipelines.state.inspect import state_at
+from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem, Record
 from pipelines.systems.deltalog import DeltaLog
 

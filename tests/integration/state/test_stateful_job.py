@@ -12,7 +12,6 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.deltaio import read_delta
 from pipelines.operations.scaling.start import apply_plan
 from pipelines.planning import plan_next
@@ -21,6 +20,7 @@ from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
 from pipelines.state import layout
 from pipelines.state.durable import BATCH_KEY, SEGMENT_KEY, StateTables
+from pipelines.storage.home import Home
 
 from .helpers import TotalsProducer, fold_mismatches, state_rows, totals_job
 

@@ -9,7 +9,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.core import state as rules
 from pipelines.core.adjunct import Fraction
 from pipelines.state import compaction
@@ -17,6 +16,7 @@ from pipelines.state.cache import StateCache
 from pipelines.state.durable import StateConflictError, StateTables, disjoint
 from pipelines.state.inspect import state_at
 from pipelines.state.task import StateVersions, TaskStates
+from pipelines.storage.home import Home
 
 pytestmark = pytest.mark.integration
 

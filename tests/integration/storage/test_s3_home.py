@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from pipelines.control import ControlPlane
-from pipelines.control.home import Home
 from pipelines.deltaio import read_delta
 from pipelines.runtime import fetch
 from pipelines.servers.s3 import S3Server
 from pipelines.servers.s3_proxy import proxied
+from pipelines.storage.home import Home
 from pipelines.storage.location import parse
 from pipelines.storage.objects import S3Store
 from pipelines.storage.records import VersionedRecord, take

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.control.locks import ScalingInProgressError
 from pipelines.servers.s3 import S3Server
 from pipelines.storage.clock import PROBES, store_clock
+from pipelines.storage.home import Home
 from tests.skew import SkewedHost
 
 pytestmark = pytest.mark.integration

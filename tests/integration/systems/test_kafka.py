@@ -23,7 +23,6 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
-from pipelines.control.home import Home
 from pipelines.core.partitioner import kafka_partition
 from pipelines.core.segments import RETAIN_FOREVER
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
@@ -31,6 +30,7 @@ from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition
 from pipelines.operations.jobs import create_job
 from pipelines.servers.kafka_broker import KafkaBroker
+from pipelines.storage.home import Home
 from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted, SupportsIdentity, SupportsStartAtTime
 from pipelines.systems.kafka import KafkaSystem, position_key, validate_settings
 from pipelines.systems.kafka.expansions import ExpansionLog

@@ -301,7 +301,7 @@ def test_errors_name_the_stream_and_what_to_do(kinesis: KinesisSystem) -> None:
 
 
 def test_the_registry_opens_it_with_the_job_settings(endpoint: str, tmp_path: Any) -> None:
-    from pipelines.control.home import Home
+    from pipelines.storage.home import Home
 
     system = open_system("kinesis", Home(tmp_path), {"endpoint_url": endpoint, "region": "us-east-1"})
     assert isinstance(system, KinesisSystem) and system.settings.endpoint_url == endpoint

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from pipelines.control.home import Home
 from pipelines.errors import ConfigError
 from pipelines.observe.collect import check_minutes
 from pipelines.observe.status import status
+from pipelines.storage.home import Home
 
 
 class _Output:
