@@ -425,6 +425,8 @@ def test_rescale_dry_run_prints_the_plan_and_bad_requests_change_nothing(tmp_pat
     assert (plan["plan"]["to_factor"], plan["plan"]["virtual_tasks"], plan["plan"]["to_version"]) == (4, 8, 2)
     assert "elasticity factor must be >= 1" in fails(tmp_path, "rescale", "enrichment", "--factor", "0")
     assert "known jobs: enrichment" in fails(tmp_path, "rescale", "nope", "--factor", "2")
+    assert "rescale needs --factor (a number, or auto) or --config" in fails(tmp_path, "rescale", "enrichment")
+    assert "new_config.yaml" in fails(tmp_path, "rescale", "enrichment", "--config", str(tmp_path / "new_config.yaml"))
     assert "--sequence 'nocol' is not a column of the job's output; its columns: event_key, seq" in fails(
         tmp_path, "rescale", "enrichment", "--factor", "2", "--sequence", "nocol"
     ), "refused before the rescale starts, not at its closing verification"

@@ -128,7 +128,6 @@ def test_usage_and_help_list_every_command_in_table_order() -> None:
         (["stream", "create", "s", "--partitions", "0"], "argument --partitions: must be a whole number >= 1, got 0"),
         (["status", "j", "--minutes", "-1"], "argument --minutes: must be a finite number of minutes >= 0, got '-1'"),
         (["stream"], "the following arguments are required: command"),
-        (["rescale", "j"], "the following arguments are required: --factor"),
         (
             ["run", "j", "--master", "bogus://x"],
             "argument --master: Spark master 'bogus://x' is not one Spark starts with: use local, local[N], local[*], "

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.runtime import jvm_archive
+from pipelines.runtime import classpath, jvm_archive
 
 
 def _jvm_maps(spark: Any) -> str:
@@ -28,13 +28,13 @@ def test_an_archive_made_for_other_jars_or_another_jvm_is_not_offered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive, stamp = tmp_path / "a.jsa", tmp_path / "a.json"
-    monkeypatch.setattr(jvm_archive, "ARCHIVE", archive)
-    monkeypatch.setattr(jvm_archive, "STAMP", stamp)
-    assert jvm_archive.java_options() == "", "no archive, no option"
+    monkeypatch.setattr(classpath, "ARCHIVE", archive)
+    monkeypatch.setattr(classpath, "STAMP", stamp)
+    assert classpath.java_options() == "", "no archive, no option"
     archive.write_bytes(b"not really an archive")
-    current = jvm_archive.stamp()
+    current = classpath.stamp()
     stamp.write_text(json.dumps(current))
-    assert jvm_archive.java_options().startswith(f"-XX:SharedArchiveFile={archive} ")
+    assert classpath.java_options().startswith(f"-XX:SharedArchiveFile={archive} ")
     for key in ("java", "jars"):
         stamp.write_text(json.dumps({**current, key: "something else"}))
-        assert jvm_archive.java_options() == "", f"an archive for another {key} is not offered"
+        assert classpath.java_options() == "", f"an archive for another {key} is not offered"
