@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.control import ControlPlane
+from pipelines.core import state as rules
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.core.start import EARLIEST
 from pipelines.core.state import StateSpec
@@ -67,17 +68,22 @@ class Window:
     """The input no longer holds records the job read (retention): the state check counts nothing then."""
     all_dead: pd.DataFrame | None = None
     """Every dead letter of the job (a state counts the records of the whole run, less these)."""
+    slotted: frozenset[str] = frozenset()
+    """Input streams whose positions name their own unit of order (a Kinesis record's shard) and whose partitions
+    are slots that change hands across re-layouts: the state check tells their records apart by position alone."""
 
     def state_checks(self) -> list[tuple[StateVerdict, pd.DataFrame]]:
         """Each state's verdict and per-key frame (``quality.state_check``); none for a job without state."""
         if self.keyed is None:
             return []
-        applied = applied_records(self.keyed, self.all_dead if self.all_dead is not None else self.dead)
+        dead = self.all_dead if self.all_dead is not None else self.dead
+        applied = applied_records(_unslotted(self.keyed, self.slotted), _unslotted(dead, self.slotted))
         out = []
         for spec in self.state_specs:
-            frame, verdict = state_flags(
-                spec.name, applied, self.states[spec.name], ttl=spec.ttl_s is not None, counted=not self.trimmed
-            )
+            rows = self.states[spec.name]
+            for stream, partition in (rules.FIRST[:2], rules.LAST[:2]):
+                rows = _unslotted(rows, self.slotted, stream, partition)
+            frame, verdict = state_flags(spec.name, applied, rows, ttl=spec.ttl_s is not None, counted=not self.trimmed)
             out.append((verdict, frame))
         return out
 
@@ -145,9 +151,11 @@ def _load_window(home: Home, job: str, event: str | None = None) -> Window:
         read_by_model = {ssp.whole() for task in model.tasks() for ssp in task.ssps}
         unread: dict[str, int] = {}
         earliest: dict[tuple[str, int], str] = {}
+        slotted: set[str] = set()
         for stream in config.inputs:
             system = systems.of(stream.system)
             if isinstance(system, SupportsRecordsRead):
+                slotted.add(stream.stream)
                 parts += _records_read(system, stream, starts, committed, rows, dead)
                 if stateful:  # slots: from the job's start (or its start time, which the slots keep)
                     keyed.append(_keyed_read(system, stream, starts if config.start != EARLIEST else {}, committed))
@@ -182,8 +190,23 @@ def _load_window(home: Home, job: str, event: str | None = None) -> Window:
         records = pd.concat(frames, ignore_index=True) if frames else _empty_keyed()
         window.keyed = with_input_order(records, order.__getitem__)
         window.states, window.state_specs, window.all_dead = states, config.state, all_dead
+        window.slotted = frozenset(slotted)
         window.trimmed = trimmed or bool(gone)
     return window
+
+
+def _unslotted(
+    frame: pd.DataFrame, slotted: frozenset[str], stream: str = "stream", partition: str = "partition"
+) -> pd.DataFrame:
+    """``frame`` with the partition of a slotted stream's records set to -1: a Kinesis record's slot is the one
+    that read it, which a re-layout changes, while its position (shard and sequence) is its identity and its
+    order (``Window.slotted``)."""
+    if not slotted or frame.empty:
+        return frame
+    mask = frame[stream].isin(slotted)
+    if not mask.any():
+        return frame
+    return frame.assign(**{partition: frame[partition].astype("Int64").mask(mask, -1)})
 
 
 def _empty_keyed() -> pd.DataFrame:

@@ -63,6 +63,7 @@ def test_the_html_section_has_every_plot_its_markers_and_the_task_rows() -> None
     assert '<li value="1"><span class="pill info" data-event="abc123" data-number="1">' in html
     assert html.count("<tr data-task=") == 4
     assert 'class="skewed"' in html and "skew " in html
+    assert "built-in method" not in html, "a task row is a dict: its keys count is t['keys'], not the dict's method"
     assert "unreachable" in html and "timeout" in html
     partitions = html.split('data-input="deltalog.events"', 1)[1]  # a partitioned input: its partitions, no shards
     assert 'class="obs-partitions"' in partitions and "obs-shards" not in partitions and "<td>5</td>" in partitions
