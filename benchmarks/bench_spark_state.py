@@ -15,7 +15,8 @@ node on 127.0.0.1, ``pipelines.servers.kafka_broker``), keyed JSON events over `
   available-now, into its Delta sink, its state in Delta.
 
 Figures, each run in this process's one SparkSession after a warm-up: records/s and the ratio of ours to Spark's;
-the CPU seconds of the whole process tree (the JVM and every Python worker) and its peak resident memory; the state's
+the CPU seconds of the whole process tree (the JVM and every Python worker; the broker's, serving both, too) and
+its peak memory (proportional set size, the broker left out); the state's
 bytes on disk (Spark's RocksDB files under the checkpoint against our two Delta tables). Then the rescale, the way
 each offers it:
 
@@ -87,20 +88,29 @@ def folds(records: list[tuple[bytes, bytes, None]]) -> dict[str, tuple[int, int,
 
 
 class Peak(threading.Thread):
-    """The peak resident memory of this process and all its descendants, sampled every 0.2 s."""
+    """The peak memory of this process and its descendants but ``exclude`` (the broker), sampled every 0.2 s.
 
-    def __init__(self) -> None:
+    Proportional set size, not resident: Spark's Python workers fork from one daemon and share its pages, and a
+    sum of their RSS counted those pages once per worker (10 GiB "peak" for a run whose machine never held it).
+    """
+
+    def __init__(self, exclude: set[int]) -> None:
         super().__init__(daemon=True)
         self.peak = 0
+        self.exclude = exclude
         self.halt = threading.Event()
 
     def run(self) -> None:
         me = psutil.Process()
         while not self.halt.wait(0.2):
-            try:
-                total = me.memory_info().rss + sum(p.memory_info().rss for p in me.children(recursive=True))
-            except psutil.Error:
-                continue
+            total = 0
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    if p.pid in self.exclude or self.exclude & {a.pid for a in p.parents()}:
+                        continue
+                    total += p.memory_full_info().pss
+                except psutil.Error:
+                    continue
             self.peak = max(self.peak, total)
 
 
@@ -223,8 +233,8 @@ def our_folds(home: Any, config: Any) -> dict[str, tuple[int, int, int]]:
     return {r["key"].decode(): (r["events"], r["amount"], r["last_seq"]) for r in rows}
 
 
-def measured(what: str, run: Any) -> dict[str, float]:
-    peak = Peak()
+def measured(what: str, run: Any, exclude: set[int]) -> dict[str, float]:
+    peak = Peak(exclude)
     peak.start()
     c0, t0 = cpu_snapshot(), time.perf_counter()
     try:
@@ -277,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         broker.start()
         log(f"Kafka broker on {broker.bootstrap} (started in {broker.started_in_s:.1f}s)")
+        broker_pids = {broker.process.pid} if broker.process is not None else set()
         settings = {"bootstrap_servers": broker.bootstrap}
         kafka = KafkaSystem(settings)
         produced: dict[str, list[tuple[bytes, bytes, None]]] = {}
@@ -311,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 if query.exception() is not None:
                     raise SystemExit(f"Spark's query failed: {query.exception()}")
 
-            results[f"spark_{topic}"] = measured(f"spark transformWithStateInPandas, {topic}", run_spark)
+            results[f"spark_{topic}"] = measured(f"spark transformWithStateInPandas, {topic}", run_spark, broker_pids)
             check(f"spark {topic}", spark_folds(spark, out), folds(produced[topic]))
             results[f"spark_{topic}"]["state_bytes"] = float(du(checkpoint / "state"))
             results[f"spark_{topic}"]["state_partitions"] = float(state_partitions(checkpoint))
@@ -323,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             def run_ours(name: str = config.name) -> None:
                 run_job(spark, home, name, available_now=True, progress=lambda m: None)
 
-            results[f"ours_{topic}"] = measured(f"ours at factor {args.factor}, {topic}", run_ours)
+            results[f"ours_{topic}"] = measured(f"ours at factor {args.factor}, {topic}", run_ours, broker_pids)
             check(f"ours {topic}", our_folds(home, config), folds(produced[topic]))
             state = layout.state_dir(home, config.name, "totals")
             results[f"ours_{topic}"]["state_bytes"] = float(du(Path(state.path)))
@@ -463,7 +474,8 @@ def _said(log_file: Path | None, since: int) -> str | None:
     with log_file.open("rb") as f:
         f.seek(since)
         text = f.read().decode("utf-8", "replace")
-    found = re.search(r"Updating the value of conf '?spark\.sql\.shuffle\.partitions'?[^\n]*", text)
+    # Spark 4 restores the state's partitions as spark.sql.streaming.internal.stateStore.partitions
+    found = re.search(r"Updating the value of conf '[^']*(?:shuffle|stateStore)\.partitions'[^\n]*", text)
     return found.group(0).strip() if found else None
 
 

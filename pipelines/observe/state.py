@@ -19,6 +19,8 @@ from pipelines.storage.home import Home
 
 FIGURES = ("keys", "bytes", "expired", "compaction_s", "segment")
 PER_TASK = ("task_keys", "task_bytes")
+HISTORY = 10
+"""Compactions listed per state, newest first (the plot shows every one in the window)."""
 
 
 def metric_names(states: Iterable[str]) -> list[str]:
@@ -38,7 +40,15 @@ def state_view(home: Home, job: str, specs: Iterable[Any], control: ControlPlane
     for figures in describe(home, job, specs):
         name = figures["state"]
         mine = [r for r in records if str(r["metric"]).startswith(f"state.{name}.")]
-        states.append({**figures, "last_compaction": last_compaction(name, mine), "tasks": per_task(name, mine)})
+        history = compactions(name, mine)
+        states.append(
+            {
+                **figures,
+                "last_compaction": history[0] if history else None,
+                "compactions": history[:HISTORY],
+                "tasks": per_task(name, mine),
+            }
+        )
     series = [
         Series(f"{name} keys", points)
         for name in names
@@ -54,19 +64,18 @@ def state_view(home: Home, job: str, specs: Iterable[Any], control: ControlPlane
     return {"states": states, "chart": chart.to_dict()}
 
 
-def last_compaction(state: str, rows: list[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The newest compaction's figures (keys, bytes, expired, seconds, segment, at), or None in the window."""
-    keyed = [r for r in rows if r["metric"] == f"state.{state}.keys"]
-    if not keyed:
-        return None
-    newest = max(keyed, key=lambda r: epoch(r["at"]))
-    at = epoch(newest["at"])
-    same = {
-        str(r["metric"]).rsplit(".", 1)[1]: float(r["value"])
-        for r in rows
-        if r.get("task") is None and abs(epoch(r["at"]) - at) < 1.0
-    }
-    return {"at": datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds"), **{k: same.get(k) for k in FIGURES}}
+def compactions(state: str, rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each compaction in the window, newest first, with its figures (keys, bytes, expired, seconds, segment, at):
+    the state's history, where a time-to-live's expiries show (a compaction drops the keys that outlived it)."""
+    mine = [r for r in rows if r.get("task") is None and str(r["metric"]).startswith(f"state.{state}.")]
+    at_keys = sorted({epoch(r["at"]) for r in mine if r["metric"] == f"state.{state}.keys"}, reverse=True)
+    history = []
+    for at in at_keys:
+        same = {str(r["metric"]).rsplit(".", 1)[1]: float(r["value"]) for r in mine if abs(epoch(r["at"]) - at) < 1.0}
+        history.append(
+            {"at": datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds"), **{k: same.get(k) for k in FIGURES}}
+        )
+    return history
 
 
 def per_task(state: str, rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:

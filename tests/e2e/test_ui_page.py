@@ -173,6 +173,9 @@ def test_the_page_shows_a_jobs_keyed_state_per_virtual_task(
         assert set(named) == {"Partition 0-0-2", "Partition 0-1-2", "Partition 1-0-2", "Partition 1-1-2"}, named
         assert sum(named.values()) == stateful_job["keys"], named
         assert named == {t: k for t, (k, _) in stateful_job["compaction"].tasks.items()}
+        history = card.locator("details.obs-state-history[data-state='totals'] tbody tr")
+        assert history.count() == 1, "the state's history lists its one compaction"
+        assert [c.strip() for c in history.first.locator("td").all_inner_texts()][1:3] == ["40", "0"]
         page.screenshot(path=str(tmp_path / "keyed-state.png"), full_page=True)
         print(f"\n[ui] keyed state screenshot: {tmp_path / 'keyed-state.png'}")
     finally:
