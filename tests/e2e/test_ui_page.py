@@ -175,7 +175,8 @@ def test_the_page_shows_a_jobs_keyed_state_per_virtual_task(
         assert named == {t: k for t, (k, _) in stateful_job["compaction"].tasks.items()}
         history = card.locator("details.obs-state-history[data-state='totals'] tbody tr")
         assert history.count() == 1, "the state's history lists its one compaction"
-        assert [c.strip() for c in history.first.locator("td").all_inner_texts()][1:3] == ["40", "0"]
+        # text_content, not inner_text: the history sits in a closed <details>, whose cells render no text
+        assert [c.strip() for c in history.first.locator("td").all_text_contents()][1:3] == ["40", "0"]
         page.screenshot(path=str(tmp_path / "keyed-state.png"), full_page=True)
         print(f"\n[ui] keyed state screenshot: {tmp_path / 'keyed-state.png'}")
     finally:
