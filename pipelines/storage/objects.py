@@ -84,6 +84,11 @@ class ObjectStore(ABC):
         """The children of a place (objects and "folders"); empty when there is nothing under it."""
 
     @abstractmethod
+    def holds_any(self, loc: Location) -> bool:
+        """Whether anything is under a place: one entry asked for, not a listing (a table's ``_delta_log`` holds a
+        file per commit, and a check of it on every read listed thousands)."""
+
+    @abstractmethod
     def delete_tree(self, loc: Location) -> None:
         """Remove everything under a place."""
 
@@ -178,6 +183,13 @@ class LocalStore(ObjectStore):
                 continue
             out.append(Entry(loc / e.name, stat.st_size if stat else 0, is_dir, stat.st_mtime if stat else None))
         return sorted(out, key=lambda x: x.location.path)
+
+    def holds_any(self, loc: Location) -> bool:
+        try:
+            with os.scandir(loc.path) as entries:
+                return any(not (e.name.startswith(".") and e.name.endswith(".tmp")) for e in entries)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
 
     def delete_tree(self, loc: Location) -> None:
         shutil.rmtree(loc.path, ignore_errors=True)
@@ -297,6 +309,11 @@ class S3Store(ObjectStore):
                 if name and "/" not in name and name not in out:  # an emptied "folder" lists as a zero-byte key
                     out[name] = Entry(loc / name, int(obj["Size"]), False, obj["LastModified"].timestamp())
         return [out[k] for k in sorted(out)]
+
+    def holds_any(self, loc: Location) -> bool:
+        prefix = loc.key.rstrip("/") + "/" if loc.key else ""
+        page = self._client.list_objects_v2(Bucket=loc.bucket, Prefix=prefix, MaxKeys=1)
+        return bool(page.get("KeyCount") or page.get("Contents"))
 
     def delete_tree(self, loc: Location) -> None:
         prefix = loc.key.rstrip("/") + "/" if loc.key else ""

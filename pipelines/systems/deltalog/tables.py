@@ -159,7 +159,7 @@ class StreamTables:
     def storage_gone(self, stream: str) -> bool:
         """The stream's log is not there (any error asking counts): its storage went away, or does not answer."""
         try:
-            return not self.store.list(self.location(stream) / "_delta_log")
+            return not self.store.holds_any(self.location(stream) / "_delta_log")
         except Exception:
             return True
 

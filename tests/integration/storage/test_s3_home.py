@@ -608,3 +608,18 @@ def test_no_credentials_anywhere_is_one_error_line_without_the_sdks_warnings(tmp
     line = _one_error_line(_cli("s3://bucket/home", "status", "events", env=env, cwd=work))
     assert "s3://bucket/home" in line, line
     assert list(work.iterdir()) == []
+
+
+def test_holds_any_says_whether_anything_is_under_a_place_on_s3_and_on_disk(s3_home: Home, tmp_path: Path) -> None:
+    """The embedded log asks it on every read of a stream (is its log still there?): one entry, not a listing of
+    a ``_delta_log`` with a file per commit."""
+    for home in (s3_home, Home(tmp_path / "home")):
+        store, root = home.store, home.root
+        assert not store.holds_any(root / "x")
+        store.write(root / "xy" / "b", b"1")  # a sibling whose name starts with the same letters is not under x
+        assert not store.holds_any(root / "x"), home
+        store.write(root / "x" / "deep" / "a", b"1")
+        assert store.holds_any(root / "x") and store.holds_any(root / "x" / "deep"), home
+        assert not store.holds_any(root / "x" / "deep" / "a" / "below"), home
+        store.delete(root / "x" / "deep" / "a")
+        assert not store.holds_any(root / "x" / "deep"), home
