@@ -552,8 +552,8 @@ DEMO = ActionCommand(
     "the end-to-end demo on the embedded log (wipes --home)",
     "pipelines.cli.ops.demo",
     (
-        arg("--rate", type=count(1), default=1500, help="records produced per second, continuously"),
-        arg("--seconds", type=seconds, default=12.0, help="how long the job runs on each model"),
+        arg("--rate", type=count(1), default=900, help="records produced per second, continuously"),
+        arg("--seconds", type=seconds, default=10.0, help="how long the job runs on each model"),
         arg("--keys", type=count(1), default=200),
         arg("--latency-ms", type=amount("milliseconds"), default=2.0, help="simulated remote call per record"),
         arg("--master", type=spark_master, default="local[8]"),

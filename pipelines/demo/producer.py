@@ -55,24 +55,12 @@ def produce(
     a million keys those rewrites were two thirds of a run's time, more at each
     run as the cache grew.
     """
-    if seed is None:
-        seed = random.SystemRandom().randrange(1 << 32)
-    rng = random.Random(seed)
-    state = _ProducerState.load(home, system, stream, progress)
-    state.save()  # what the scan learnt; saved once: the records this run adds are scanned by the next (see below)
+    events = KeyedEvents.open(system, home, stream, keys, seed, progress=progress)
     per_partition: Counter[int] = Counter()
     done = 0
     while done < records:
         n = min(chunk, records - done)
-        batch = []
-        for _ in range(n):
-            key = f"key-{rng.randrange(keys)}"
-            seq = state.next_seq.get(key, 0)
-            state.next_seq[key] = seq + 1
-            value = {"key": key, "seq": seq, "amount": rng.randrange(1, 1000), "payload": rng.randbytes(8).hex()}
-            batch.append((key.encode(), json.dumps(value, separators=(",", ":")).encode(), None))
-        placed = system.produce(stream, batch)
-        per_partition.update(p for p, _ in placed)
+        per_partition.update(events.append(n))
         done += n
         if records > chunk:
             progress(f"produced {done}/{records} records to {stream}")
@@ -80,10 +68,53 @@ def produce(
         "stream": stream,
         "records": records,
         "keys": keys,
-        "seed": seed,
+        "seed": events.seed,
         "per_partition": dict(sorted(per_partition.items())),
         "end_offsets": system.end_positions(stream),
     }
+
+
+class KeyedEvents:
+    """One producer's run of keyed events: every key's next ``seq``, learnt from the stream once, then kept.
+
+    A continuous producer (the demo's, four appends a second) opens it once: learning the seqs again before every
+    append re-read the records it had just written, and that scan (with the log listings under it) was most of the
+    demo driver's CPU, taken from the job it was feeding.
+    """
+
+    def __init__(self, system: InputSystem, stream: str, keys: int, seed: int, state: _ProducerState) -> None:
+        self.system, self.stream, self.keys, self.seed = system, stream, keys, seed
+        self.rng = random.Random(seed)
+        self.state = state
+
+    @classmethod
+    def open(
+        cls,
+        system: InputSystem,
+        home: Home,
+        stream: str,
+        keys: int,
+        seed: int | None,
+        *,
+        progress: Callable[[str], None] = lambda message: None,
+    ) -> KeyedEvents:
+        if seed is None:
+            seed = random.SystemRandom().randrange(1 << 32)
+        state = _ProducerState.load(home, system, stream, progress)
+        state.save()  # what the scan learnt; saved once: the records this run adds are scanned by the next
+        return cls(system, stream, keys, seed, state)
+
+    def append(self, n: int) -> list[int]:
+        """Append ``n`` events over random keys; the partition each landed in."""
+        rng, next_seq = self.rng, self.state.next_seq
+        batch = []
+        for _ in range(n):
+            key = f"key-{rng.randrange(self.keys)}"
+            seq = next_seq.get(key, 0)
+            next_seq[key] = seq + 1
+            value = {"key": key, "seq": seq, "amount": rng.randrange(1, 1000), "payload": rng.randbytes(8).hex()}
+            batch.append((key.encode(), json.dumps(value, separators=(",", ":")).encode(), None))
+        return [p for p, _ in self.system.produce(self.stream, batch)]
 
 
 class _ProducerState:

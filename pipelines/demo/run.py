@@ -30,6 +30,7 @@ so every key stays in order across the expansion.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import time
@@ -41,7 +42,7 @@ from pipelines.adjunct.inspect import verify_store
 from pipelines.control import ControlPlane
 from pipelines.core.metric_names import DURATION, LAG
 from pipelines.demo.enrich import CUSTOMERS
-from pipelines.demo.producer import produce
+from pipelines.demo.producer import KeyedEvents, produce
 from pipelines.errors import ConfigError, PipelinesError, StreamError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
@@ -139,7 +140,7 @@ class StepResult:
 
 
 class Producer(threading.Thread):
-    """Appends ``rate`` keyed records per second (in 4 commits a second) until stopped."""
+    """Appends ``rate`` keyed records per second (in 2 commits a second) until stopped."""
 
     def __init__(self, home: Home, rate: int, keys: int, system: InputSystem) -> None:
         super().__init__(name="demo-producer", daemon=True)
@@ -150,15 +151,19 @@ class Producer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        tick = 0.25
+        tick = 0.5  # each append is a commit of the log and a file per partition: fewer, larger ones read faster
         per_tick = max(1, int(self.rate * tick))
+        events: KeyedEvents | None = None
         try:
             while not self.halt.is_set():
                 started = time.monotonic()
                 try:
-                    produce(self.log, self.home, STREAM, per_tick, self.keys, seed=None)
+                    if events is None:
+                        events = KeyedEvents.open(self.log, self.home, STREAM, self.keys, seed=None)
+                    events.append(per_tick)
                 except StreamError:  # the input does not answer: wait, as producers do
-                    self.halt.wait(0.5)  # the next call learns every key's seq from the stream again
+                    events = None  # an append may have landed unanswered: learn every key's seq from the stream again
+                    self.halt.wait(0.5)
                     continue
                 self.produced += per_tick
                 self.halt.wait(max(0.0, tick - (time.monotonic() - started)))
@@ -239,8 +244,8 @@ def _refuse_a_home_of_others(home: Home, demo_job: str) -> None:
 def run_demo(
     home: Home,
     *,
-    rate: int = 1500,
-    step_seconds: float = 12.0,
+    rate: int = 900,
+    step_seconds: float = 10.0,
     keys: int = 200,
     latency_ms: float = 2.0,
     master: str = "local[8]",
@@ -291,6 +296,8 @@ def run_demo(
     customers = CustomerChanges(home, keys)
     customers.first_names()
     say(f"home: {home.root}\nstarting Spark ({master}) ...")
+    # Great Expectations takes about 6 s to import: while the JVM starts, not at the first step's verification
+    threading.Thread(target=importlib.import_module, args=("great_expectations",), daemon=True).start()
     spark = build_session(master, app_name="pipelines-demo")
     results: list[StepResult] = []
     producer = Producer(home, rate, keys, system)
@@ -396,13 +403,20 @@ def run_demo(
 
 
 def _state_size(home: Home, config: JobConfig) -> tuple[int | None, int | None]:
-    """The job's state in the home now: rows (``current`` plus the changes not folded in yet) and bytes."""
+    """The job's state in the home now: its keys (one row each as of the last commit) and the bytes of its tables
+    (``current`` plus the changes not folded in yet)."""
     if not config.state:
         return None, None
     from pipelines.state.durable import StateTables
+    from pipelines.state.inspect import StateMovedOn, state_at
 
-    rows, size = StateTables(home, config.name, config.state[0]).size()
-    return rows, size
+    _, size = StateTables(home, config.name, config.state[0]).size()
+    for _ in range(3):  # the running driver's compactor may retire the changes it reads: read again
+        try:
+            return state_at(home, config.name, config.state[0], None).num_rows, size
+        except StateMovedOn:
+            continue
+    return None, size
 
 
 def _state_beside_input(spark: Any, home: Home, config: JobConfig, system: InputSystem, customers: int = 3) -> str:
