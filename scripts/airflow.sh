@@ -45,13 +45,18 @@ stop() {
   mapfile -t groups < <(jobs -p)
   echo "[airflow] stopping ${groups[*]:-nothing}" >&2
   (( ${#groups[@]} )) || return 0
-  kill -TERM -- "${groups[@]/#/-}" 2>/dev/null || true
+  # bash reports every background job a signal ended ("Killed", "Terminated": a line each, naming this script's
+  # line 37) on its stderr when it reaps it; the stop is ours, so its stderr is closed until they are reaped
+  exec 3>&2 2>/dev/null
+  kill -TERM -- "${groups[@]/#/-}" || true
   wait_gone "$STOP_GRACE_S" "${groups[@]}"
   if alive "${groups[@]}"; then
-    echo "[airflow] SIGKILL to what is left after ${STOP_GRACE_S}s" >&2
-    kill -KILL -- "${groups[@]/#/-}" 2>/dev/null || true
+    echo "[airflow] SIGKILL to what is left after ${STOP_GRACE_S}s" >&3
+    kill -KILL -- "${groups[@]/#/-}" || true
     wait_gone 2 "${groups[@]}"
   fi
+  alive "${groups[@]}" || wait || true  # reap them (none is left: the wait returns at once)
+  exec 2>&3 3>&-
 }
 trap 'stop; exit 130' INT
 trap 'stop; exit 143' TERM
@@ -129,10 +134,11 @@ start() {  # each component leads its own process group, so a stop reaches its c
   components+=("$!")
   echo "[airflow] $name: pid $! (log $LOGS/$name.log)" >&2
 }
+# The scheduler and the triggerer start once the api-server answers: a task they start reports to its execution
+# API, and the first scheduled runs, started before it listened, failed red ("Connection refused") on a fresh start.
+# The DAG processor only parses DAGs: it starts at once, beside the api-server's start-up.
 start api-server api-server --host 127.0.0.1 --port "$PORT" --workers 1
-start scheduler scheduler --skip-serve-logs
 start dag-processor dag-processor
-start triggerer triggerer --skip-serve-logs
 
 echo "[airflow] waiting for the api-server on 127.0.0.1:$PORT" >&2
 # (Not a here-document: a background command's stdin is /dev/null.)
@@ -147,6 +153,9 @@ while time.monotonic() < deadline:
         time.sleep(0.5)
 sys.exit(1)
 ' "$PORT" || { echo "[airflow] the api-server did not answer in 10 minutes; see $LOGS" >&2; exit 1; }
+echo "[airflow] the api-server answers: starting the scheduler and the triggerer" >&2
+start scheduler scheduler --skip-serve-logs
+start triggerer triggerer --skip-serve-logs
 PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 echo "[airflow] ready: http://127.0.0.1:$PORT  (users and passwords: $(cat "$PASSWORDS" 2>/dev/null || echo "see $PASSWORDS"))" >&2
 # Stay up while the components run; a signal interrupts `wait` and runs the trap.

@@ -22,7 +22,6 @@ another.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from collections.abc import Iterator
@@ -266,7 +265,6 @@ def _unread_result(window: Window, verdict: Verdict) -> dict[str, Any]:
 def _context(root: Path, docs: bool) -> Any:
     import great_expectations as gx
 
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     context = gx.get_context(mode="file", project_root_dir=str(root / "gx"))
     bars = context.variables.progress_bars

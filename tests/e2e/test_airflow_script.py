@@ -177,11 +177,16 @@ def test_airflow_sh_binds_loopback_and_a_signal_stops_everything_it_started(
     with _airflow_sh(tmp_path, sigint) as script:
         _until(lambda: line in script.text(), script, f"the line {line!r}")
         _until(lambda: _running(script, process), script, f"a process {process!r}", timeout=30)
+        if phase == "api-server-wait":  # nothing that runs tasks before their execution API listens
+            names = " ".join(_cmdline(p) for p in _started_by(script))
+            assert "scheduler" not in names and "triggerer" not in names, f"started before the api-server: {names}"
         if phase == "running":
             names = " ".join(_cmdline(p) for p in _started_by(script))
             for component in ("api_server", "scheduler", "dag-processor", "triggerer"):
                 assert component in names, f"{component} is not running: {names}"
             assert _listening(_started_by(script)), "the api-server listens"
+            text = script.text()  # the scheduler was started once the api-server answered, not beside it
+            assert text.index("[airflow] the api-server answers") < text.index("[airflow] scheduler: pid"), text
         with _cpu_load():
             started = _started_by(script)
             listening = _listening(started)
@@ -206,6 +211,7 @@ def test_airflow_sh_binds_loopback_and_a_signal_stops_everything_it_started(
         log = script.text()
         assert code == 128 + stop_signal, f"exit code {code} after {stop_signal.name}:\n{log}"
         assert "[airflow] stopping" in log
+        assert " Killed " not in log and " Terminated " not in log, f"bash reported the jobs the stop ended:\n{log}"
         if next_line:
             assert next_line not in log, f"the signal did not stop the {phase} phase:\n{log}"
         if phase == "db-migrate":  # stopped, not waited for (bash defers a trap until a foreground command ends)

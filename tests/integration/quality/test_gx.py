@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -87,3 +89,11 @@ def test_cli_verify_fails_with_exit_2_naming_the_offender(home: Home, monkeypatc
     assert f"events/{lost['partition']}@{lost['offset']}" in out.getvalue()
     assert "error: data quality of job synthetic" in err.getvalue()
     assert isinstance(ControlPlane(home).dq_results.read("synthetic"), pd.DataFrame)
+
+
+def test_importing_the_checks_under_a_root_logger_at_info_logs_nothing_of_great_expectations() -> None:
+    """An Airflow task's root logger is at INFO: Great Expectations' import chatter (209 lines) buried the verdict."""
+    code = "import logging; logging.basicConfig(level=logging.INFO); import pipelines.quality.expectations"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "great_expectations" not in done.stderr, done.stderr[:2000]
