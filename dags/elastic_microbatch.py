@@ -23,6 +23,7 @@ from pipelines.operations import keepalive
 
 @dag(
     dag_id="elastic_microbatch",
+    description="Runs each available-now job over what arrived, and relaunches a continuous job whose driver is down",
     schedule=timedelta(minutes=10),
     catchup=False,
     max_active_runs=1,

@@ -40,6 +40,7 @@ from pipelines.runtime.lifetime import master_problem
 
 @dag(
     dag_id="elastic_rescale",
+    description="Rescales a job to a factor (or the autosizer's): stop at a batch boundary, migrate, switch, verify",
     schedule=None,
     catchup=False,
     max_active_runs=1,  # one rescale at a time from this DAG; the control-plane lock covers the other DAGs

@@ -21,6 +21,7 @@ from pipelines.errors import PipelinesError
 
 @dag(
     dag_id="quality_report",
+    description="Validates every job's whole run, its state check included, and publishes the Data Docs, hourly",
     schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=[JOB_MODELS]),
     catchup=False,
     max_active_runs=1,

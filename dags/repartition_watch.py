@@ -24,6 +24,7 @@ from pipelines.operations import repartition
 
 @dag(
     dag_id="repartition_watch",
+    description="Absorbs a repartitioned input (Kafka partitions added, Kinesis reshards), keys kept on their tasks",
     schedule=timedelta(minutes=1),
     catchup=False,
     max_active_runs=1,

@@ -21,6 +21,7 @@ from pipelines.control import ControlPlane
 
 @dag(
     dag_id="scale_evaluation",
+    description="The autosizer's decision for each job from its lag and throughput; triggers elastic_rescale",
     schedule=timedelta(minutes=5),
     catchup=False,
     max_active_runs=1,

@@ -29,6 +29,7 @@ from pipelines.errors import ConfigError
 
 @dag(
     dag_id="stream_maintenance",
+    description="Retention and compaction of the embedded log's streams (paused at creation: it deletes data)",
     schedule=CronTriggerTimetable("30 3 * * *", timezone="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -24,30 +24,33 @@ SHOWN = 5
 
 
 def driver_view(drivers: Sequence[DriverRow], trigger: str | None, now: datetime) -> dict[str, Any]:
-    """``{"running", "should_run", "down", "summary", "drivers": [...]}``; ``drivers`` newest first."""
+    """``{"running", "should_run", "down", "summary", "detail", "drivers": [...]}``; ``drivers`` newest first."""
     live = [d for d in drivers if d.live(now)]
     should_run = trigger == "continuous"
     newest = drivers[0] if drivers else None
     if live:
         d = live[0]
-        summary = (
-            f"running on {d.host} (pid {d.pid}) since {_time(d.started_at)}; last heartbeat {_age(d, now)} ago, "
+        detail = (
+            f"on {d.host} (pid {d.pid}) since {_time(d.started_at)}; last heartbeat {_age(d, now)} ago, "
             f"last batch {_batch(d)}"
         )
         if len(live) > 1:
-            summary += f"; {len(live)} drivers beating (a second one is refused by `pipelines run` on one host)"
+            detail += f"; {len(live)} drivers beating (a second one is refused by `pipelines run` on one host)"
+        summary = f"running {detail}"
     elif newest is None:
-        summary = "never ran in this home" + (": a continuous job should have a driver" if should_run else "")
+        detail = summary = "never ran in this home" + (": a continuous job should have a driver" if should_run else "")
     else:
-        summary = f"not running: {_ending(newest, now)}"
+        detail = _ending(newest, now)
         if not should_run:
-            summary += " (available-now: it runs when elastic_microbatch launches it)"
+            detail += " (available-now: it runs when elastic_microbatch launches it)"
+        summary = f"not running: {detail}"
     return {
         "running": bool(live),
         "should_run": should_run,
         "down": should_run and not live,
         "trigger": trigger,
         "summary": summary,
+        "detail": detail,  # the summary without its state, which the page's pill says
         "drivers": [_row(d, now) for d in drivers[:SHOWN]],
     }
 

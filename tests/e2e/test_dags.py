@@ -117,6 +117,8 @@ def _task_states(dag_run: Any) -> dict[str, str]:
 def test_the_dagbag_holds_every_dag_without_import_errors(dagbag: Any) -> None:
     assert dagbag.import_errors == {}
     assert set(dagbag.dag_ids) == DAG_IDS
+    undescribed = [d for d in DAG_IDS if not (dagbag.get_dag(d).description or "").strip()]
+    assert undescribed == [], "the DAG list's description column is empty for these"
     rescale = dagbag.get_dag("elastic_rescale")
     assert {"job", "factor", "reason", "dry_run"} <= set(rescale.params.keys())
     assert rescale.max_active_runs == 1

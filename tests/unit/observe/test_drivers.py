@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from pipelines.control.drivers import DriverRow
 from pipelines.observe.drivers import driver_view
+from pipelines.observe.render import html_section
+from tests.unit.observe.test_render import observation
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -35,6 +38,7 @@ def test_a_beating_driver_is_running_with_its_host_start_heartbeat_and_batch() -
     assert view["summary"] == (
         "running on worker-7 (pid 4242) since 2026-03-01 11:30:00 UTC; last heartbeat 3 s ago, last batch 41 of v3"
     )
+    assert view["detail"] == view["summary"].removeprefix("running ")  # the page's pill says "driver running"
     (shown,) = view["drivers"]
     assert shown["state"] == "running" and shown["app_id"] == "local-1772366400000" and shown["last_batch"] == 41
 
@@ -63,3 +67,11 @@ def test_an_available_now_job_between_runs_is_not_down() -> None:
 
 def test_a_fresh_row_of_an_ended_driver_is_not_running() -> None:
     assert not driver_view([row("stopped", age_s=1.0)], "continuous", NOW)["running"]
+
+
+def test_the_pages_driver_line_says_running_once() -> None:
+    """The pill says "driver running"; the text beside it was the summary, which says it again."""
+    obs = {**observation(), "driver": driver_view([row()], "continuous", NOW)}
+    html = html_section(json.loads(json.dumps(obs, default=str)))
+    line = html.split('class="driver-summary">', 1)[1].split("</span>", 1)[0]
+    assert 'driver-state">driver running</span>' in html and line.startswith("on worker-7 (pid 4242)"), line
