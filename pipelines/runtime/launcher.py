@@ -7,9 +7,10 @@ boundary, so stopping never cuts a micro-batch short.
 
 A pid means something only on the host that started the process (another
 host's pid 3 may be a kernel thread here). The pid file of a detached driver
-holds ``<host> <pid>``, and a pid is looked up or signalled only by that host;
-a file naming another host, or no host (written by an older version), is
-never judged. Drivers on other hosts are found, stopped and waited for
+holds ``<host> <pid> <start time>``, and a pid is looked up or signalled only
+by that host, and only while the process of that pid is the one that started
+then (pids are reused); a file naming another host, or no host (written by an
+older version), is never judged. Drivers on other hosts are found, stopped and waited for
 through the control plane: the stop request they poll, and their
 registration in the ``drivers`` table, which says ``stopped`` when they have.
 
@@ -38,7 +39,15 @@ from pipelines.control import ControlPlane
 from pipelines.control.drivers import FAILED, RECENT_LIVE_S, DriverRow
 from pipelines.errors import PipelinesError, by_name, last_error_line, raised_inside
 from pipelines.runtime import logs, requests
-from pipelines.runtime.lifetime import Terminated, check_master, master_problem, pid_alive, tied_command
+from pipelines.runtime.lifetime import (
+    Terminated,
+    check_master,
+    master_problem,
+    pid_alive,
+    process_start,
+    same_process,
+    tied_command,
+)
 from pipelines.runtime.session import spark_confs, spark_env
 from pipelines.storage.home import Home
 from pipelines.storage.hostlocal import host_dir
@@ -226,7 +235,9 @@ def _spawn(home: Home, job: str, cmd: list[str], master: str) -> tuple[subproces
         proc = subprocess.Popen(
             cmd, env=spark_env(master), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    pid_file(home, job).write_text(f"{socket.gethostname()} {proc.pid}\n")
+    started = process_start(proc.pid)  # a reused pid is then never taken for this driver (``_pid``)
+    since = "" if started is None else f" {started:.3f}"
+    pid_file(home, job).write_text(f"{socket.gethostname()} {proc.pid}{since}\n")
     return proc, offset
 
 
@@ -373,12 +384,24 @@ def kill(home: Home, job: str) -> None:
 
 
 def _pid(home: Home, job: str) -> int | None:
-    """The pid in the job's pid file if this host wrote it; None for none, another host's, or a host-less one."""
+    """The pid in the job's pid file if this host wrote it; None for none, another host's, or a host-less one.
+
+    The file keeps the driver's start time beside its pid (``<host> <pid> <start>``): a live process of that pid
+    that started at another time took the pid after the driver died, so the file names nothing any more and goes
+    (it is never reported alive, and never signalled). A file of two fields, from before, is judged by its pid.
+    """
+    path = pid_file(home, job)
     try:
-        host, pid = pid_file(home, job).read_text().split()
-        return int(pid) if host == socket.gethostname() else None
+        host, pid, *since = path.read_text().split()
+        if host != socket.gethostname() or len(since) > 1:
+            return None
+        number, started = int(pid), [float(s) for s in since]
     except (FileNotFoundError, ValueError):
         return None
+    if started and pid_alive(number) and not same_process(number, started[0]):
+        path.unlink(missing_ok=True)
+        return None
+    return number
 
 
 def _gone_here(driver: DriverRow) -> bool:

@@ -35,6 +35,8 @@ import socket
 import sys
 from urllib.parse import urlparse
 
+import psutil
+
 from pipelines.core.limits import shown
 from pipelines.errors import PipelinesError
 
@@ -59,6 +61,24 @@ _TIE = (
     "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"  # the parent died before the call: follow it now
     "os.execvp(sys.argv[3], sys.argv[3:])\n"  # a bare name (node, java) is looked up on PATH
 )
+
+
+def process_start(pid: int) -> float | None:
+    """When the process with this pid started (seconds since the epoch), or None when there is none.
+
+    A pid file keeps it beside the pid: pids are reused, and a pid alone once named whatever process took it after
+    the driver died, whose process group a kill then ended.
+    """
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:  # none (or a zombie's, or another user's, which is not ours to read)
+        return None
+
+
+def same_process(pid: int, started: float) -> bool:
+    """Whether the process with this pid is the one that started at ``started`` (to the millisecond kept)."""
+    now = process_start(pid)
+    return now is not None and abs(now - started) < 0.01
 
 
 def pid_alive(pid: int) -> bool:

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pipelines.control import ControlPlane
@@ -60,6 +61,46 @@ def test_a_pid_of_another_host_or_of_no_host_is_never_judged_or_signalled(home: 
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_pid_file_naming_a_live_process_of_another_start_time_is_neither_alive_nor_killed(home: Home) -> None:
+    """Pids are reused: the process holding the dead driver's pid now (its start time differs) is not the driver."""
+    produce(home, "events", 10, keys=2)
+    config = job(home, "reused", 1)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    path = launcher.pid_file(home, config.name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        started = psutil.Process(bystander.pid).create_time()
+        path.write_text(f"{socket.gethostname()} {bystander.pid} {started - 3600:.3f}\n")  # the driver's, an hour ago
+        assert launcher.running_pid(home, config.name) is None
+        assert not path.exists(), "a pid file naming another process names nothing: it goes"
+        path.write_text(f"{socket.gethostname()} {bystander.pid} {started - 3600:.3f}\n")
+        launcher.kill(home, config.name)
+        assert launcher.stop(home, config.name, timeout=5) is launcher.StopOutcome.NONE_RUNNING
+        assert bystander.poll() is None, "the process that took the pid was not signalled"
+
+        path.write_text(f"{socket.gethostname()} {bystander.pid} {started:.3f}\n")  # its own start: it is the driver
+        assert launcher.running_pid(home, config.name) == bystander.pid
+        launcher.kill(home, config.name)
+        assert bystander.wait(timeout=10) == -9, "the driver the file names is killed"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_detached_drivers_pid_file_keeps_its_start_time(tmp_path: Path) -> None:
+    """What ``_spawn`` writes is what ``_pid`` judges: host, pid and the process's own start time."""
+    home = Home(tmp_path / "home")
+    proc, _ = launcher._spawn(home, "any", [sys.executable, "-c", "import time; time.sleep(60)"], "local[1]")
+    try:
+        host, pid, started = launcher.pid_file(home, "any").read_text().split()
+        assert (host, int(pid)) == (socket.gethostname(), proc.pid)
+        assert abs(float(started) - psutil.Process(proc.pid).create_time()) < 0.01
+        assert launcher.running_pid(home, "any") == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _driver_on(home: Home, job: str, host: str, pid: int) -> Registration:
