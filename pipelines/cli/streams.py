@@ -88,18 +88,32 @@ def _embedded_only(system: str, what: str) -> None:
 
 
 def produce(args: argparse.Namespace, home: Home, output: Output) -> None:
-    from pipelines.demo.producer import PRODUCE_CHUNK, produce
+    from pipelines.demo.producer import PRODUCE_CHUNK, produce, produce_at_rate
 
-    summary = produce(
-        open_system(args, home),
-        home,
-        validate_name("stream", args.name),
-        args.records,
-        args.keys,
-        args.seed,
-        chunk=PRODUCE_CHUNK if args.chunk is None else args.chunk,
-        progress=output.note,
-    )
+    if (args.records is None) == (args.rate is None):
+        raise ConfigError("stream produce needs --records N (at once) or --rate N with --seconds S (continuously)")
+    if args.rate is not None and args.seconds is None:
+        raise ConfigError("--rate needs --seconds: how long to produce")
+    if args.rate is None and args.seconds is not None:
+        raise ConfigError("--seconds goes with --rate: --records produces at once")
+    if args.rate is not None and args.chunk is not None:
+        raise ConfigError("--chunk goes with --records: --rate appends twice a second")
+    name = validate_name("stream", args.name)
+    if args.rate is not None:
+        summary = produce_at_rate(
+            open_system(args, home), home, name, args.rate, args.seconds, args.keys, args.seed, progress=output.note
+        )
+    else:
+        summary = produce(
+            open_system(args, home),
+            home,
+            name,
+            args.records,
+            args.keys,
+            args.seed,
+            chunk=PRODUCE_CHUNK if args.chunk is None else args.chunk,
+            progress=output.note,
+        )
     output.emit(
         summary,
         lambda: (

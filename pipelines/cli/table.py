@@ -274,7 +274,9 @@ STREAM = GroupCommand(
             (
                 *SYSTEM,
                 arg("name"),
-                arg("--records", type=count(1), required=True),
+                arg("--records", type=count(1), default=None, help="how many, at once (or --rate and --seconds)"),
+                arg("--rate", type=count(1), default=None, help="records per second, continuously, for --seconds"),
+                arg("--seconds", type=seconds, default=None, help="how long --rate produces"),
                 arg("--keys", type=count(1), required=True),
                 arg("--seed", type=int, default=None, help="random seed (default: a fresh one, printed)"),
                 # None: the producer's own chunk size (kept in the demo package, which loads only to produce)

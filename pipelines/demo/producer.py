@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,6 +21,8 @@ from pipelines.storage.objects import ObjectStore
 from pipelines.systems.base import InputSystem
 
 PRODUCE_CHUNK = 5_000
+RATE_TICK_S = 0.5
+"""A producer at a rate appends twice a second: each append is a commit, and fewer, larger ones read faster."""
 
 
 PRODUCER_STATE_FORMAT = 2
@@ -64,11 +67,50 @@ def produce(
         done += n
         if records > chunk:
             progress(f"produced {done}/{records} records to {stream}")
+    return _summary(system, stream, records, keys, events.seed, per_partition)
+
+
+def produce_at_rate(
+    system: InputSystem,
+    home: Home,
+    stream: str,
+    rate: int,
+    seconds: float,
+    keys: int,
+    seed: int | None,
+    *,
+    progress: Callable[[str], None] = lambda message: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """``rate`` records a second for ``seconds``, in two appends a second: load to watch a job keep up with and to
+    rescale under (what the demo's producer does), with the same records and summary as ``produce``."""
+    events = KeyedEvents.open(system, home, stream, keys, seed, progress=progress)
+    tick = RATE_TICK_S
+    per_partition: Counter[int] = Counter()
+    done, started = 0, clock()
+    said = started
+    while (now := clock()) - started < seconds:
+        due = min(int(rate * (now - started + tick)), int(rate * seconds)) - done  # on schedule, never past the end
+        if due > 0:
+            per_partition.update(events.append(due))
+            done += due
+        if clock() - said >= 5:
+            said = clock()
+            progress(f"produced {done} records to {stream} ({done / max(said - started, 1e-9):.0f}/s)")
+        sleep(max(0.0, tick - (clock() - now)))
+    return _summary(system, stream, done, keys, events.seed, per_partition)
+
+
+def _summary(
+    system: InputSystem, stream: str, records: int, keys: int, seed: int, per_partition: Counter[int]
+) -> dict[str, Any]:
+    """What a produce did, as ``stream produce`` prints it."""
     return {
         "stream": stream,
         "records": records,
         "keys": keys,
-        "seed": events.seed,
+        "seed": seed,
         "per_partition": dict(sorted(per_partition.items())),
         "end_offsets": system.end_positions(stream),
     }

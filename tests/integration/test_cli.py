@@ -213,6 +213,13 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
         run(tmp_path, "--json", "stream", "produce", "events", "--records", "50", "--keys", "9").stdout
     )
     assert summary["records"] == 50 and sum(summary["per_partition"].values()) == 50
+    began = time.monotonic()  # continuous load, as the demo's producer makes it: 40 records/s for 1.5 s
+    summary = json.loads(
+        run(tmp_path, "--json", "stream", "produce", "events", "--rate", "40", "--seconds", "1.5", "--keys", "9").stdout
+    )
+    assert summary["records"] == 60 and time.monotonic() - began >= 1.5, summary
+    assert "--records N (at once) or --rate N" in fails(tmp_path, "stream", "produce", "events", "--keys", "9")
+    assert "--rate needs --seconds" in fails(tmp_path, "stream", "produce", "events", "--rate", "9", "--keys", "9")
     described = json.loads(run(tmp_path, "stream", "describe", "events", "--json").stdout)
     assert len(described["partitions"]) == 4
     assert [(e["from_partitions"], e["to_partitions"]) for e in described["expansions"]] == [(2, 4)]
@@ -224,10 +231,10 @@ def test_stream_commands_and_per_key_sequences(tmp_path: Path) -> None:
         for raw in log.read_range("events", p, 0, int(meta.end)).column("value").to_pylist():
             doc = json.loads(raw)
             seqs[doc["key"]].append(doc["seq"])
-    assert sum(len(s) for s in seqs.values()) == 200
+    assert sum(len(s) for s in seqs.values()) == 260
     assert len(seqs) == 9
     for key, values in seqs.items():
-        assert sorted(values) == list(range(len(values))), key  # no repeat and no gap across all four runs
+        assert sorted(values) == list(range(len(values))), key  # no repeat and no gap across all five runs
 
 
 def test_stream_trim_and_compact_say_what_they_did_and_refuse_what_they_cannot_do(tmp_path: Path) -> None:
