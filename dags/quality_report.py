@@ -13,7 +13,7 @@ from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 from pipelines_airflow.assets import JOB_MODELS, QUALITY
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.run_conf import check_conf
-from pipelines_airflow.scaling import dag_run
+from pipelines_airflow.scaling import dag_run, docs_in_ui
 
 from pipelines.control import ControlPlane
 from pipelines.errors import PipelinesError
@@ -49,6 +49,9 @@ def quality_report() -> None:
             print(report.summary())
             verdicts[job] = "pass" if report.success else "fail"
             docs = str(report.docs_index)
+        if docs is not None:  # the page's address in this Airflow's UI, else the report's path
+            docs = docs_in_ui() or docs
+            print(f"Data Docs: {docs}")
         failed = [job for job, verdict in verdicts.items() if verdict == "fail"]
         if failed:
             raise PipelinesError(f"data-quality checks FAILED for {', '.join(failed)}; Data Docs: {docs}")

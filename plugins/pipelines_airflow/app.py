@@ -47,7 +47,7 @@ from urllib.parse import urlencode
 from pipelines_airflow import collect, datadocs, rescale
 from pipelines_airflow.page import TITLE, docs_chrome, plain, render
 
-URL_PREFIX = "/elastic-pipelines"
+URL_PREFIX = datadocs.PLUGIN_ROOT
 FORM_FIELDS = "a rescale takes the fields job, factor and reason"
 
 

@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+PLUGIN_ROOT = "/elastic-pipelines"
+"""Where the plugin's app is mounted on the api-server (``plugin.py``); the Data Docs are under its ``docs/``."""
 DOCS_ROUTE = "/docs"
 STATIC_ROUTE = "/docs-static"
 SAMPLE_SHOWN = 5
@@ -83,6 +85,14 @@ def parse_sample(raw: Any) -> list[dict[str, Any]]:
 def docs_url(page: str) -> str:
     """The page's address relative to the plugin page (``/elastic-pipelines/``)."""
     return DOCS_ROUTE.lstrip("/") + "/" + quote(page, safe="/")
+
+
+def docs_address(base_url: str | None, page: str = "index.html") -> str | None:
+    """The page's URL in Airflow's UI (behind its login), for a task's log: a disk path there means nothing to
+    someone reading it in a browser. None without the UI's base URL (``[api] base_url``)."""
+    if not base_url:
+        return None
+    return f"{base_url.rstrip('/')}{PLUGIN_ROOT}/{docs_url(page)}"
 
 
 def run_url(dag_id: str, run_id: str, depth: int = 1) -> str:

@@ -225,9 +225,20 @@ def dag_run() -> DagRunRef:
     return DagRunRef(context["ti"].dag_id, context["run_id"])
 
 
+def docs_in_ui() -> str | None:
+    """The Data Docs' address in this Airflow's UI, for the task's log (the report's own line is a path)."""
+    from airflow.configuration import conf
+
+    from pipelines_airflow.datadocs import docs_address
+
+    return docs_address(conf.get("api", "base_url", fallback=None))
+
+
 @task(outlets=[QUALITY])
 def verify_quality(op: dict[str, Any]) -> str:
     verdict: str = scaling.verify(_home(), _op(op), sequence=_param("sequence_column"), dag_run=dag_run())["dq"]
+    if link := docs_in_ui():
+        print(f"Data Docs in Airflow: {link}")
     return verdict
 
 

@@ -340,11 +340,15 @@ def test_microbatch_runs_available_now_jobs_and_relaunches_a_continuous_one(dagb
         assert launcher.stop(home, continuous.name, timeout=120)
 
 
-def test_quality_report_validates_every_job_and_publishes_data_docs(dagbag: Any, home: Home, spark: Any) -> None:
+def test_quality_report_validates_every_job_and_publishes_data_docs(
+    dagbag: Any, home: Home, spark: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = _demo_job(home)
     _ran(spark, home, config)
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://127.0.0.1:18080")  # what scripts/airflow.sh sets
     run = dagbag.get_dag("quality_report").test()
     assert str(run.state) == "success", _task_states(run)
+    assert "Data Docs: http://127.0.0.1:18080/elastic-pipelines/docs/index.html" in capsys.readouterr().out
     dq = ControlPlane(home).dq_results.read(config.name)
     assert len(dq) and dq["success"].all()
     assert (home.root.local_path() / "quality" / "docs" / "index.html").exists()

@@ -141,3 +141,13 @@ def test_the_index_lists_every_validation_with_its_verdict(validated: dict[str, 
     assert found[(f"{JOB}.input_records", "run:v1")]["ok"] is True
     suites = {f"{JOB}.{a}" for a in ("input_records", "sink_rows", "dead_letters")}
     assert {s["suite"] for s in index["suites"]} == suites
+
+
+def test_a_tasks_log_names_the_data_docs_by_their_address_in_airflows_ui() -> None:
+    """A disk path in a task's log means nothing in a browser; the page's URL behind Airflow's login does."""
+    assert datadocs.docs_address("http://127.0.0.1:8080/") == "http://127.0.0.1:8080/elastic-pipelines/docs/index.html"
+    page = "validations/s/run 1.html"
+    assert datadocs.docs_address("https://af.example/ui", page) == "https://af.example/ui/elastic-pipelines/docs/" + (
+        "validations/s/run%201.html"
+    )
+    assert datadocs.docs_address(None) is None and datadocs.docs_address("") is None
