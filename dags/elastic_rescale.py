@@ -22,14 +22,16 @@ CLI's and the page's rule too). The Param's `maxLength` refuses a longer one at 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 from pipelines_airflow.hooks import PipelinesHook
-from pipelines_airflow.notes import REFUSAL
+from pipelines_airflow.notes import REFUSAL, noted_failure, skip
 from pipelines_airflow.run_conf import check_conf
-from pipelines_airflow.scaling import scaling_path
+from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path
 
+from pipelines.control import ControlPlane
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor, validate_factor
 from pipelines.core.limits import MAX_REASON, MAX_WAIT_S, check_reason
@@ -72,6 +74,23 @@ from pipelines.runtime.lifetime import master_problem
             description=f"recorded with the new model: one line of text, at most {MAX_REASON} characters",
         ),
         "dry_run": Param(False, type="boolean", description="plan and show the new model, change nothing"),
+        "decided_on": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description=(
+                "the model version the factor was chosen against (empty: the one active when the run starts); if "
+                "another is active once the job's lock is taken, the rescale is planned again on it"
+            ),
+        ),
+        "autosized": Param(
+            False,
+            type="boolean",
+            description=(
+                "the factor is an autosizer's decision (scale_evaluation sets it): if another model is active once "
+                "the lock is taken, the autosizer is asked again and the run is skipped unless it still acts"
+            ),
+        ),
         "grouper": Param(
             None,
             type=["null", "string"],
@@ -79,11 +98,14 @@ from pipelines.runtime.lifetime import master_problem
             description="how partitions and key buckets become virtual tasks; empty keeps the job's grouper",
         ),
         "lock_wait_s": Param(
-            0,
+            LOCK_WAIT_S,
             type="integer",
             minimum=0,
             maximum=MAX_WAIT_S,
-            description="seconds to wait for another scaling step's lock, then fail",
+            description=(
+                "seconds to wait (on the triggerer) while another scaling step holds the job's lock; past it the "
+                "run ends skipped, its note naming the holder"
+            ),
         ),
         "catch_up_timeout_s": Param(
             600,
@@ -124,18 +146,26 @@ def elastic_rescale() -> None:
         check_conf()  # a misspelt "factr" ran the default factor
         factor = params.get("factor")
         reason = check_reason(params["reason"])  # before the autosizer records a decision for a refused run
+        autosized = bool(params.get("autosized"))
         if params.get("auto"):
             from pipelines.operations.autosize import evaluate
 
             decision = evaluate(PipelinesHook().home(), params["job"])
             print(f"autosizer: {decision.action} to factor {decision.factor}: " + "; ".join(decision.reasons))
-            factor, reason = decision.factor, decision.reason_for(reason)
+            factor, reason, autosized = decision.factor, decision.reason_for(reason), True
         elif factor is None or (isinstance(factor, str) and not factor.strip()):
             raise ConfigError(f"no factor given: give a whole number from 1 to {max_factor()}, or turn auto on")
+        home = PipelinesHook().home()
         request = scaling.ScalingRequest(
-            params["job"], validate_factor(factor), reason, grouper=params.get("grouper") or None
+            params["job"],
+            validate_factor(factor),
+            reason,
+            grouper=params.get("grouper") or None,
+            autosized=autosized,
         )
-        scaling.validate(PipelinesHook().home(), request)  # the factor, the job; the plan task checks the rest
+        scaling.validate(home, request)  # the factor, the job; the plan task checks the rest
+        decided_on = params.get("decided_on") or ControlPlane(home).job_models.active_version(request.job)
+        request = replace(request, decided_on=decided_on)  # planned again if another is active once it has the lock
         master = params.get("spark_master")
         problem = master_problem(master) if master else None  # refused before the lock, not by the catch-up's JVM
         if problem is not None:
@@ -144,22 +174,21 @@ def elastic_rescale() -> None:
 
     @task
     def plan(request: dict[str, Any]) -> dict[str, Any]:
-        summary = scaling.plan(PipelinesHook().home(), scaling.ScalingRequest.from_dict(request))
+        with noted_failure():
+            summary = scaling.plan(PipelinesHook().home(), scaling.ScalingRequest.from_dict(request))
         for key, value in summary.items():
             print(f"{key:>14}: {value}")
         return summary
 
-    @task.short_circuit
-    def proceed(summary: dict[str, Any], params: dict[str, Any] | None = None) -> bool:
+    @task
+    def proceed(summary: dict[str, Any], params: dict[str, Any] | None = None) -> None:
+        """Skips the scaling path (the run's note says why) for a dry run and for a plan that changes nothing."""
         assert params is not None
         if params["dry_run"]:
-            print("dry run: the plan above was not applied")
-            return False
+            skip(f"dry run: the plan of v{summary['to_version']} (in the plan task's log) was not applied")
         if not summary["changes"]:
-            print(f"job {summary['job']} already runs this model (factor {summary['from_factor']}): nothing to do")
             scaling.settle_abandoned(PipelinesHook().home(), summary["job"])  # a killed operation's lock and event
-            return False
-        return True
+            skip(f"job {summary['job']} already runs this model (factor {summary['from_factor']}): nothing to do")
 
     # arg-type: Airflow types a @task call with the function's own parameters, so an XComArg (the upstream task's
     # value, resolved at run time) cannot pass; its Task protocol says so itself (airflow.sdk.bases.decorator).

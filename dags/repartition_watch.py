@@ -4,7 +4,8 @@ A growth to a multiple of the partition count is absorbed by the next model with
 (SEP-5: keys stay with their tasks, the task count does not change), through the same
 lock → migrate → activate → restart → verify path as `elastic_rescale`. A shrink or a non-multiple
 growth fails the run with the reason, and the job stays on its current model. A job whose lock is held
-by another scaling step is looked at again next minute.
+by another scaling step when the watch looks is looked at again next minute; one taken between the look and the
+absorption's start is waited for (`lock_wait_s`), and the absorption is then planned on the model in force.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag, get_current_context, task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.notes import REFUSAL
 from pipelines_airflow.run_conf import check_conf
-from pipelines_airflow.scaling import scaling_path
+from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path
 
 from pipelines.core.limits import MAX_WAIT_S
 from pipelines.errors import PartitionChangeError
@@ -45,11 +47,14 @@ from pipelines.operations import repartition
             description="seconds a job may take to restart on its new model",
         ),
         "lock_wait_s": Param(
-            0,
+            LOCK_WAIT_S,
             type="integer",
             minimum=0,
             maximum=MAX_WAIT_S,
-            description="seconds to wait for another scaling step's lock (0: next minute)",
+            description=(
+                "seconds an absorption waits (on the triggerer) while another scaling step holds the job's lock; "
+                "past it the absorption ends skipped and the next look tries again"
+            ),
         ),
     },
     doc_md=__doc__,
@@ -81,6 +86,7 @@ def repartition_watch() -> None:
         """Fail the run, naming every input change that cannot be absorbed; those jobs keep their models."""
         errors = [f"{c['job']}: {c['error']}" for c in changes if c["error"]]
         if errors:
+            get_current_context()["ti"].xcom_push(key=REFUSAL, value="; ".join(errors))  # the run's note
             raise PartitionChangeError("; ".join(errors))
 
     # arg-type: Airflow types a @task call with the function's own parameters, so an XComArg (the upstream task's

@@ -4,6 +4,11 @@ The policy (`pipelines.core.autosize`, default or the job's own `autosize.policy
 input rate, lag and its trend, per-task busy time; it scales up when lag grows and tasks are busy, down when
 they idle, within bounds, after a cooldown, with hysteresis against flapping. Every decision and its reasons
 are recorded in the `autosize_decisions` table, holds included.
+
+Each rescale it triggers is named after its decision (`autosize__<job>__<decided at>`), so the Elastic pipelines
+page shows what became of it. The rescale carries the model version it was decided on: if another scaling step
+(a partition expansion) changed the model before the rescale had the job's lock, the autosizer is asked again,
+and the run is skipped with its answer as the note unless it still acts.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, task
+from pipelines_airflow import autosize_runs
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.run_conf import check_conf
 
@@ -37,18 +43,28 @@ def scale_evaluation() -> None:
         from pipelines.operations.autosize import evaluate
 
         home = PipelinesHook().home()
-        confs = []
-        for job in ControlPlane(home).job_models.jobs():
-            decision = evaluate(home, job)
+        control = ControlPlane(home)
+        triggers = []
+        for job in control.job_models.jobs():
+            version = control.job_models.active_version(job)
+            decided_at = control.clock.now()
+            decision = evaluate(home, job, decided_at=decided_at)
             print(f"{job}: {decision.action} -> factor {decision.factor}: " + "; ".join(decision.reasons))
             if decision.action in (UP, DOWN):
-                reason = f"autosize {decision.action}: " + "; ".join(decision.reasons)
-                confs.append({"job": job, "factor": decision.factor, "reason": reason[:500], "dry_run": False})
-        return confs
+                conf = {
+                    "job": job,
+                    "factor": decision.factor,
+                    "reason": decision.reason_for(f"autosize {decision.action}"),
+                    "dry_run": False,
+                    "decided_on": version,
+                    "autosized": True,
+                }
+                triggers.append({"conf": conf, "trigger_run_id": autosize_runs.run_id(job, decided_at)})
+        return triggers
 
     TriggerDagRunOperator.partial(
         task_id="trigger_rescale", trigger_dag_id="elastic_rescale", wait_for_completion=False
-    ).expand(conf=evaluate_jobs())
+    ).expand_kwargs(evaluate_jobs())
 
 
 scale_evaluation()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from pipelines.cli.output import Output, text
 from pipelines.core.ssp import validate_name
@@ -83,6 +84,8 @@ def rescale(args: argparse.Namespace, home: Home, output: Output) -> None:
         config=config,
     )
     summary = scaling.plan(home, request)
+    auto = args.factor is not None and args.factor.strip().lower() == "auto"
+    request = replace(request, decided_on=summary["from_version"], autosized=auto)  # re-planned if it waits
     if not args.dry_run and not summary["changes"]:
         scaling.settle_abandoned(home, request.job, say=output.note)
     if args.dry_run or not summary["changes"]:
@@ -98,9 +101,14 @@ def rescale(args: argparse.Namespace, home: Home, output: Output) -> None:
             ),
         )
         return
-    result = scaling.run_all(
-        home, request, sequence=args.sequence, master=args.master, lock_wait_s=args.lock_wait, say=output.note
-    )
+    try:
+        result = scaling.run_all(
+            home, request, sequence=args.sequence, master=args.master, lock_wait_s=args.lock_wait, say=output.note
+        )
+    except scaling.ScalingSkipped as e:  # another operation went first while this one waited for the lock
+        why = str(e)
+        output.emit({"applied": False, "skipped": why}, lambda: f"skipped: {why}")
+        return
     output.emit(
         {"applied": True, **result},
         lambda: (

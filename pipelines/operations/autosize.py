@@ -122,11 +122,17 @@ def evaluate(
     policy: PolicyLike = None,
     record: bool = True,
     now: datetime | None = None,
+    owner: str | None = None,
+    decided_at: datetime | None = None,
 ) -> Decision:
     """Observe the job, let the policy decide, and (``record``) append the decision to ``autosize_decisions``.
 
     A job whose scaling lock is held (a rescale or an expansion under way)
-    gets a ``skip`` decision naming the holder, recorded like any other.
+    gets a ``skip`` decision naming the holder, recorded like any other;
+    a hold by ``owner`` is not another's (a rescale that waited for the lock
+    asks the autosizer again while it holds it). ``decided_at`` stamps the
+    row (default: the store's time when written), so a caller can name what
+    it triggers after the decision.
 
     ``config`` overrides the job's ``autosize:`` section (a mapping is read
     over the defaults, not over the job's section); ``policy`` overrides the
@@ -140,14 +146,14 @@ def evaluate(
     chosen = _policy(policy, cfg)
     observation = _observe(control, model, cfg, _now(control, now))
     holder = ScalingLock(home).state(job)
-    if holder is not None and holder.held:
+    if holder is not None and holder.held and holder.owner != owner:
         # A rescale or an expansion is under way: the metrics are in flux and acting would only be refused.
         reason = f"skipped: job {job!r} is being scaled; {holder.describe()}"
         decision = Decision(SKIP, observation.factor, (reason,))
     else:
         decision = check_decision(_decide(chosen, observation, cfg), observation, cfg, chosen.name)
     if record:
-        record_decision(home, job, model.version, decision, chosen.name, observation)
+        record_decision(home, job, model.version, decision, chosen.name, observation, decided_at=decided_at)
     return decision
 
 

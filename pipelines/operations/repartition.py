@@ -37,11 +37,12 @@ class InputChange:
     busy: str | None = None  # another scaling operation holds the job's lock: look again next time
     grouper: str = "GroupByPartition"  # the active model's
     relayout: bool = False  # the system places its shards on any slot count itself (Kinesis after a reshard)
+    version: int | None = None  # the active model it was compared with: the absorption is planned again if it moved
 
     def request(self) -> ScalingRequest:
         if self.relayout:
-            return reshard_request(self.job, self.stream, self.before, self.after)
-        return expansion_request(self.job, self.stream, self.before, self.after, self.grouper)
+            return reshard_request(self.job, self.stream, self.before, self.after, self.version)
+        return expansion_request(self.job, self.stream, self.before, self.after, self.grouper, self.version)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -80,7 +81,9 @@ def detect(home: Home, jobs: list[str] | None = None) -> list[InputChange]:
             holder = state if state is not None and state.held and not dead_process_owner(state.owner) else None
             busy = holder.describe() if holder is not None else None
             name = f"{stream.system}/{stream.stream}"
-            changes.append(InputChange(job, name, before, after, error, busy, model.grouper, stream in slotted))
+            changes.append(
+                InputChange(job, name, before, after, error, busy, model.grouper, stream in slotted, model.version)
+            )
     return changes
 
 

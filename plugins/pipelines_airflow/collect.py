@@ -21,7 +21,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from pipelines_airflow import datadocs
+from pipelines_airflow import autosize_runs, datadocs
 from pipelines_airflow.page import plain
 
 EVENTS_SHOWN = 10
@@ -170,11 +170,26 @@ def dq(control: Any, job: str) -> list[dict[str, Any]]:
 
 
 def decisions(home: Any, job: str) -> list[dict[str, Any]]:
-    """The latest autosize decisions, newest first (none until ``scale_evaluation`` has looked at the job)."""
-    from pipelines.control.decisions import read_decisions
+    """The latest autosize decisions, newest first (none until ``scale_evaluation`` has looked at the job).
 
-    rows = read_decisions(home, job)  # oldest first
-    return [{k: v for k, v in r.items() if k != "job"} for r in reversed(rows[-DECISIONS_SHOWN:])]
+    A decision that acts carries what became of the rescale it triggered (``autosize_runs``): its run, and
+    applied, skipped or failed with the run's note; ``outcome`` is None when Airflow's database cannot be read
+    from here (the page then says nothing rather than "not triggered").
+    """
+    from pipelines.control.decisions import read_decisions
+    from pipelines.core.autosize import DOWN, UP
+
+    rows = [{k: v for k, v in r.items() if k != "job"} for r in reversed(read_decisions(home, job)[-DECISIONS_SHOWN:])]
+    acting = {autosize_runs.run_id(job, r["decided_at"]): r for r in rows if r["action"] in (UP, DOWN)}
+    try:
+        found: dict[str, tuple[str, str | None]] | None = autosize_runs.runs(acting)
+    except Exception:  # not inside Airflow (a test, a script): the decisions alone
+        found = None
+    for run_id, row in acting.items():
+        row.update(run_id=run_id, run_url=datadocs.run_url("elastic_rescale", run_id), outcome=None, why=None)
+        if found is not None:
+            row.update(autosize_runs.outcome(*found.get(run_id, (None, None))))
+    return rows
 
 
 def lock(home: Any, job: str) -> dict[str, Any]:

@@ -7,10 +7,11 @@ release whatever failed in between, and skips it only when the lock was never
 taken. The lock's owner is the run (plus the map index), so a retried or
 cleared task of the same run resumes its own operation.
 
-The two waits (a live driver's switch to the new model, the new model's
-catch-up) are deferrable operators: each looks once and, if it must wait,
-hands the wait to a trigger on Airflow's triggerer (``pipelines_airflow.triggers``)
-and gives its worker slot back until the trigger fires. A deployment needs a
+The waits (for the job's lock while another operation holds it, a live
+driver's switch to the new model, the new model's catch-up) are deferrable
+operators: each looks once and, if it must wait, hands the wait to a trigger
+on Airflow's triggerer (``pipelines_airflow.triggers``) and gives its worker
+slot back until the trigger fires. A deployment needs a
 running ``airflow triggerer`` for them (``scripts/airflow.sh`` and the compose
 file start one). The catch-up *run* of a job with no live driver is work, not
 a wait: it runs in ``restart_job``'s slot, as a spark-submit on that worker.
@@ -34,10 +35,12 @@ from airflow.sdk import BaseOperator, Context, get_current_context, task, task_g
 from airflow.sdk.exceptions import AirflowFailException
 
 from pipelines.control.dq_results import DagRunRef
+from pipelines.control.locks import ScalingInProgressError
 from pipelines.operations import scaling
 from pipelines_airflow import triggers
 from pipelines_airflow.assets import JOB_MODELS, QUALITY, SCALING_EVENTS
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.notes import noted_failure, skip
 
 
 def _home() -> Any:
@@ -64,32 +67,23 @@ def run_owner() -> str:
 
 
 @task
-def begin(request: dict[str, Any]) -> dict[str, Any]:
-    """Take the job's scaling lock (waiting ``lock_wait_s``), settle earlier unfinished operations, open the event."""
-    op = scaling.begin(
-        _home(),
-        scaling.ScalingRequest.from_dict(request),
-        run_owner(),
-        lock_wait_s=float(_param("lock_wait_s", 0)),
-    )
-    return op.to_dict()
-
-
-@task
 def stop_at_batch_boundary(op: dict[str, Any]) -> str:
-    return str(scaling.stop(_home(), _op(op))["mode"])
+    with noted_failure():
+        return str(scaling.stop(_home(), _op(op))["mode"])
 
 
 @task
 def migrate_checkpoints(op: dict[str, Any]) -> int:
-    version: int = scaling.migrate(_home(), _op(op))["to_version"]
-    return version
+    with noted_failure():
+        version: int = scaling.migrate(_home(), _op(op))["to_version"]
+        return version
 
 
 @task(outlets=[JOB_MODELS])
 def activate_model(op: dict[str, Any]) -> int:
-    version: int = scaling.activate(_home(), _op(op))["to_version"]
-    return version
+    with noted_failure():
+        version: int = scaling.activate(_home(), _op(op))["to_version"]
+        return version
 
 
 RESUME_RETRIES = 1
@@ -104,6 +98,66 @@ def _deferrable(kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs.setdefault("retries", RESUME_RETRIES)
     kwargs.setdefault("retry_delay", timedelta(seconds=5))
     return kwargs
+
+
+LOCK_WAIT_S = 600
+"""How long a step waits for the job's lock by default: a rescale through Airflow takes about a minute, a catch-up
+run a few; past it the run ends skipped with the holder named in its note, and nothing was changed."""
+
+
+class BeginScaling(BaseOperator):
+    """Take the job's lock, settle earlier unfinished operations, open the event: the path's setup.
+
+    Operations on one job queue on its lock: while another holds it, this
+    waits on the triggerer (no worker slot: the holder's own steps need
+    them), up to ``lock_wait_s``, then plans again against the model in force
+    (``scaling.begin``'s ``replan``). Ends skipped, with the reason as the
+    run's note, when it waited past its bound or has nothing left to do.
+    Returns the operation (its XCom) for the steps after it.
+    """
+
+    template_fields = ("request",)
+    ui_color = "#e8f4fa"
+
+    def __init__(self, *, request: Any, **kwargs: Any) -> None:
+        super().__init__(**_deferrable(kwargs))
+        self.request = request
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        return self._take(0.0)
+
+    def resume(self, context: Context, event: dict[str, Any], waited_s: float = 0.0) -> dict[str, Any]:
+        """Back on a worker once the lock looked free (another may still be faster: then it waits again).
+
+        ``waited_s``: the waits before this one (``dag.test`` resumes without the deferral's kwargs: none)."""
+        _report(event)
+        return self._take(waited_s + float(event["waited_s"]))
+
+    def _take(self, waited_s: float) -> dict[str, Any]:
+        home, request = _home(), scaling.ScalingRequest.from_dict(self.request)
+        owner = run_owner()
+        with noted_failure():
+            try:
+                return scaling.begin(home, request, owner).to_dict()
+            except scaling.ScalingSkipped as e:
+                skip(str(e))
+            except ScalingInProgressError as e:
+                left = float(_param("lock_wait_s", LOCK_WAIT_S)) - waited_s
+                if left <= 0:
+                    skip(f"waited {waited_s:.0f} s (lock_wait_s) for the scaling lock: {e}")
+                print(f"waiting up to {left:.0f} s for the scaling lock, on the triggerer (no worker slot): {e}")
+        self.defer(
+            trigger=triggers.ScalingWaitTrigger(
+                home=str(home.root),
+                job=request.job,
+                version=request.decided_on or 0,
+                wait=triggers.LOCK,
+                owner=owner,
+                timeout_s=left,
+            ),
+            method_name="resume",
+            kwargs={"waited_s": waited_s},
+        )
 
 
 class RestartJob(BaseOperator):
@@ -122,6 +176,10 @@ class RestartJob(BaseOperator):
         self.mode = mode
 
     def execute(self, context: Context) -> str:
+        with noted_failure():
+            return self._restart()
+
+    def _restart(self) -> str:
         home, op = _home(), _op(self.op)
         version = scaling.begin_restart(home, op)
         if scaling.Mode(self.mode) is scaling.Mode.IN_PLACE:
@@ -146,6 +204,10 @@ class RestartJob(BaseOperator):
 
     def resume(self, context: Context, event: dict[str, Any], version: int) -> str:
         """Back on a worker once the trigger fired: the switch happened, the driver died, or time ran out."""
+        with noted_failure():
+            return self._resumed(event, version)
+
+    def _resumed(self, event: dict[str, Any], version: int) -> str:
         home, op = _home(), _op(self.op)
         scaling.renew(home, op)
         _report(event)
@@ -174,6 +236,10 @@ class WaitCaughtUp(BaseOperator):
         self.op = op
 
     def execute(self, context: Context) -> float:
+        with noted_failure():
+            return self._look()
+
+    def _look(self) -> float:
         home, op = _home(), _op(self.op)
         version, target = scaling.begin_catch_up(home, op)
         try:
@@ -203,6 +269,10 @@ class WaitCaughtUp(BaseOperator):
         )
 
     def resume(self, context: Context, event: dict[str, Any], version: int) -> float:
+        with noted_failure():
+            return self._resumed(event, version)
+
+    def _resumed(self, event: dict[str, Any], version: int) -> float:
         home, op = _home(), _op(self.op)
         scaling.renew(home, op)
         _report(event)
@@ -236,7 +306,8 @@ def docs_in_ui() -> str | None:
 
 @task(outlets=[QUALITY])
 def verify_quality(op: dict[str, Any]) -> str:
-    verdict: str = scaling.verify(_home(), _op(op), sequence=_param("sequence_column"), dag_run=dag_run())["dq"]
+    with noted_failure():
+        verdict: str = scaling.verify(_home(), _op(op), sequence=_param("sequence_column"), dag_run=dag_run())["dq"]
     if link := docs_in_ui():
         print(f"Data Docs in Airflow: {link}")
     return verdict
@@ -245,7 +316,8 @@ def verify_quality(op: dict[str, Any]) -> str:
 @task(outlets=[SCALING_EVENTS])
 def record_event(op: dict[str, Any]) -> dict[str, Any]:
     """Close the scaling event with its figures and release the lock (the teardown of ``begin``)."""
-    return scaling.finish(_home(), _op(op))
+    with noted_failure():
+        return scaling.finish(_home(), _op(op))
 
 
 @task_group(group_id="scale")
@@ -253,12 +325,13 @@ def scaling_path(request: dict[str, Any]) -> None:
     """begin → stop → migrate → activate → restart → catch up → verify, and record (teardown)."""
     # arg-type: Airflow types a @task call with the function's own parameters, so an XComArg (the upstream task's
     # value, resolved at run time) cannot pass; its Task protocol says so itself (airflow.sdk.bases.decorator).
-    op = begin(request)
+    begin = BeginScaling(task_id="begin", request=request)
+    op = begin.output
     mode = stop_at_batch_boundary(op)  # type: ignore[arg-type]
     migrated = migrate_checkpoints(op)  # type: ignore[arg-type]
     activated = activate_model(op)  # type: ignore[arg-type]
     restarted = RestartJob(task_id="restart_job", op=op, mode=mode)
     caught_up = WaitCaughtUp(task_id="wait_caught_up", op=op)
     verified = verify_quality(op)  # type: ignore[arg-type]
-    recorded = record_event(op).as_teardown(setups=op)  # type: ignore[arg-type]
+    recorded = record_event(op).as_teardown(setups=begin)  # type: ignore[arg-type]
     mode >> migrated >> activated >> restarted >> caught_up >> verified >> recorded

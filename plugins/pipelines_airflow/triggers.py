@@ -1,6 +1,7 @@
 """The scaling path's waits on Airflow's triggerer: no worker slot is held while a job switches or catches up.
 
-A rescale waits twice: for a live driver to start the new model in its Spark
+A rescale may wait for the job's scaling lock, held by another operation
+(up to ``lock_wait_s``, 600 s by default), and then waits twice: for a live driver to start the new model in its Spark
 application (up to ``restart_timeout_s``, 300 s by default) and for the new
 model to reach the inputs' ends as of its activation (``catch_up_timeout_s``,
 600 s). As plain tasks those waits held a worker slot each, and the
@@ -34,21 +35,27 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+LOCK = "lock"
 SWITCH = "switch"
 CATCH_UP = "catch up"
 POLL_S = 2.0
 """Between looks: the driver commits a batch (and its metrics) about every trigger interval, and beats every 10 s."""
 
 # The statuses of the event a trigger fires with.
-SWITCHED, DRIVER_GONE, CAUGHT_UP, TIMED_OUT = "switched", "driver gone", "caught up", "timed out"
+LOCK_FREE, SWITCHED, DRIVER_GONE, CAUGHT_UP = "lock free", "switched", "driver gone", "caught up"
+TIMED_OUT = "timed out"
+WAITS = (LOCK, SWITCH, CATCH_UP)
 
 
 class ScalingWaitTrigger(BaseTrigger):
     """Polls one condition of a scaling operation until it holds or ``timeout_s`` has passed; fires once.
 
-    ``wait`` is ``"switch"`` (the job's live driver started ``version``; fires
-    ``switched`` or ``driver gone``) or ``"catch up"`` (``version``'s committed
-    checkpoints reached ``target``; fires ``caught up``). Either fires
+    ``wait`` is ``"lock"`` (the job's scaling lock is free, expired, held by a
+    process known dead, or ``owner``'s; fires ``lock free``: the task then
+    tries to take it, and may defer again if another was faster), ``"switch"``
+    (the job's live driver started ``version``; fires ``switched`` or
+    ``driver gone``) or ``"catch up"`` (``version``'s committed checkpoints
+    reached ``target``; fires ``caught up``). Either fires
     ``timed out`` at the deadline, with the records left when countable and the
     last error a look raised, if any (a look that fails is retried at the next
     poll: a store that does not answer for a while is waited out, not fatal).
@@ -64,10 +71,11 @@ class ScalingWaitTrigger(BaseTrigger):
         timeout_s: float,
         target: dict[str, dict[str, str]] | None = None,
         poll_s: float = POLL_S,
+        owner: str = "",
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        if wait not in (SWITCH, CATCH_UP):
-            raise ValueError(f"unknown wait {wait!r}: {SWITCH!r} or {CATCH_UP!r}")
+        if wait not in WAITS:
+            raise ValueError(f"unknown wait {wait!r}: one of {', '.join(map(repr, WAITS))}")
         self.home = home
         self.job = job
         self.version = int(version)
@@ -75,6 +83,7 @@ class ScalingWaitTrigger(BaseTrigger):
         self.timeout_s = float(timeout_s)
         self.target = target or {}
         self.poll_s = float(poll_s)
+        self.owner = owner
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -87,6 +96,7 @@ class ScalingWaitTrigger(BaseTrigger):
                 "timeout_s": self.timeout_s,
                 "target": self.target,
                 "poll_s": self.poll_s,
+                "owner": self.owner,
             },
         )
 
@@ -116,6 +126,13 @@ class ScalingWaitTrigger(BaseTrigger):
         from pipelines.storage.home import resolve_home
 
         home = resolve_home(self.home)
+        if self.wait == LOCK:
+            from pipelines.control.locks import ScalingLock, dead_process_owner
+
+            lock = ScalingLock(home).state(self.job)
+            if lock is None or not lock.held or lock.owner == self.owner or dead_process_owner(lock.owner):
+                return LOCK_FREE, None
+            return None, None
         if self.wait == SWITCH:
             state = scaling.switch_state(home, self.job, self.version)
             return {scaling.Switch.SWITCHED: SWITCHED, scaling.Switch.DRIVER_GONE: DRIVER_GONE}.get(state), None

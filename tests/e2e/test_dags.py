@@ -147,7 +147,7 @@ def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_not
         ({"job": "enrichment", "factor": "lots"}, "got 'lots'"),
         ({"job": "nope", "factor": 2}, "nope"),
         ({"job": "enrichment", "factor": 2, "spark_master": "bogus://x"}, "spark_master: Spark master 'bogus://x'"),
-        ({"job": "enrichment", "factr": 8}, "unknown conf key 'factr': it takes auto, catch_up_timeout_s"),  # ran 2
+        ({"job": "enrichment", "factr": 8}, "unknown conf key 'factr': it takes auto, autosized, catch_up_timeout_s"),
         # stored with the new model whatever it held; with auto, refused before the autosizer records a decision
         ({"job": "enrichment", "factor": 2, "reason": "late\nnight"}, "reason holds a newline (U+000A) at character 5"),
         ({"job": "enrichment", "auto": True, "reason": "a\x00b"}, "reason holds a NUL (U+0000) at character 2"),
@@ -196,7 +196,10 @@ def test_a_factor_typed_as_text_runs_that_factor(dagbag: Any, home: Home) -> Non
     run = dagbag.get_dag("elastic_rescale").test(run_conf={"job": "enrichment", "factor": " 4 ", "dry_run": True})
     assert str(run.state) == "success", _task_states(run)
     summary = next(ti for ti in run.get_task_instances() if ti.task_id == "plan").xcom_pull(task_ids="plan")
-    assert summary["to_factor"] == 4 and _note(run) is None
+    assert summary["to_factor"] == 4
+    assert _note(run) == "Skipped by proceed: dry run: the plan of v2 (in the plan task's log) was not applied. " + (
+        "Nothing was changed."
+    )
 
 
 def test_every_param_is_described_and_the_factor_is_kept_as_typed(dagbag: Any) -> None:
@@ -237,6 +240,9 @@ def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
     states = _task_states(crashed)
     assert str(crashed.state) == "failed"
     assert states["scale.migrate_checkpoints"] == "failed" and states["scale.record_event"] == "success"
+    note = _note(crashed)  # what failed, and what to do, where the operator looks
+    assert note is not None and note.startswith("Failed at scale.migrate_checkpoints: InjectedFault: "), note
+    assert note.endswith("fix the cause named here, then trigger the run again."), note
     assert control.job_models.active_version(config.name) == 1  # the old model stays fully in force
     assert control.events.history(config.name)[-1].status == "rolled back"
     assert ScalingLock(home).state(config.name).status == "released"
@@ -256,6 +262,49 @@ def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
     # the verify task recorded its DAG run and each check's Data Docs page with the verdict
     assert set(zip(window["dag_id"], window["run_id"], strict=True)) == {("elastic_rescale", run.run_id)}
     assert all((home.root.local_path() / "quality" / "docs" / page).is_file() for page in window["docs_page"])
+
+
+def test_an_autosized_rescale_waits_deferred_for_the_lock_then_is_asked_again_and_skipped_with_a_note(
+    dagbag: Any, home: Home
+) -> None:
+    """The collision of the issue: the autosizer's rescale meets another step holding the lock. It waits on the
+    triggerer, finds v2 active, asks the autosizer again, which holds (nothing to go on yet): skipped, with why."""
+    from pipelines import planning
+    from tests.integration.operations.test_queueing import went_first
+
+    config = _demo_job(home)
+    to_two = planning.plan_next(home, config.name, factor=2)  # the step that went first: a factor-2 v2
+    first = went_first(home, config.name, "airflow:repartition_watch:went_first", to_two, hold_s=3.0)
+    try:
+        run = dagbag.get_dag("elastic_rescale").test(
+            run_conf={"job": config.name, "factor": 4, "reason": "autosize up", "decided_on": 1, "autosized": True}
+        )
+    finally:
+        first.join()
+    states = _task_states(run)
+    assert str(run.state) == "success", states
+    assert states["scale.begin"] == "skipped" and states["scale.record_event"] == "skipped", states
+    note = _note(run)
+    assert note is not None and note.startswith(
+        f"Skipped by scale.begin: the rescale of {config.name} was decided on v1; v2 is active now, and the "
+        "autosizer asked again says hold: "
+    ), note
+    assert note.endswith("factor 4 was not applied. Nothing was changed."), note
+    control = ControlPlane(home)
+    assert control.job_models.active(config.name).elasticity_factor == 2  # the step that went first stands
+    assert control.events.history(config.name) == [] and ScalingLock(home).state(config.name).status == "released"
+
+
+def test_a_rescale_that_waits_past_lock_wait_s_ends_skipped_naming_the_holder(dagbag: Any, home: Home) -> None:
+    config = _demo_job(home)
+    ScalingLock(home).acquire(config.name, "airflow:repartition_watch:slow", "a long absorption")
+    run = dagbag.get_dag("elastic_rescale").test(run_conf={"job": config.name, "factor": 4, "lock_wait_s": 1})
+    states = _task_states(run)
+    assert str(run.state) == "success" and states["scale.begin"] == "skipped", states
+    note = _note(run)
+    assert note is not None and note.startswith("Skipped by scale.begin: waited "), note
+    assert "airflow:repartition_watch:slow holds it for 'a long absorption'" in note, note
+    assert ControlPlane(home).job_models.latest_version(config.name) == 1
 
 
 def test_repartition_watch_absorbs_an_expansion_with_keys_kept_on_their_tasks(
@@ -297,6 +346,9 @@ def test_repartition_watch_fails_on_a_change_it_cannot_absorb_and_keeps_the_mode
     states = _task_states(run)
     assert str(run.state) == "failed"
     assert states["refuse_invalid"] == "failed"
+    note = _note(run)
+    assert note is not None and note.startswith(f"Refused by refuse_invalid: {config.name}: "), note
+    assert note.endswith(". Nothing was changed."), note
     assert control.job_models.active_version(config.name) == 2 and control.job_models.latest_version(config.name) == 2
 
 
@@ -313,10 +365,17 @@ def test_scale_evaluation_records_its_decision_and_triggers_a_rescale(dagbag: An
     decision = read_decisions(home, JOB)[-1]
     assert (decision["action"], decision["target_factor"]) == ("up", 2)
     from airflow.models import DagRun
+    from pipelines_airflow import autosize_runs
+    from pipelines_airflow.collect import decisions
 
-    triggered = DagRun.find(dag_id="elastic_rescale")
-    confs = [r.conf for r in triggered if r.conf and r.conf.get("job") == JOB]
-    assert confs and confs[-1]["factor"] == 2 and confs[-1]["reason"].startswith("autosize up")
+    triggered = [r for r in DagRun.find(dag_id="elastic_rescale") if r.conf and r.conf.get("job") == JOB]
+    assert triggered and triggered[-1].conf["factor"] == 2 and triggered[-1].conf["reason"].startswith("autosize up")
+    # the rescale carries the model it was decided on (asked again if another is active by its turn) ...
+    assert (triggered[-1].conf["decided_on"], triggered[-1].conf["autosized"]) == (1, True)
+    # ... and is named after its decision, so the page finds it from the decision's row
+    assert triggered[-1].run_id == autosize_runs.run_id(JOB, decision["decided_at"])
+    [shown] = decisions(home, JOB)
+    assert (shown["run_id"], shown["outcome"]) == (triggered[-1].run_id, "queued"), shown  # dag.test runs no more
 
 
 def test_microbatch_runs_available_now_jobs_and_relaunches_a_continuous_one(dagbag: Any, home: Home) -> None:

@@ -113,7 +113,10 @@ def test_elastic_rescale_through_the_rest_api_switches_a_live_driver_and_waits_d
     assert second_run["start_date"] >= first_run["end_date"], (first_run, second_run)  # it waited its turn
     tis = running_airflow.json("GET", f"/api/v2/dags/elastic_rescale/dagRuns/{second}/taskInstances")
     states = {ti["task_id"]: ti["state"] for ti in tis["task_instances"]}
-    assert states["proceed"] == "success" and states["scale.begin"] == "skipped", states  # nothing to do
+    assert states["proceed"] == "skipped" and states["scale.begin"] == "skipped", states  # nothing to do
+    assert second_run["note"] == (
+        f"Skipped by proceed: job {job} already runs this model (factor 4): nothing to do. Nothing was changed."
+    ), second_run
 
     control = ControlPlane(home)
     model = control.job_models.active(job)

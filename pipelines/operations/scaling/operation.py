@@ -43,6 +43,8 @@ class ScalingRequest:
     kind: str = RESCALE
     grouper: str | None = None  # None: keep the job's grouper
     config: dict[str, Any] | None = None  # a new configuration (the job's YAML as a mapping); None: keep it
+    decided_on: int | None = None  # the active model version the request was made against; None: unknown
+    autosized: bool = False  # the factor is the autosizer's decision: asked again if another model is active by then
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,7 +90,18 @@ class ScalingOperation:
             raise PipelinesError(f"not a scaling operation: {dict(value)!r:.300} ({e})") from None
 
 
-def expansion_request(job: str, stream: str, before: int, after: int, grouper: str) -> ScalingRequest:
+class ScalingSkipped(PipelinesError):
+    """The operation has nothing left to do, or what it was decided on went away while it waited for the lock.
+
+    Not a failure: the job is as it was (or as the operation that went first
+    left it), and the reason says which. Airflow ends the run skipped with the
+    reason as its note; the CLI prints it.
+    """
+
+
+def expansion_request(
+    job: str, stream: str, before: int, after: int, grouper: str, decided_on: int | None = None
+) -> ScalingRequest:
     """What the repartition watch asks for: same factor, keys kept with their tasks (SEP-5), task count kept."""
     return ScalingRequest(
         job,
@@ -96,12 +109,20 @@ def expansion_request(job: str, stream: str, before: int, after: int, grouper: s
         f"input {stream} expanded from {before} to {after} partitions",
         EXPANSION,
         expansion_grouper(grouper),
+        decided_on=decided_on,
     )
 
 
-def reshard_request(job: str, stream: str, before: int, after: int) -> ScalingRequest:
+def reshard_request(job: str, stream: str, before: int, after: int, decided_on: int | None = None) -> ScalingRequest:
     """What the repartition watch asks for after a Kinesis reshard: same factor and grouper, one slot per shard."""
-    return ScalingRequest(job, None, f"input {stream} resharded from {before} to {after} open shards", EXPANSION, None)
+    return ScalingRequest(
+        job,
+        None,
+        f"input {stream} resharded from {before} to {after} open shards",
+        EXPANSION,
+        None,
+        decided_on=decided_on,
+    )
 
 
 def print_line(message: str) -> None:

@@ -6,24 +6,35 @@ as recovered, any other as rolled back (N+1 stays an inert planned row). A
 retry by the same owner (the same Airflow run) resumes its own event instead.
 ``apply_plan`` is the one-shot form for jobs that are not running. See
 docs/design.md, "Rescaling is a model switch, not a redeploy".
+
+Operations on one job queue on its lock, and one that waited may find
+another model active than the one it was decided on: ``replan`` makes it
+again against the model in force (an expansion with that model's grouper,
+an autosizer's factor by asking the autosizer again, an operator's factor as
+asked), or ends it with ``ScalingSkipped`` and the reason. See
+docs/design.md, "Operations on one job queue on its lock".
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
 from pipelines.control.locks import DEFAULT_TTL_S, ScalingLock, dead_process_owner, process_owner
 from pipelines.control.scaling_events import EventStatus, ScalingEvent
-from pipelines.core.groupers import grouper_by_name
+from pipelines.core.autosize import DOWN, UP
+from pipelines.core.groupers import expansion_grouper, grouper_by_name
 from pipelines.core.hashing import validate_factor
 from pipelines.core.limits import check_reason
 from pipelines.operations.scaling.operation import (
+    EXPANSION,
     RESCALE,
     Say,
     ScalingOperation,
     ScalingRequest,
+    ScalingSkipped,
     print_line,
 )
 
@@ -56,13 +67,14 @@ def begin(
     owner: str,
     *,
     lock_wait_s: float = 0.0,
+    poll_s: float = 2.0,
     ttl_s: float = DEFAULT_TTL_S,
     say: Say = print_line,
 ) -> ScalingOperation:
     """Take the job's scaling lock, settle unfinished earlier operations, and open (or resume) this one's event."""
     lock = ScalingLock(home)
     what = f"{request.kind} of {request.job} to factor {request.factor if request.factor is not None else '(same)'}"
-    state = lock.wait_acquire(request.job, owner, what, ttl_s=ttl_s, wait_s=lock_wait_s, progress=say)
+    state = lock.wait_acquire(request.job, owner, what, ttl_s=ttl_s, wait_s=lock_wait_s, poll_s=poll_s, progress=say)
     try:
         return _open_event(home, request, owner, ttl_s, what, say)
     except BaseException:
@@ -86,8 +98,14 @@ def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, w
     if mine is not None:
         say(f"resuming scaling event {mine.event_id} ({mine.status}) of job {request.job}")
         return _operation(mine, owner, ttl_s)
+    request = replan(home, request, owner, say)
     version = plan_version(home, request)
     assert version.previous is not None
+    if not version.changes:
+        raise ScalingSkipped(
+            f"job {request.job} already runs this model (v{version.previous.version}, factor "
+            f"{version.previous.elasticity_factor}): nothing to do"
+        )
     event = ScalingEvent.start(
         request.job,
         request.kind,
@@ -105,6 +123,39 @@ def _open_event(home: Home, request: ScalingRequest, owner: str, ttl_s: float, w
     control.events.record(event)
     say(f"scaling event {event.event_id}: {what} (v{version.previous.version} → v{version.model.version})")
     return _operation(event, owner, ttl_s)
+
+
+def replan(home: Home, request: ScalingRequest, owner: str, say: Say = print_line) -> ScalingRequest:
+    """The request made again against the model active now, if it was decided on another; ``ScalingSkipped`` if
+    what it was decided for no longer holds.
+
+    Called with the job's lock held, so nothing moves the model under it. An
+    expansion takes the grouper of the model in force (``plan_next`` finds the
+    partitions itself); an autosizer's decision was drawn from the metrics of
+    tasks that no longer run, so the autosizer is asked again (its cooldown
+    after the switch that just happened usually holds it); an operator's factor
+    is what they asked for, whatever ran before.
+    """
+    active = ControlPlane(home).job_models.active(request.job)
+    if request.decided_on is None or request.decided_on == active.version:
+        return request
+    moved = f"the {request.kind} of {request.job} was decided on v{request.decided_on}; v{active.version} is active now"
+    if request.kind == EXPANSION:
+        grouper = expansion_grouper(active.grouper) if request.grouper is not None else None
+        say(f"{moved}: the expansion is planned on v{active.version}")
+        return replace(request, grouper=grouper, decided_on=active.version)
+    if request.autosized:
+        from pipelines.operations.autosize import evaluate
+
+        decision = evaluate(home, request.job, owner=owner)
+        asked = f"{moved}, and the autosizer asked again says {decision.action}: {'; '.join(decision.reasons)}"
+        if decision.action not in (UP, DOWN):
+            raise ScalingSkipped(f"{asked}; factor {request.factor} was not applied")
+        say(f"{asked}: factor {decision.factor} is planned on v{active.version}")
+        reason = decision.reason_for(f"autosize {decision.action}, asked again on v{active.version}")
+        return replace(request, factor=decision.factor, reason=reason, decided_on=active.version)
+    say(f"{moved}: factor {request.factor} is planned on v{active.version}")
+    return replace(request, decided_on=active.version)
 
 
 def _operation(event: ScalingEvent, owner: str, ttl_s: float) -> ScalingOperation:
