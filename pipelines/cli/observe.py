@@ -51,3 +51,32 @@ def sql(args: argparse.Namespace, home: Home, output: Output) -> None:
             + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
         ),
     )
+
+
+def metrics(args: argparse.Namespace, home: Home, output: Output) -> None:
+    """Every job's signals in OpenMetrics: printed once (a textfile collector, a cron), or served for Prometheus."""
+    from pipelines.observe.openmetrics import exposition, registry
+    from pipelines.observe.signals import read_signals
+
+    signals = read_signals(home)
+    if not signals:  # a mistyped --home would otherwise look like a quiet platform
+        output.note(f"note: no job has a model in {home.root} yet: no samples until one is created")
+    if not args.serve:
+        output.emit(signals, lambda: exposition(signals))
+        return
+    import threading
+
+    from prometheus_client import start_http_server
+
+    try:
+        server, _ = start_http_server(args.port, addr=args.host, registry=registry(lambda: read_signals(home)))
+    except OSError as e:
+        raise PipelinesError(f"cannot serve metrics on {args.host}:{args.port}: {e.strerror or e}") from None
+    port = server.server_address[1]
+    output.note(f"serving OpenMetrics of every job in {home.root} on http://{args.host}:{port}/metrics (Ctrl-C stops)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()

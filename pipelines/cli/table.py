@@ -511,6 +511,22 @@ STATUS = ActionCommand(
     ),
 )
 
+METRICS = ActionCommand(
+    "metrics",
+    "every job's lag, records/s, factor, virtual tasks, driver and last switch as OpenMetrics, for Prometheus",
+    "pipelines.cli.observe.metrics",
+    (
+        arg("--serve", action="store_true", help="serve them at http://HOST:PORT/metrics until Ctrl-C (else print)"),
+        arg("--host", default="127.0.0.1", help="address to listen on with --serve (default 127.0.0.1)"),
+        arg(
+            "--port",
+            type=count(0, 65535),
+            default=9464,
+            help="port to listen on with --serve (default 9464; 0: any free port, printed)",
+        ),
+    ),
+)
+
 STORE = GroupCommand(
     "store",
     "a job's adjunct data stores",
@@ -684,6 +700,7 @@ COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
     MODEL,
     JOB_GROUP,
     STATUS,
+    METRICS,
     STORE,
     RUN,
     DEMO,

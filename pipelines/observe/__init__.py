@@ -14,5 +14,7 @@ module           holds
 ``render``       an observation -> HTML (the Airflow page, ``status --export``) and text (``status``)
 ``systems``      each input as its users know it (Kafka group lag, Kinesis lineage); I/O, time-limited
 ``collect``      reads the control plane (last N minutes only) and builds one job's observation
+``openmetrics``  each job's signals -> OpenMetrics families (``pipelines metrics``, for Prometheus)
+``signals``      reads each job's signals (last minute of batches, driver, lock, last switch)
 ===============  ==================================================================
 """

@@ -43,6 +43,7 @@ COMMAND_LINES: dict[str, list[tuple[list[str], bool]]] = {
     "job compact": [(["job", "compact", "j"], True)],
     "job skip-lost": [(["job", "skip-lost", "j"], True), (["job", "skip-lost", "j", "--dry-run"], False)],
     "status": [(["status", "j"], False)],
+    "metrics": [(["metrics"], False), (["metrics", "--serve", "--port", "0"], False)],
     "store list": [(["store", "list", "j"], False)],
     "store verify": [(["store", "verify", "j", "s"], False)],
     "run": [(["run", "j"], True)],
