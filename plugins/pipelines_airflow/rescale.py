@@ -281,8 +281,10 @@ def trigger_run(dag_id: str, conf: Mapping[str, Any], user_name: str) -> dict[st
 
 
 def run_state(dag_id: str, run_id: str) -> dict[str, Any] | None:
-    """A run's state, note and task states from Airflow's database; None when there is no such run."""
+    """A run's state, note and tasks (in the DAG's order, with their durations) from Airflow's database, and, once
+    it has one, the scaling event it ran (``result``); None when there is no such run."""
     from airflow.models import DagRun, TaskInstance
+    from airflow.models.serialized_dag import SerializedDagModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
@@ -291,22 +293,62 @@ def run_state(dag_id: str, run_id: str) -> dict[str, Any] | None:
         if run is None:
             return None
         tasks = session.execute(
-            select(TaskInstance.task_id, TaskInstance.state, TaskInstance.map_index)
-            .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
-            .order_by(TaskInstance.start_date.is_(None), TaskInstance.start_date, TaskInstance.task_id)
+            select(
+                TaskInstance.task_id,
+                TaskInstance.state,
+                TaskInstance.map_index,
+                TaskInstance.start_date,
+                TaskInstance.end_date,
+            ).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
         ).all()
+        dag = SerializedDagModel.get_dag(dag_id, session=session)
+        order = {task_id: i for i, task_id in enumerate(dag.task_ids)} if dag is not None else {}
+        state = getattr(run.state, "value", str(run.state))
         return {
             "dag_id": dag_id,
             "run_id": run_id,
-            "state": str(run.state),
+            "state": state,
             "note": run.note,
             "conf": dict(run.conf or {}),
-            "finished": str(run.state) in ("success", "failed"),
+            "finished": state in ("success", "failed"),
             "tasks": [
-                {"task": t.task_id + (f"[{t.map_index}]" if t.map_index >= 0 else ""), "state": str(t.state or "none")}
-                for t in tasks
+                {
+                    "task": t.task_id + (f"[{t.map_index}]" if t.map_index >= 0 else ""),
+                    "state": getattr(t.state, "value", str(t.state or "none")),
+                    "duration_s": (t.end_date - t.start_date).total_seconds() if t.start_date and t.end_date else None,
+                }
+                for t in sorted(tasks, key=lambda t: (order.get(t.task_id, len(order)), t.task_id, t.map_index))
             ],
+            "result": run_result(dag_id, run_id, (run.conf or {}).get("job")),
         }
+
+
+def run_result(dag_id: str, run_id: str, job: object) -> dict[str, Any] | None:
+    """The scaling event the run opened (its owner is the run), as the page words its end; None before it has one."""
+    from pipelines.control import ControlPlane
+    from pipelines.storage.home import resolve_home
+
+    if not isinstance(job, str):
+        return None
+    owner = f"airflow:{dag_id}:{run_id}"
+    try:
+        mine = [e for e in ControlPlane(resolve_home()).events.history(job) if e.details.get("owner") == owner]
+    except Exception:  # an unknown job, or a home that cannot be read from here: the run's state still says how
+        return None
+    if not mine:
+        return None
+    event = mine[-1]
+    return {
+        "status": str(event.status),
+        "from_factor": event.from_factor,
+        "to_factor": event.to_factor,
+        "to_version": event.to_version,
+        "downtime_s": event.details.get("downtime_s"),
+        "records_replayed": event.details.get("records_replayed"),
+        "mode": event.details.get("mode"),
+        "dq": event.details.get("dq"),
+        "finished_at": event.finished_at,
+    }
 
 
 def same_origin(origin: str | None, host: str | None) -> bool:

@@ -256,6 +256,17 @@ def test_rescale_recovers_from_a_crash_then_scales_verifies_and_records(
     assert event.status == "verified"
     assert event.details["dq"] == "pass" and event.details["records_replayed"] == 0
     assert event.details["mode"] == "cold" and event.details["caught_up_s"] >= 0
+    # the page that follows the run: its tasks in the DAG's order with what each took, and the event's outcome
+    from pipelines_airflow.rescale import run_state
+
+    followed = run_state("elastic_rescale", run.run_id)
+    assert followed is not None and followed["finished"]
+    order = [t["task"] for t in followed["tasks"]]
+    assert order[:3] == ["validate", "plan", "proceed"] and order[-1] == "scale.record_event", order
+    assert order.index("scale.activate_model") < order.index("scale.restart_job") < order.index("scale.verify_quality")
+    assert all(t["duration_s"] is not None and t["duration_s"] >= 0 for t in followed["tasks"]), followed["tasks"]
+    result = followed["result"]
+    assert (result["status"], result["to_factor"], result["to_version"], result["dq"]) == ("verified", 4, 3, "pass")
     dq = control.dq_results.read(config.name)
     window = dq[dq["window"] == f"event:{event.event_id}"]
     assert set(window["check"]) >= {"no_loss", "no_duplicates", "key_order"}
