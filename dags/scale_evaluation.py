@@ -63,7 +63,10 @@ def scale_evaluation() -> None:
         return triggers
 
     TriggerDagRunOperator.partial(
-        task_id="trigger_rescale", trigger_dag_id="elastic_rescale", wait_for_completion=False
+        task_id="trigger_rescale",
+        trigger_dag_id="elastic_rescale",
+        wait_for_completion=False,
+        skip_when_already_exists=True,  # a retried trigger finds its decision's run made: one rescale per decision
     ).expand_kwargs(evaluate_jobs())
 
 

@@ -77,6 +77,9 @@ def begin(
     state = lock.wait_acquire(request.job, owner, what, ttl_s=ttl_s, wait_s=lock_wait_s, poll_s=poll_s, progress=say)
     try:
         return _open_event(home, request, owner, ttl_s, what, say)
+    except ScalingSkipped:
+        lock.release(request.job, owner)  # nothing of this operation exists (a skip opens no event), even on a retry
+        raise
     except BaseException:
         # Nothing of this operation exists yet (no event, no model): let go, so a refused request does not
         # block the job for a lease. A lock this owner already held (a retry) is kept for its own event.

@@ -137,3 +137,14 @@ def test_the_clis_rescale_that_waited_and_finds_its_factor_in_force_says_skipped
         f"skipped: job {config.name} already runs this model (v2, factor 2): nothing to do"
     ), done.stdout
     assert ControlPlane(home).job_models.latest_version(config.name) == 2  # nothing planned after the wait
+
+
+def test_a_retry_that_holds_the_lock_and_is_skipped_lets_it_go(home: Home) -> None:
+    """A first try took the lock and died before opening its event; the retry finds nothing to do: no lease left."""
+    produce(home, "events", 40, keys=5)
+    config = job(home, "retried", 1)
+    owner = "airflow:elastic_rescale:retried"
+    ScalingLock(home).acquire(config.name, owner, "the first try")
+    with pytest.raises(scaling.ScalingSkipped, match="nothing to do"):
+        scaling.begin(home, scaling.ScalingRequest(config.name, 1, "same factor"), owner, say=QUIET)
+    assert ScalingLock(home).state(config.name).status == "released"
