@@ -618,7 +618,13 @@ RESCALE = ActionCommand(
             "state (the factor stays unless --factor says otherwise)",
         ),
         arg("--dry-run", action="store_true", help="plan and print the new model, change nothing"),
-        arg("--lock-wait", type=seconds, default=0.0, help="seconds to wait for another scaling step"),
+        arg(
+            "--lock-wait",
+            type=seconds,
+            default=0.0,
+            help="seconds to wait for another scaling step's lock (default 0: refuse), then plan again on the model "
+            "it left (skipped, exit 0, when that already runs the factor)",
+        ),
         arg(
             "--master",
             type=spark_master,
