@@ -248,7 +248,10 @@ def create_app() -> Any:
         if found.suffix != ".html":
             return FileResponse(found, headers=headers)
         known = datadocs.static_files(datadocs.gx_static())
-        html = datadocs.rewrite_page(found.read_text(encoding="utf-8"), page, known, docs_chrome)
+        summary = _page_summary(home, page)
+        html = datadocs.rewrite_page(
+            found.read_text(encoding="utf-8"), page, known, lambda up, static: docs_chrome(up, static, summary)
+        )
         return HTMLResponse(html, headers=headers)
 
     @app.get(datadocs.STATIC_ROUTE + "/{path:path}", include_in_schema=False)
@@ -259,6 +262,23 @@ def create_app() -> Any:
         return FileResponse(found, headers={"Cache-Control": "max-age=86400"})
 
     return app
+
+
+def _page_summary(home: Any, page: str) -> dict[str, Any] | None:
+    """What the page checked (``datadocs.page_summary``), with its scaling window's model versions; None when the
+    control plane cannot say (the page is still served, as GX wrote it)."""
+    try:
+        summary = datadocs.page_summary(_dq_rows(home), page)
+        if summary is not None and str(summary["window"]).startswith("event:"):
+            from pipelines.control import ControlPlane
+
+            event_id = str(summary["window"]).removeprefix("event:")
+            for e in ControlPlane(home).events.history(summary["job"]):
+                if e.event_id == event_id:
+                    summary["versions"] = f"v{e.from_version} → v{e.to_version}"
+        return summary
+    except Exception:  # an unreadable table costs the bar its summary, never the page
+        return None
 
 
 def _dq_rows(home: Any) -> list[dict[str, Any]]:

@@ -203,6 +203,36 @@ def verdicts_by_page(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, A
     }
 
 
+def page_summary(rows: Iterable[Mapping[str, Any]], page: str, versions: str | None = None) -> dict[str, Any] | None:
+    """What a validation page checked, for the bar above it: the job, the asset, the window and each check's counts.
+
+    GX's own header reads "Data asset: None" for a dataframe and gives percentages without their counts; the
+    ``dq_results`` rows of the page have both (``observed`` unexpected of ``checked``). ``versions``: the scaling
+    window's model versions (``v1 → v2``), when the window is an event's. None for a page no row names.
+    """
+    mine = [r for r in rows if _text(r.get("docs_page")) == page]
+    if not mine:
+        return None
+    parts = page.split("/")
+    asset = parts[-4] if parts[0] == "validations" and len(parts) >= 5 else None  # <job>/<asset>/<run>/<time>/<b>
+    latest: dict[str, Mapping[str, Any]] = {r["check"]: r for r in mine}
+    return {
+        "job": mine[0]["job"],
+        "asset": asset,
+        "window": mine[0]["window"],
+        "versions": versions,
+        "checks": [
+            {
+                "check": name,
+                "success": bool(r["success"]),
+                "unexpected": int(r.get("observed") or 0),
+                "checked": int(r.get("checked") or 0),
+            }
+            for name, r in sorted(latest.items())
+        ],
+    }
+
+
 # --- GX's pages, offline ----------------------------------------------------------------------------------------------
 
 _REMOTE = re.compile(r"^(?:https?:)?//", re.IGNORECASE)
@@ -232,6 +262,13 @@ class _Rewriter(HTMLParser):
             return
         values = dict(attrs)
         if tag == "link" and _REMOTE.match(values.get("href") or ""):
+            return
+        if tag == "link" and "icon" in (values.get("rel") or "").lower():  # GX's relative path misses the site's
+            attrs = [(k, (self.local("favicon.ico") or "data:,") if k == "href" else v) for k, v in attrs]
+            self.out.append(_tag(tag, attrs))
+            return
+        if tag == "a" and _REMOTE.match(values.get("href") or ""):  # GX's newsletter, its docs: nothing leaves
+            self.out.append(_tag(tag, [(k, v) for k, v in attrs if k not in ("href", "target")]))
             return
         if tag == "img" and _REMOTE.match(values.get("src") or ""):
             local = self.local(values["src"] or "")

@@ -39,9 +39,10 @@ def render(template: str, **context: Any) -> str:
     return env.get_template(template).render(**context)
 
 
-def docs_chrome(up: str, static: str) -> tuple[str, str]:
-    """What a Data Docs page served by the plugin gains: its head's additions and the bar back to the page."""
-    return render("docs_head.html", static=static), render("docs_bar.html", up=up)
+def docs_chrome(up: str, static: str, summary: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """What a Data Docs page served by the plugin gains: its head's additions, and the bar back to the page with
+    what the page checked (``datadocs.page_summary``), when the control plane names the page."""
+    return render("docs_head.html", static=static), render("docs_bar.html", up=up, summary=summary)
 
 
 def status_class(event: Mapping[str, Any]) -> str:

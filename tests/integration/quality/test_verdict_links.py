@@ -125,9 +125,29 @@ def test_data_docs_pages_are_rewritten_to_need_nothing_from_elsewhere(validated:
         assert f'href="{up}docs-static/styles/data_docs_default_styles.css"' in html
         assert f'src="{up}docs-static/images/logo-long.png"' in html  # the logo, from the installed package
         assert f'<a href="{up}docs/">Data Docs index</a>' in html
-        remote = re.findall(r'(?:src|href)="(https?://[^"]+)"', html)
-        assert all("greatexpectations.io" in url for url in remote), remote  # only GX's newsletter link is left
+        remote = re.findall(r'(?:src|href)="((?:https?:)?//[^"]+)"', html)
+        assert "greatexpectations.io" in original and remote == [], remote  # GX's newsletter link is inert text
+        assert f'rel="shortcut icon" href="{up}docs-static/images/favicon.ico"' in html  # GX's own path 404s
         assert "Expectation Validation Result" in html and html.count("<table") == original.count("<table")
+
+
+def test_a_validation_page_names_its_job_asset_and_window_and_counts_each_check(validated: dict[str, Any]) -> None:
+    home = validated["home"]
+    rows = ControlPlane(home).dq_results.read(JOB).to_dict("records")
+    known = datadocs.static_files(datadocs.gx_static())
+    [row] = [r for r in rows if r["window"] == "run:seeded-loss" and r["check"] == "no_loss"]
+    page = row["docs_page"]
+    summary = datadocs.page_summary(rows, page)
+    assert summary is not None
+    assert (summary["job"], summary["asset"], summary["window"]) == (JOB, "input_records", "run:seeded-loss")
+    [no_loss] = [c for c in summary["checks"] if c["check"] == "no_loss"]
+    assert (no_loss["success"], no_loss["unexpected"], no_loss["checked"]) == (False, 2, row["checked"])
+    original = (quality_dir(home) / "docs" / page).read_text()
+    html = datadocs.rewrite_page(original, page, known, lambda up, static: docs_chrome(up, static, summary))
+    named = f'<b>Data asset:</b> input_records of job <b>{JOB}</b> · window <span class="mono">run:seeded-loss</span>'
+    assert named in html
+    assert re.search(r'<tr data-check="no_loss">.*?<td>FAIL</td><td class="unexpected">2</td>', html, flags=re.S)
+    assert datadocs.page_summary(rows, "validations/elsewhere.html") is None
 
 
 def test_the_index_lists_every_validation_with_its_verdict(validated: dict[str, Any]) -> None:
