@@ -79,10 +79,11 @@ class OffsetEstimate:
         self.offset: float | None = None
         self._at = 0.0  # boot clock of the last probe: old bounds widen by DRIFT from there
 
-    def add(self, before: float, stamp: float, after: float) -> None:
+    def add(self, before: float, stamp: float, after: float, resolution: float | None = None) -> None:
         # A stamp with no fraction comes from a store that truncates to the second (S3); a file system's stamp
-        # comes from the kernel's coarse clock, up to a tick (a few ms) behind.
-        resolution = FINE if stamp % 1 else 1.0
+        # comes from the kernel's coarse clock, up to a tick (a few ms) behind. ``resolution`` 0: an exact reading.
+        if resolution is None:
+            resolution = FINE if stamp % 1 else 1.0
         low, high = stamp - after, stamp + resolution - before
         if self.offset is not None:
             widen = DRIFT * max(0.0, after - self._at)
@@ -113,12 +114,13 @@ class StoreClock:
         """Seconds since the epoch by the store's clock; strictly increasing within this process."""
         with self._lock:
             if self._estimate.offset is None or self._boot() - self._probed_at >= self.reprobe_s:
+                resolution = None
                 try:
                     before, stamp, after = self._probe()
-                except PermissionError:
-                    before = after = self._boot()
-                    stamp, self.borrowed = time.time(), True
-                self._estimate.add(before, stamp, after)
+                except PermissionError:  # this host's wall clock, read between two boot-clock readings: exact
+                    before, stamp, after = self._boot(), time.time(), self._boot()
+                    resolution, self.borrowed = 0.0, True
+                self._estimate.add(before, stamp, after, resolution)
                 self._probed_at = after
             assert self._estimate.offset is not None
             now = self._boot() + self._estimate.offset
