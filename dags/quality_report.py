@@ -1,8 +1,10 @@
-"""Rebuild the data-quality report: validate every job's whole run, publish Data Docs, hourly or on a new model.
+"""Rebuild the data-quality report: validate every job's whole run, publish Data Docs, hourly or after a rescale.
 
-Runs when a new job model is activated (the `pipelines_job_models` Asset that `elastic_rescale` and
-`repartition_watch` update) and every hour. Results go to the `dq_results` table; the Data Docs site is
-`<home>/quality/docs/index.html`.
+Runs when a scaling step has recorded its event (the `pipelines_scaling_events` Asset that `elastic_rescale` and
+`repartition_watch` update at their end) and every hour. Not on the activation of a new model, as it did: that
+started a whole-run validation (a task process and Great Expectations, on a 2-core machine) in the very second the
+job's driver switched models (`benchmarks/bench_airflow_switch.py` found it in half the Airflow switches). Results
+go to the `dq_results` table; the Data Docs site is `<home>/quality/docs/index.html`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
-from pipelines_airflow.assets import JOB_MODELS, QUALITY
+from pipelines_airflow.assets import QUALITY, SCALING_EVENTS
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import dag_run, docs_in_ui
@@ -21,8 +23,8 @@ from pipelines.errors import PipelinesError
 
 @dag(
     dag_id="quality_report",
-    description="Validates every job's whole run, its state check included, and publishes the Data Docs, hourly",
-    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=[JOB_MODELS]),
+    description="Validates every job's whole run and state, publishes the Data Docs: hourly, after each scaling step",
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=[SCALING_EVENTS]),
     catchup=False,
     max_active_runs=1,
     tags=["elastic-pipelines", "quality"],

@@ -88,7 +88,7 @@ def verdicts(running_airflow: AirflowClient) -> dict[str, Any]:
     try:
         state = running_airflow.wait_for_run("quality_report", run_id, timeout=600)
     finally:
-        running_airflow.pause("quality_report")  # scheduled hourly and on new models: not while the suite runs
+        running_airflow.pause("quality_report")  # scheduled hourly and after scaling steps: not while the suite runs
     assert state == "success", f"quality_report run {run_id} ended {state}"
     running_airflow.wait_for_dag(RESCALE)
     running_airflow.pause(RESCALE, False)
