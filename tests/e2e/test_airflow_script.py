@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -217,3 +218,48 @@ def test_airflow_sh_binds_loopback_and_a_signal_stops_everything_it_started(
         if phase == "db-migrate":  # stopped, not waited for (bash defers a trap until a foreground command ends)
             assert "migration done" not in (tmp_path / "airflow" / "logs" / "db-migrate.log").read_text()
         print(f"{phase} {stop_signal.name}: exited after {exited_after:.1f}s, all stopped after {stopped_after:.1f}s")
+
+
+def test_a_fresh_start_shows_no_failed_run_on_airflows_home_page(tmp_path: Path, browser: Any) -> None:
+    """The README's Airflow on fresh homes: its first scheduled runs (started as soon as the DAGs register) end
+    without a failure, and Airflow's home page, loaded in a browser, shows no failed DAG."""
+    import json
+    import re
+
+    import httpx
+
+    with _airflow_sh(tmp_path, signal.SIG_DFL) as script:
+        _until(lambda: "[airflow] ready" in script.text(), script, "the line '[airflow] ready'")
+        base = re.search(r"\[airflow\] ready: (http://127\.0\.0\.1:\d+)", script.text()).group(1)  # type: ignore[union-attr]
+        passwords = json.loads((tmp_path / "airflow" / "simple_auth_manager_passwords.json.generated").read_text())
+        token = httpx.post(
+            f"{base}/auth/token", json={"username": "admin", "password": passwords["admin"]}, timeout=30
+        ).json()["access_token"]
+        api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        deadline = time.monotonic() + 240  # the first scheduled runs, on a loaded 2-core machine
+        ended: list[dict[str, Any]] = []
+        while True:
+            assert script.proc.poll() is None, script.text()
+            runs = api.get("/api/v2/dags/~/dagRuns", params={"limit": 100}).json()["dag_runs"]
+            ended = [r for r in runs if r["state"] in ("success", "failed")]
+            if len({r["dag_id"] for r in ended}) >= 2 and not [r for r in runs if r["state"] in ("queued", "running")]:
+                break
+            assert time.monotonic() < deadline, f"no two scheduled DAGs ran to their end: {runs}"
+            time.sleep(3)
+        failed = [(r["dag_id"], r["dag_run_id"]) for r in ended if r["state"] == "failed"]
+        assert not failed, f"a fresh start has failed runs: {failed}\n{script.text()}"
+        context = browser.new_context(base_url=base, viewport={"width": 1400, "height": 1000})
+        try:
+            context.add_cookies([{"name": "_token", "value": token, "url": base}])
+            page = context.new_page()
+            page.goto("/")
+            page.get_by_text(re.compile(r"Dags?", re.IGNORECASE)).first.wait_for(timeout=120_000)
+            page.wait_for_load_state("networkidle")
+            shown = page.locator("body").inner_text()
+            print(f"[airflow] home page after {len(ended)} scheduled runs ({sorted({r['dag_id'] for r in ended})}):")
+            print(shown[:1500])
+            assert re.search(r"\b0\s+Failed Dags\b", shown), shown  # the stats' count, as the issue saw "2 Failed Dags"
+            assert not re.search(r"\b[1-9]\d*\s+Failed", shown, flags=re.IGNORECASE), shown
+        finally:
+            context.close()
+            api.close()
