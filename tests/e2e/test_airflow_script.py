@@ -263,3 +263,5 @@ def test_a_fresh_start_shows_no_failed_run_on_airflows_home_page(tmp_path: Path,
         finally:
             context.close()
             api.close()
+            script.proc.send_signal(signal.SIGTERM)  # its own stop ends every component (their groups are their own)
+            assert script.proc.wait(timeout=60) == 128 + signal.SIGTERM, script.text()
