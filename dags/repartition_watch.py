@@ -1,23 +1,27 @@
-"""Absorb repartitioned inputs: every minute, compare each job's inputs with its active model.
+"""Absorb repartitioned inputs: when the input watcher sees one (and hourly), compare each job's inputs with its model.
 
 A growth to a multiple of the partition count is absorbed by the next model with the job's grouper
 (SEP-5: keys stay with their tasks, the task count does not change), through the same
 lock → migrate → activate → restart → verify path as `elastic_rescale`. A shrink or a non-multiple
 growth fails the run with the reason, and the job stays on its current model. A job whose lock is held
-by another scaling step when the watch looks is looked at again next minute; one taken between the look and the
-absorption's start is waited for (`lock_wait_s`), and the absorption is then planned on the model in force.
+by another scaling step when the watch looks is looked at again once that step ends; one taken between the look and
+the absorption's start is waited for (`lock_wait_s`), and the absorption is then planned on the model in force.
+
+The DAG runs on the asset the input watcher updates (`pipelines_input_changes`: a trigger on Airflow's triggerer
+that looks at every job's inputs every 20 s and fires only when it finds something to do), and once an hour
+whatever it found; a run every minute made a row of skipped tasks each time there was nothing to absorb.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, get_current_context, task
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.notes import REFUSAL
 from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path
+from pipelines_airflow.watchers import INPUT_CHANGES
 
 from pipelines.core.limits import MAX_WAIT_S
 from pipelines.errors import PartitionChangeError
@@ -27,7 +31,8 @@ from pipelines.operations import repartition
 @dag(
     dag_id="repartition_watch",
     description="Absorbs a repartitioned input (Kafka partitions added, Kinesis reshards), keys kept on their tasks",
-    schedule=timedelta(minutes=1),
+    # The hourly look is the watcher's backstop: a DAG unpaused has its watcher only from its next parse on.
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=[INPUT_CHANGES]),
     catchup=False,
     max_active_runs=1,
     tags=["elastic-pipelines", "scaling"],
@@ -53,7 +58,7 @@ from pipelines.operations import repartition
             maximum=MAX_WAIT_S,
             description=(
                 "seconds an absorption waits (on the triggerer) while another scaling step holds the job's lock; "
-                "past it the absorption ends skipped and the next look tries again"
+                "past it the absorption ends skipped and the watcher fires again"
             ),
         ),
     },

@@ -1,4 +1,4 @@
-"""Detecting repartitioned inputs: what ``repartition_watch`` compares every minute.
+"""Detecting repartitioned inputs: what ``repartition_watch`` and its input watcher compare.
 
 A job's active model records how many partitions each input had when it was
 planned; the input system says how many it has now. A growth to a multiple
@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pipelines.control import ControlPlane
 from pipelines.control.locks import ScalingLock, dead_process_owner
 from pipelines.core.groupers import check_partition_change
+from pipelines.core.input_watch import Finding
 from pipelines.errors import PartitionChangeError, PipelinesError
 from pipelines.jobs.config import job_config
 from pipelines.operations import scaling
@@ -102,3 +103,30 @@ def settle_unchanged(home: Home, changes: list[InputChange], say: scaling.Say = 
         if job not in absorbing:
             settled += scaling.settle_abandoned(home, job, say=say)
     return settled
+
+
+def findings(home: Home) -> list[Finding]:
+    """What a look of the input watcher finds to do: an absorption, a refusal to say, a dead holder's lock to settle.
+
+    A change whose job's lock is held by a live operation is not one yet (that
+    operation ends first, and the next look finds the change again or not); a
+    lock held by a process known dead, on a job with nothing to absorb, is what
+    ``settle_unchanged`` closes. Each key names what would make it new: the
+    change and the model it was compared with, or the dead holder.
+    """
+    changes = detect(home)
+    found = [
+        Finding(
+            f"{c.job}: {c.stream} {c.before} -> {c.after} on v{c.version}: {'refused' if c.error else 'absorb'}",
+            again=c.error is None,
+        )
+        for c in changes
+        if c.busy is None
+    ]
+    absorbing = {c.job for c in changes if c.error is None and c.busy is None}
+    lock = ScalingLock(home)
+    for job in ControlPlane(home).job_models.jobs():
+        state = lock.state(job)
+        if job not in absorbing and state is not None and state.held and dead_process_owner(state.owner):
+            found.append(Finding(f"{job}: settle what {state.owner} left", again=True))
+    return found
