@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag, task
 from pipelines_airflow.hooks import PipelinesHook
-from pipelines_airflow.notes import REFUSAL, noted_failure, skip
+from pipelines_airflow.notes import noted_failure, refuse, skip
 from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path
 
@@ -139,8 +139,7 @@ def elastic_rescale() -> None:
         try:
             return _request(params).to_dict()
         except PipelinesError as e:
-            get_current_context()["ti"].xcom_push(key=REFUSAL, value=str(e))
-            raise
+            refuse(str(e))
 
     def _request(params: dict[str, Any]) -> scaling.ScalingRequest:
         check_conf()  # a misspelt "factr" ran the default factor

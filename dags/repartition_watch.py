@@ -16,15 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, get_current_context, task
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 from pipelines_airflow.hooks import PipelinesHook
-from pipelines_airflow.notes import REFUSAL
+from pipelines_airflow.notes import refuse
 from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path
 from pipelines_airflow.watchers import INPUT_CHANGES
 
 from pipelines.core.limits import MAX_WAIT_S
-from pipelines.errors import PartitionChangeError
 from pipelines.operations import repartition
 
 
@@ -91,8 +90,7 @@ def repartition_watch() -> None:
         """Fail the run, naming every input change that cannot be absorbed; those jobs keep their models."""
         errors = [f"{c['job']}: {c['error']}" for c in changes if c["error"]]
         if errors:
-            get_current_context()["ti"].xcom_push(key=REFUSAL, value="; ".join(errors))  # the run's note
-            raise PartitionChangeError("; ".join(errors))
+            refuse("; ".join(errors))  # the run's note
 
     # arg-type: Airflow types a @task call with the function's own parameters, so an XComArg (the upstream task's
     # value, resolved at run time) cannot pass; its Task protocol says so itself (airflow.sdk.bases.decorator).

@@ -38,6 +38,23 @@ WHAT_TO_DO = (
 )
 
 
+def refuse(reason: str) -> NoReturn:
+    """End this task failed, ``reason`` the run's note and one ``error:`` line of its log; call from a running task.
+
+    A refusal is bad input, not a fault, and is said as the CLI says it: one line, exit 2. Airflow's task runner
+    logs a ``SystemExit`` as "Task exited" with its code, where an exception drags in the traceback of the
+    runner's own frames (fourteen of them above the line that refused); it fails the task as an exception
+    does, retried only if the task has retries (the tasks that refuse have none).
+    """
+    import sys
+
+    from airflow.sdk import get_current_context
+
+    get_current_context()["ti"].xcom_push(key=REFUSAL, value=reason)
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
 def skip(reason: str) -> NoReturn:
     """End this task skipped (its downstream too) with ``reason`` as the run's note; call from a running task."""
     from airflow.sdk import get_current_context

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipelines.core.limits import shown
-from pipelines.errors import ConfigError
 
 
 def unknown_conf(conf: Mapping[str, Any] | None, params: Iterable[str]) -> str | None:
@@ -38,4 +37,6 @@ def check_conf() -> None:
     dag = context.get("dag")
     problem = unknown_conf(getattr(dag_run, "conf", None), dag.params.keys() if dag is not None else ())
     if problem is not None:
-        raise ConfigError(problem)
+        from pipelines_airflow.notes import refuse
+
+        refuse(problem)

@@ -137,7 +137,9 @@ def test_a_dry_run_shows_the_plan_and_changes_nothing(dagbag: Any, home: Home) -
     assert control.job_models.latest_version("enrichment") == 1 and control.events.history("enrichment") == []
 
 
-def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_note(dagbag: Any, home: Home) -> None:
+def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_note(
+    dagbag: Any, home: Home, capfd: pytest.CaptureFixture[str]
+) -> None:
     _demo_job(home)
     dag = dagbag.get_dag("elastic_rescale")
     cases = [
@@ -159,6 +161,10 @@ def test_a_bad_factor_or_unknown_job_fails_validation_with_the_reason_as_the_not
         assert states["validate"] == "failed" and states["plan"] == "upstream_failed", conf
         note = _note(run)
         assert note is not None and reason in note and note.startswith("Refused by validate: "), note
+        # the task's log says it in one line, as the CLI does, without the task runner's frames of a traceback
+        log = "".join(capfd.readouterr())
+        [said] = [line for line in log.splitlines() if line.startswith("error: ")]
+        assert reason in said and "Traceback" not in log and "Task exited" in log, log[-3000:]
     assert ControlPlane(home).job_models.latest_version("enrichment") == 1 and read_decisions(home, "enrichment") == []
 
 
