@@ -174,6 +174,45 @@ def cpu_since(before: dict[int, float]) -> float:
     return total
 
 
+class PeakRss:
+    """The largest resident memory of this process tree (JVM, Python daemons and workers) while in the block, MiB.
+
+    Sampled every ``every_s`` in a thread, summed over the tree's processes: pages the Python workers share
+    with the daemon they forked from count once per process, so it is an upper bound, as ``ps`` would add it.
+    """
+
+    def __init__(self, every_s: float = 0.25) -> None:
+        import threading
+
+        self.every_s = every_s
+        self.peak_mib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while True:
+            total = 0
+            for proc in [me, *me.children(recursive=True)]:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:  # ended between the listing and the read
+                    continue
+            self.peak_mib = max(self.peak_mib, total / 2**20)
+            if self._stop.wait(self.every_s):
+                return
+
+
 # ------------------------------------------------------------------ data
 
 
@@ -225,6 +264,7 @@ class Run:
     needed: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     cpu_s: float = 0.0
+    peak_rss_mib: float = 0.0  # the process tree's, while it ran (PeakRss)
     to_first_s: float = 0.0  # run start to the first record processed
     after_last_s: float = 0.0  # last record processed to the end of the run
 

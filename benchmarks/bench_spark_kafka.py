@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_spark_kafka [--slow-records 96000] [--cheap-records 500000] [--keys 2000]
                                            [--latency-ms 2] [--max-records 8000] [--cheap-max-records 100000]
+                                           [--live-rate 1500] [--live-s 25]
 
 What a Spark user would pick instead of us is ``spark.readStream.format("kafka")``: it reaches more
 parallelism than the topic has partitions with ``minPartitions``, which cuts each partition's offset range
@@ -29,6 +30,18 @@ for the cheap job). Each figure is wall time from query start to its end, in one
 (``local[16]``: every task of the widest run in flight at once), each right after an unmeasured warm-up of the
 same reader at the same width on a small topic.
 
+The **order-keeping Spark baseline** is what a Spark engineer who needs per-key order writes: the same
+source, ``repartition(N, "key")`` then ``sortWithinPartitions("partition", "offset")`` before the per-record
+function, so each key runs in one task in offset order, at the cost of a shuffle; run at N = 8 and 16 (the task
+counts of our factor 4 and 8). They change N by restarting the query: a **live** part measures that restart (a
+query at N = 8 on a topic a producer keeps writing into, stopped between batches and started again at N = 16 on
+the same checkpoint) against our in-place switch of a live job from factor 4 to 8 (16 virtual tasks) on the same
+topic; downtime for both is from the old query's stop (Spark's: the end of its last completed batch, when
+``stop`` cancelled one) to the new query's first batch with data.
+
+Each run's CPU is that of the whole process tree (the JVM, Python daemons and workers) and its peak memory the
+largest resident set the tree held, sampled every 0.25 s (``bench_runtime.PeakRss``).
+
 Order violations are counted the same way for both: each key's records sorted by the time the per-record
 function ran (``processed_ns``), counting places where ``seq`` goes down. Every run is also checked for lost
 and duplicated records (a run with any fails the benchmark).
@@ -46,13 +59,14 @@ import json
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_kafka import records
-from benchmarks.bench_runtime import OUTPUT_SCHEMA, Run, check, cpu_since, cpu_snapshot, table
+from benchmarks.bench_runtime import OUTPUT_SCHEMA, PeakRss, Run, check, cpu_since, cpu_snapshot, table
 from pipelines.usage import Parser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,42 +130,86 @@ def run_spark(
     produced: int,
     work: Path,
     tag: str = "",
+    shuffle: int = 0,
 ) -> Run:
-    """Spark's Kafka source, available-now, the per-record function in mapInArrow, into a parquet sink."""
+    """Spark's Kafka source, available-now, the per-record function in mapInArrow, into a parquet sink.
+
+    ``shuffle`` N > 0: the order-keeping form, each key's records shuffled to one of N tasks and sorted there
+    by partition and offset (``min_partitions`` is then 1: the shuffle, not the read, sets the parallelism).
+    """
     import pyarrow.parquet as pq
 
-    name = f"spark-{topic}-min{min_partitions}{tag}"
+    name = f"spark-{topic}-{'shuffle' if shuffle else 'min'}{shuffle or min_partitions}{tag}"
     out, checkpoint = work / name, work / f"{name}.checkpoint"
-    source = (
+    c0, t0 = cpu_snapshot(), time.perf_counter()
+    with PeakRss() as memory:
+        query = start_query(
+            spark,
+            bootstrap,
+            topic,
+            latency_ms,
+            out,
+            checkpoint,
+            {"availableNow": True},
+            min_partitions=min_partitions,
+            shuffle=shuffle,
+        )
+        query.awaitTermination()
+        seconds = time.perf_counter() - t0
+    if query.exception() is not None:
+        raise SystemExit(f"{name} failed: {query.exception()}")
+    mode = f"spark key shuffle N={shuffle}" if shuffle else f"spark minPartitions={min_partitions}"
+    run = Run(mode, min_partitions, 0, produced, seconds, cpu_s=cpu_since(c0), peak_rss_mib=memory.peak_mib)
+    frame = pq.read_table(str(out)).to_pandas()
+    check(run, frame, ["processed_ns"])
+    run.tasks = shuffle or max(min_partitions, PARTITIONS)  # Spark cuts each partition's range to that many
+    run.batches = 1
+    return run
+
+
+OUT_SCHEMA = "partition INT, offset STRING, event_key STRING, seq BIGINT, processed_ns BIGINT"
+
+
+def start_query(
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    latency_ms: float,
+    out: Path,
+    checkpoint: Path,
+    trigger: dict[str, Any],
+    *,
+    min_partitions: int = 1,
+    shuffle: int = 0,
+    max_per_batch: int = 0,
+) -> Any:
+    """A streaming query of the per-record function over ``topic`` from its start, its rows into parquet at ``out``.
+
+    With ``shuffle`` N: a streaming DataFrame cannot be sorted, so the order-keeping form is what Spark's
+    documentation points to, ``foreachBatch``: each micro-batch shuffled by key into N tasks, sorted within
+    them by partition and offset, through the same function, appended as parquet.
+    """
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("minPartitions", str(min_partitions))
-        .load()
     )
-    result = source.select("partition", "offset", "key", "value", "timestamp").mapInArrow(
-        per_record(topic, latency_ms),
-        "partition INT, offset STRING, event_key STRING, seq BIGINT, processed_ns BIGINT",
-    )
-    c0, t0 = cpu_snapshot(), time.perf_counter()
-    query = (
-        result.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    seconds = time.perf_counter() - t0
-    if query.exception() is not None:
-        raise SystemExit(f"{name} failed: {query.exception()}")
-    run = Run(f"spark minPartitions={min_partitions}", min_partitions, 0, produced, seconds, cpu_s=cpu_since(c0))
-    frame = pq.read_table(str(out)).to_pandas()
-    check(run, frame, ["processed_ns"])
-    run.tasks = max(min_partitions, PARTITIONS)  # Spark cuts each partition's range until there are that many
-    run.batches = 1
-    return run
+    if max_per_batch:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_per_batch))
+    rows = reader.load().select("partition", "offset", "key", "value", "timestamp")
+    fn = per_record(topic, latency_ms)
+    if not shuffle:
+        writer = rows.mapInArrow(fn, OUT_SCHEMA).writeStream.format("parquet").option("path", str(out))
+    else:
+
+        def write(batch: Any, batch_id: int) -> None:
+            keyed = batch.repartition(shuffle, "key").sortWithinPartitions("partition", "offset")
+            keyed.mapInArrow(fn, OUT_SCHEMA).write.mode("append").parquet(str(out))
+
+        writer = rows.writeStream.foreachBatch(write)
+    return writer.option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
 
 
 # ------------------------------------------------------------------ this platform
@@ -170,13 +228,33 @@ def run_ours(
 ) -> Run:
     import deltalake
 
-    from pipelines.jobs.config import JobConfig
     from pipelines.operations.jobs import create_job
     from pipelines.runtime.driver import run_job
 
     name = f"ours_{topic}_f{factor}{tag}"
+    config = job_config(name, topic, settings, factor, latency_ms, max_records, "available-now")
+    model = create_job(home, config)
+    c0, t0 = cpu_snapshot(), time.perf_counter()
+    with PeakRss() as memory:
+        run_job(spark, home, name, available_now=True, progress=lambda m: None)
+        seconds = time.perf_counter() - t0
+    cpu = cpu_since(c0)
+    run = Run(f"ours factor {factor}", factor, model.task_count, produced, seconds, cpu_s=cpu)
+    run.peak_rss_mib = memory.peak_mib
+    frame = deltalake.DeltaTable(str(home.sinks / name)).to_pandas()
+    check(run, frame, ["batch_id", "task_seq"])
+    run.batches = int(frame["batch_id"].nunique()) if len(frame) else 0
+    return run
+
+
+def job_config(
+    name: str, topic: str, settings: dict[str, Any], factor: int, latency_ms: float, max_records: int, trigger: str
+) -> Any:
+    """The benchmark's job: the demo enrichment's config over ``topic``, the per-record function of the runs."""
+    from pipelines.jobs.config import JobConfig
+
     base = JobConfig.load(REPO / "include" / "jobs" / "enrichment.yaml")
-    config = JobConfig.from_dict(
+    return JobConfig.from_dict(
         {
             **base.to_dict(),
             "name": name,
@@ -187,20 +265,161 @@ def run_ours(
             "output_schema": OUTPUT_SCHEMA,
             "process_options": {"latency_ms": latency_ms},
             "batch": {"max_records": max_records, "trigger_interval": "0 seconds"},
-            "trigger": "available-now",
+            "trigger": trigger,
             "sink": {"table": name},
             "dead_letter": {"table": f"{name}_dead"},
         }
     )
-    model = create_job(home, config)
-    c0, t0 = cpu_snapshot(), time.perf_counter()
-    run_job(spark, home, name, available_now=True, progress=lambda m: None)
-    seconds = time.perf_counter() - t0
-    run = Run(f"ours factor {factor}", factor, model.task_count, produced, seconds, cpu_s=cpu_since(c0))
+
+
+# ------------------------------------------------------------------ a live change of parallelism
+
+
+class LiveProducer:
+    """Writes ``records`` into ``topic`` at ``rate`` per second in a thread, as a service keeps producing."""
+
+    def __init__(self, kafka: Any, topic: str, records: list[Any], rate: int) -> None:
+        self.kafka, self.topic, self.records, self.rate = kafka, topic, records, rate
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LiveProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set() and self.sent < len(self.records):
+            due = min(len(self.records), int((time.monotonic() - started) * self.rate))
+            if due > self.sent:
+                self.kafka.produce(self.topic, self.records[self.sent : due])
+                self.sent = due
+            self._stop.wait(0.05)
+
+
+def _progress_started(progress: dict[str, Any]) -> float:
+    """A micro-batch's start as epoch seconds (Spark's progress ``timestamp``, UTC, ISO 8601)."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def _batches_with_data(query: Any) -> list[dict[str, Any]]:
+    return [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+
+
+def _wait(done: Callable[[], bool], what: str, timeout: float = 180.0, every_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every_s)
+
+
+def spark_restart(
+    spark: Any, bootstrap: str, topic: str, before: int, after: int, latency_ms: float, live_s: float, work: Path
+) -> dict[str, float]:
+    """A live key-shuffled query at N = ``before`` stopped between two batches and started again at ``after``.
+
+    What a Spark engineer does to change N: the same checkpoint (a shuffle is stateless, so N may change), a
+    new query. Downtime as ours is measured: from the old query's stop (or the end of its last completed batch,
+    if ``stop`` cancelled one that had started) to the start of the new query's first batch with data (Spark's
+    own progress timestamp, the earliest moment that can be known).
+    """
+    import pyarrow.parquet as pq
+
+    out, checkpoint = work / f"spark-{topic}", work / f"spark-{topic}.checkpoint"
+
+    def start(tasks: int) -> Any:
+        trigger = {"processingTime": "1 second"}  # a gap between batches to stop in; the next starts at once
+        return start_query(
+            spark, bootstrap, topic, latency_ms, out, checkpoint, trigger, shuffle=tasks, max_per_batch=2000
+        )
+
+    old = start(before)
+    _wait(lambda: len(_batches_with_data(old)) >= 3, f"3 batches at N={before}")
+    time.sleep(live_s / 2)
+    _wait(lambda: not old.status["isTriggerActive"], "a batch boundary", timeout=60, every_s=0.005)  # as ours
+    asked = time.time()
+    old.stop()  # a batch that started meanwhile is cancelled, and done again by the new query
+    stopped = time.time()
+    # The end of the old query's last completed batch: work a cancelled batch did is lost time too.
+    last_done = max(_progress_started(p) + p["durationMs"]["triggerExecution"] / 1000 for p in old.recentProgress)
+    new = start(after)
+    _wait(lambda: bool(_batches_with_data(new)), f"the first batch with data at N={after}")
+    first = _progress_started(_batches_with_data(new)[0])
+    time.sleep(live_s / 2)
+    new.stop()
+    frame = pq.read_table(str(out)).to_pandas()
+    drops = frame.sort_values("processed_ns").groupby("event_key", sort=False)["seq"].diff() < 0
+    duplicated = int(frame.duplicated(["partition", "offset"]).sum())
+    downtime = first - min(last_done, stopped)
+    log(
+        f"spark key shuffle N={before} -> N={after} by restart: downtime {downtime:.2f}s (stop took "
+        f"{stopped - asked:.2f}s, last batch done {stopped - last_done:.2f}s before it returned), "
+        f"{len(frame):,} records, {duplicated} duplicated, {int(drops.sum())} order violations"
+    )
+    if duplicated:
+        raise SystemExit(f"DATA-QUALITY FAILURE: the restarted Spark query wrote {duplicated} records twice")
+    return {"downtime_s": downtime, "violations": float(drops.sum()), "records": float(len(frame))}
+
+
+def ours_switch(
+    spark: Any,
+    home: Any,
+    settings: dict[str, Any],
+    topic: str,
+    before: int,
+    after: int,
+    latency_ms: float,
+    live_s: float,
+) -> dict[str, float]:
+    """A live job of ours at factor ``before`` switched in place to ``after``, on the topic Spark just read."""
+    import deltalake
+
+    from pipelines.control import ControlPlane
+    from pipelines.operations import scaling
+    from pipelines.operations.jobs import create_job
+    from pipelines.runtime import requests
+    from pipelines.runtime.driver import run_job
+
+    name = f"ours_{topic}"
+    create_job(home, job_config(name, topic, settings, before, latency_ms, 2000 // before, "continuous"))
+    control = ControlPlane(home)
+    failed: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            run_job(spark, home, name, available_now=False, progress=lambda m: None)
+        except BaseException as e:  # said by the main thread
+            failed.append(e)
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    try:
+        _wait(lambda: bool(failed) or (control.checkpoints.latest_batch(name, 1) or 0) >= 3, "3 batches at v1")
+        time.sleep(live_s / 2)
+        result = scaling.run_all(home, scaling.ScalingRequest(name, after, "bench: in place"), say=lambda m: None)
+        time.sleep(live_s / 2)
+    finally:
+        requests.ask_stop(home, name)
+        driver.join(180)
+    if failed:
+        raise SystemExit(f"our live job failed: {failed[0]}")
     frame = deltalake.DeltaTable(str(home.sinks / name)).to_pandas()
-    check(run, frame, ["batch_id", "task_seq"])
-    run.batches = int(frame["batch_id"].nunique()) if len(frame) else 0
-    return run
+    drops = frame.sort_values("processed_ns").groupby("event_key", sort=False)["seq"].diff() < 0  # as Spark's
+    log(
+        f"ours factor {before} -> {after} in place: downtime {result['downtime_s']:.2f}s, {len(frame):,} records, "
+        f"status {result['status']}, {int(drops.sum())} order violations"
+    )
+    if result["status"] != "verified":
+        raise SystemExit(f"our in-place switch ended {result['status']}: {result}")
+    return {"downtime_s": float(result["downtime_s"]), "violations": float(drops.sum()), "records": float(len(frame))}
 
 
 # ------------------------------------------------------------------ report
@@ -217,7 +436,19 @@ def verdict(run: Run) -> None:
 
 
 def report(slow: dict[str, Run], cheap: dict[str, Run], latency_ms: float) -> None:
-    header = ["job", "reader", "tasks", "records", "seconds", "records/s", "order violations", "keys hit", "CPU s"]
+    header = [
+        "job",
+        "reader",
+        "tasks",
+        "records",
+        "seconds",
+        "records/s",
+        "order violations",
+        "keys hit",
+        "CPU s",
+        "CPU us/record",
+        "peak MiB",
+    ]
     rows = []
     for job, runs in ((f"{latency_ms:g} ms/record", slow), ("cheap", cheap)):
         for run in runs.values():
@@ -232,6 +463,8 @@ def report(slow: dict[str, Run], cheap: dict[str, Run], latency_ms: float) -> No
                     f"{run.violations_clock:,}",
                     str(run.keys_hit),
                     f"{run.cpu_s:.1f}",
+                    f"{run.cpu_s / run.produced * 1e6:,.0f}",
+                    f"{run.peak_rss_mib:,.0f}",
                 ]
             )
     print(table(rows, header))
@@ -249,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=2.0)
     parser.add_argument("--max-records", type=int, default=8000, help="our micro-batch at factor 1, slow job")
     parser.add_argument("--cheap-max-records", type=int, default=100_000, help="our micro-batch, cheap job")
+    parser.add_argument("--live-rate", type=int, default=1500, help="records/s produced while parallelism changes")
+    parser.add_argument("--live-s", type=float, default=20.0, help="seconds each live query runs around its change")
     args = parser.parse_args(argv)
 
     from pipelines.runtime.session import build_session
@@ -283,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
             ) -> Run:
                 if reader == "spark":
                     return run_spark(spark, broker.bootstrap, topic, width, latency_ms, records, root, tag=tag)
+                if reader == "spark_shuffle":
+                    return run_spark(spark, broker.bootstrap, topic, 1, latency_ms, records, root, tag, shuffle=width)
                 return run_ours(spark, home, settings, topic, width, latency_ms, batch, records, tag=tag)
 
             slow_n, cheap_n, latency = args.slow_records, args.cheap_records, args.latency_ms
@@ -292,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                 (slow, "spark_min8", "spark", "slow", 8, latency, slow_n, 0),
                 (slow, "ours_f8", "ours", "slow", 8, latency, slow_n, args.max_records),
                 (slow, "spark_min16", "spark", "slow", 16, latency, slow_n, 0),
+                (slow, "spark_shuffle8", "spark_shuffle", "slow", 8, latency, slow_n, 0),
+                (slow, "spark_shuffle16", "spark_shuffle", "slow", 16, latency, slow_n, 0),
                 (cheap, "spark_min1", "spark", "cheap", 1, 0.0, cheap_n, 0),
                 (cheap, "ours_f1", "ours", "cheap", 1, 0.0, cheap_n, args.cheap_max_records),
             ]
@@ -301,10 +540,57 @@ def main(argv: list[str] | None = None) -> int:
                 measure(reader, "warmup", width, 0.0, WARMUP_RECORDS, 400, tag=f"_warm{i}")
                 runs[key] = measure(reader, topic, width, latency_ms, records_n, batch, tag="")
                 verdict(runs[key])
+            # The change of parallelism on a live input: Spark's restart at another N, our switch in place.
+            live_n = int(args.live_rate * (args.live_s + 120))  # more than either section can read
+            live = records(live_n, args.keys, 4)
+            switches: dict[str, dict[str, float]] = {}
+            for reader in ("spark", "ours"):
+                topic = f"live_{reader}"
+                broker.create_topic(topic, PARTITIONS)
+                log(f"{reader}: a live query on {topic!r}, {args.live_rate:,} records/s produced into it")
+                with LiveProducer(kafka, topic, live, args.live_rate):
+                    if reader == "spark":
+                        switches[reader] = spark_restart(
+                            spark, broker.bootstrap, topic, 8, 16, latency, args.live_s, root
+                        )
+                    else:
+                        switches[reader] = ours_switch(spark, home, settings, topic, 4, 8, latency, args.live_s)
         finally:
             spark.stop()
         report(slow, cheap, args.latency_ms)
+        print(
+            table(
+                [
+                    [
+                        "spark key shuffle: restart N=8 -> 16",
+                        f"{switches['spark']['downtime_s']:.2f}",
+                        f"{switches['spark']['violations']:.0f}",
+                    ],
+                    [
+                        "ours: in-place switch factor 4 -> 8",
+                        f"{switches['ours']['downtime_s']:.2f}",
+                        f"{switches['ours']['violations']:.0f}",
+                    ],
+                ],
+                ["8 -> 16 tasks on a live topic", "downtime s", "order violations"],
+            )
+        )
+        f8, spark16, shuffle16 = slow["ours_f8"], slow["spark_min16"], slow["spark_shuffle16"]
         figures = {
+            "ours_f8_vs_spark_shuffle16": f8.rate / shuffle16.rate,
+            "ours_f8_vs_spark_shuffle8": f8.rate / slow["spark_shuffle8"].rate,
+            "spark_shuffle16_vs_min16": shuffle16.rate / spark16.rate,
+            "spark_shuffle16_order_violations": float(shuffle16.violations_clock),
+            "spark_shuffle8_order_violations": float(slow["spark_shuffle8"].violations_clock),
+            "ours_f8_cpu_per_record_vs_spark_min16": (f8.cpu_s / f8.produced) / (spark16.cpu_s / spark16.produced),
+            "ours_f8_cpu_per_record_vs_spark_shuffle16": (f8.cpu_s / f8.produced)
+            / (shuffle16.cpu_s / shuffle16.produced),
+            "ours_f8_peak_mib_vs_spark_min16": f8.peak_rss_mib / spark16.peak_rss_mib,
+            "ours_f8_peak_mib": f8.peak_rss_mib,
+            "spark_min16_peak_mib": spark16.peak_rss_mib,
+            "spark_restart_8_to_16_downtime_s": switches["spark"]["downtime_s"],
+            "ours_switch_4_to_8_downtime_s": switches["ours"]["downtime_s"],
+            "ours_switch_vs_spark_restart_downtime": switches["ours"]["downtime_s"] / switches["spark"]["downtime_s"],
             "ours_f8_vs_spark_min8": slow["ours_f8"].rate / slow["spark_min8"].rate,
             "spark_min8_order_violations": float(slow["spark_min8"].violations_clock),
             "ours_f8_order_violations": float(slow["ours_f8"].violations_clock),
