@@ -48,10 +48,13 @@ Holding partitions back
     of the batch plan (sharing the budget, moving key buckets together) is
     pure, in ``pipelines.core.batchplan``.
 
-Why one protocol instead of three: every caller holds one object per system
-and asks what it needs; a system that cannot do something (create topics on a
-cluster the platform does not own, expand a Kinesis stream by a partition
-count) raises ``StreamError`` with the reason.
+Three roles, one object: each role is a protocol of its own (``SystemAdmin``,
+``SystemReader``, ``SystemProducer``) that a system's role modules implement,
+and ``ComposedSystem`` answers ``InputSystem`` with them, so every caller
+still holds one object per system and asks what it needs. A system that
+cannot do something (create topics on a cluster the platform does not own,
+expand a Kinesis stream by a partition count) raises ``StreamError`` with the
+reason.
 
 Optional abilities
     What only some systems can do is a protocol of its own beside
@@ -80,11 +83,13 @@ __all__ = [
     "ABILITIES",
     "RECORD_SCHEMA",
     "Bounded",
+    "ComposedSystem",
     "End",
     "Expansion",
     "InputSystem",
     "PartitionMetadata",
     "Position",
+    "Positions",
     "ReadResult",
     "Record",
     "Settings",
@@ -95,10 +100,16 @@ __all__ = [
     "SupportsRecordsRead",
     "SupportsRelayout",
     "SupportsStartAtTime",
+    "SystemAdmin",
+    "SystemProducer",
+    "SystemReader",
 ]
 
 Settings = Mapping[str, Any]
 """A system's settings from the job's ``systems:`` section (e.g. Kafka's bootstrap servers); never secrets in clear."""
+
+Positions = Mapping[int, Position]
+"""A position per partition: a job's checkpoints, floors, a micro-batch's ends."""
 
 Record = tuple[bytes | None, bytes, Mapping[str, str] | None]
 """What a producer appends: key bytes (None: no key), value bytes, string headers (or None)."""
@@ -164,13 +175,9 @@ class ReadResult:
     """Counters for the metrics table (e.g. Kinesis: ``throttled``, ``millis_behind_latest``)."""
 
 
-@runtime_checkable
-class InputSystem(Protocol):
-    """Admin, consumer and producer of one input system; see the module docstring for the rules."""
-
-    system: str
-
-    # ---------------------------------------------------------------- admin (driver, operations)
+class SystemAdmin(Protocol):
+    """The driver's role (Flink's split enumerator, Samza's SystemAdmin, confluent-kafka's ``AdminClient``):
+    what a stream holds and how far one micro-batch may read it."""
 
     def describe(self, stream: str) -> StreamMetadata:
         """Partitions with their earliest and end positions, and the stream's expansion history."""
@@ -179,6 +186,62 @@ class InputSystem(Protocol):
     def end_positions(self, stream: str) -> dict[int, Position]:
         """The end (next to be written, or last stable) position of every partition, now; cheaper than describe."""
         ...
+
+    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int | None:
+        """Records in ``[start, end)``, or None when the system cannot count them without reading."""
+        ...
+
+    def read_limits(self, stream: str, floors: Positions) -> dict[int, Position | None]:
+        """Partitions that may not be read freely now, given where each partition's slowest key bucket stands.
+
+        A partition maps to the position it may be read up to (exclusive), or
+        None when it may not be read at all yet; partitions not in the result
+        may be read to their end. This is where an expansion's hold-back lives.
+        """
+        ...
+
+    def advance(self, stream: str, floors: Positions, records: Mapping[int, int], limits: Positions) -> dict[int, End]:
+        """The end of this micro-batch's read of each partition in ``records``: at most that many records after
+        its floor, and not past its limit; a ``Bounded`` end where the system cannot name it without reading."""
+        ...
+
+    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
+        """Create a stream (tests, demos), with its own retention (``SupportsRetention``); raises ``StreamError``
+        where the platform may not create streams."""
+        ...
+
+    def expand(self, stream: str, partitions: int) -> StreamMetadata:
+        """Grow a stream to a multiple of its partition count; anything else is refused with the reason."""
+        ...
+
+
+class SystemReader(Protocol):
+    """The executors' role (Flink's source reader, Samza's SystemConsumer): one partition's records."""
+
+    def read(
+        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
+    ) -> ReadResult:
+        """The records of ``partition`` from ``start`` up to ``end`` (a position, exclusive, or a ``Bounded``).
+
+        ``columns`` is a hint (verification reads only ``offset``); the table
+        always has ``RECORD_SCHEMA``'s columns, unrequested ones may be null.
+        """
+        ...
+
+
+class SystemProducer(Protocol):
+    """The producer's role (tests, demos, benchmarks; Samza's SystemProducer)."""
+
+    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
+        """Append records, placed by key as the system's own producers would; (partition, position) each."""
+        ...
+
+
+@runtime_checkable
+class InputSystem(SystemAdmin, SystemReader, SystemProducer, Protocol):
+    """Admin, reader and producer of one input system, with its positions' order; see the module docstring."""
+
+    system: str
 
     def position_key(self, position: Position) -> Any:
         """A sort key with the system's order of the positions of one partition (e.g. ``int`` for offsets)."""
@@ -192,51 +255,7 @@ class InputSystem(Protocol):
         """For each record position, whether a reader at checkpoint ``position`` has yet to read that record."""
         ...
 
-    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int | None:
-        """Records in ``[start, end)``, or None when the system cannot count them without reading."""
-        ...
-
-    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
-        """Partitions that may not be read freely now, given where each partition's slowest key bucket stands.
-
-        A partition maps to the position it may be read up to (exclusive), or
-        None when it may not be read at all yet; partitions not in the result
-        may be read to their end. This is where an expansion's hold-back lives.
-        """
-        ...
-
-    def advance(
-        self,
-        stream: str,
-        floors: Mapping[int, Position],
-        records: Mapping[int, int],
-        limits: Mapping[int, Position],
-    ) -> dict[int, End]:
-        """The end of this micro-batch's read of each partition in ``records``: at most that many records after
-        its floor, and not past its limit; a ``Bounded`` end where the system cannot name it without reading."""
-        ...
-
-    def create(self, stream: str, partitions: int) -> StreamMetadata:
-        """Create a stream (tests, demos); raises ``StreamError`` where the platform may not create streams."""
-        ...
-
-    def expand(self, stream: str, partitions: int) -> StreamMetadata:
-        """Grow a stream to a multiple of its partition count; anything else is refused with the reason."""
-        ...
-
-    # ---------------------------------------------------------------- consumer (executors)
-
-    def read(
-        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
-    ) -> ReadResult:
-        """The records of ``partition`` from ``start`` up to ``end`` (a position, exclusive, or a ``Bounded``).
-
-        ``columns`` is a hint (verification reads only ``offset``); the table
-        always has ``RECORD_SCHEMA``'s columns, unrequested ones may be null.
-        """
-        ...
-
-    def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
+    def acknowledge(self, job: str, stream: str, positions: Positions) -> None:
         """Tell the system's own tools how far ``job`` has committed (Kafka: the job's consumer group).
 
         Called after each committed micro-batch with every partition's floor;
@@ -245,15 +264,52 @@ class InputSystem(Protocol):
         """
         ...
 
-    # ---------------------------------------------------------------- producer (tests, demos)
-
-    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
-        """Append records, placed by key as the system's own producers would; (partition, position) each."""
-        ...
-
     def close(self) -> None:
         """Release clients and connections; the object must not be used afterwards."""
         ...
+
+
+class ComposedSystem:
+    """An ``InputSystem`` put together from its three role objects, answering each role's questions with them.
+
+    Each system (``KafkaSystem``, ``KinesisSystem``, ``DeltaLog``) sets
+    ``admin``, ``reader`` and ``producer`` and adds what is its own (the order
+    of its positions, its optional abilities, ``acknowledge``, ``close``);
+    callers keep holding one object per system.
+    """
+
+    admin: SystemAdmin
+    reader: SystemReader
+    producer: SystemProducer
+
+    def describe(self, stream: str) -> StreamMetadata:
+        return self.admin.describe(stream)
+
+    def end_positions(self, stream: str) -> dict[int, Position]:
+        return self.admin.end_positions(stream)
+
+    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int | None:
+        return self.admin.records_between(stream, partition, start, end)
+
+    def read_limits(self, stream: str, floors: Positions) -> dict[int, Position | None]:
+        return self.admin.read_limits(stream, floors)
+
+    def advance(self, stream: str, floors: Positions, records: Mapping[int, int], limits: Positions) -> dict[int, End]:
+        return self.admin.advance(stream, floors, records, limits)
+
+    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
+        return self.admin.create(stream, partitions, retention_ms)
+
+    def expand(self, stream: str, partitions: int) -> StreamMetadata:
+        return self.admin.expand(stream, partitions)
+
+    def read(
+        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
+    ) -> ReadResult:
+        return self.reader.read(stream, partition, start, end, columns=columns)
+
+    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
+        return self.producer.produce(stream, records)
 
 
 # -------------------------------------------------------------------- optional abilities

@@ -20,7 +20,7 @@ from pipelines.core.batchplan import expansion_holds
 from pipelines.core.segments import valid_retention
 from pipelines.deltaio import create_table, is_table
 from pipelines.errors import PartitionChangeError, StreamError
-from pipelines.systems.base import End, Expansion, Position, StreamMetadata
+from pipelines.systems.base import End, Expansion, Position, Positions, StreamMetadata
 from pipelines.systems.deltalog.layout import (
     META_KEY,
     SYSTEM,
@@ -41,6 +41,7 @@ class DeltaLogAdmin:
         self.max_attempts = max_attempts
 
     def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
+        """A new stream; ``retention_ms`` its own retention (``core.segments.retention_ms``), else the default's."""
         path = self.tables.path(stream)
         count = validate_count(partitions)
         valid_retention(retention_ms)
@@ -142,6 +143,9 @@ class DeltaLogAdmin:
         snap = self.tables.latest(stream)[1]
         return {p: snap.end(p) for p in range(snap.partitions)}
 
+    def end_positions(self, stream: str) -> dict[int, Position]:
+        return {p: str(end) for p, end in self.end_offsets(stream).items()}
+
     def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
         """Offsets are dense here: every offset between two positions is a record."""
         return max(0, offset(end) - offset(start))
@@ -151,11 +155,5 @@ class DeltaLogAdmin:
         expansions = self.tables.latest(stream)[1].expansions
         return dict.fromkeys(expansion_holds(expansions, floors, offset))
 
-    def advance(
-        self,
-        stream: str,
-        floors: Mapping[int, Position],
-        records: Mapping[int, int],
-        limits: Mapping[int, Position],
-    ) -> dict[int, End]:
+    def advance(self, stream: str, floors: Positions, records: Mapping[int, int], limits: Positions) -> dict[int, End]:
         return {p: str(min(offset(floors[p]) + n, offset(limits[p]))) for p, n in records.items()}

@@ -12,7 +12,7 @@ guarantees, how it was verified and its limits: docs/systems/deltalog.md.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -20,7 +20,7 @@ import pyarrow as pa
 from pipelines.errors import ConfigError
 from pipelines.storage.location import Location, parse
 from pipelines.storage.objects import store_for
-from pipelines.systems.base import End, Position, ReadResult, Record, StreamMetadata
+from pipelines.systems.base import ComposedSystem, Position, StreamMetadata
 from pipelines.systems.deltalog.admin import DeltaLogAdmin
 from pipelines.systems.deltalog.compaction import Compaction, DeltaLogCompaction
 from pipelines.systems.deltalog.layout import APP_ID, SYSTEM
@@ -34,13 +34,17 @@ if TYPE_CHECKING:
     from pipelines.systems.deltalog_settings import DeltaLogOptions
 
 
-class DeltaLog(OffsetOrder):
+class DeltaLog(OffsetOrder, ComposedSystem):
     """The embedded log as an ``InputSystem``: admin, producer and consumer of the streams under one root.
 
     Every method that answers "what is there now" (``describe``,
     ``end_offsets``, ``produce``, ``expand``) reads the latest table version;
     ``read`` reuses the cached snapshot when it already covers the range.
     """
+
+    admin: DeltaLogAdmin
+    reader: DeltaLogReader
+    producer: DeltaLogProducer
 
     system: str = SYSTEM
 
@@ -63,10 +67,10 @@ class DeltaLog(OffsetOrder):
         self.read_timeout_s = float(read_timeout_s)
         self.tables = StreamTables(self.root, self.store, app_id, self.read_timeout_s)
         self.admin = DeltaLogAdmin(self.tables, max_attempts)
-        self._producer = DeltaLogProducer(self.tables, max_attempts)
-        self._reader = DeltaLogReader(self.tables)
+        self.producer = DeltaLogProducer(self.tables, max_attempts)
+        self.reader = DeltaLogReader(self.tables)
         self._retention = DeltaLogRetention(self.tables, max_attempts)
-        self._compaction = DeltaLogCompaction(self.tables, self._reader)
+        self._compaction = DeltaLogCompaction(self.tables, self.reader)
 
     def __getstate__(self) -> dict[str, Any]:
         # DeltaTable handles belong to one process's Rust runtime; ship only the configuration.
@@ -100,10 +104,6 @@ class DeltaLog(OffsetOrder):
     def list_streams(self) -> list[str]:
         return self.tables.list_streams()
 
-    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
-        """A new stream; ``retention_ms`` its own retention (``core.segments.retention_ms``), else the default's."""
-        return self.admin.create(stream, partitions, retention_ms)
-
     def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
         """The stream's own retention from now on (``None``: the default's); it deletes nothing by itself."""
         return self.admin.set_retention(stream, retention_ms)
@@ -112,23 +112,12 @@ class DeltaLog(OffsetOrder):
         """The stream's own retention (ms, ``RETAIN_FOREVER``), ``None`` when the default applies."""
         return self.tables.latest(stream)[1].retention_ms
 
-    def expand(self, stream: str, partitions: int) -> StreamMetadata:
-        """Grow the partition count to a multiple of the current one, recording the expansion point (a retry is a
-        no-op)."""
-        return self.admin.expand(stream, partitions)
-
-    def describe(self, stream: str) -> StreamMetadata:
-        return self.admin.describe(stream)
-
     def end_offsets(self, stream: str) -> dict[int, int]:
         """The next offset to be written, per partition, from the log's file statistics (this package's own view)."""
         return self.admin.end_offsets(stream)
 
-    def end_positions(self, stream: str) -> dict[int, Position]:
-        return {p: str(end) for p, end in self.end_offsets(stream).items()}
-
     def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
-        return {p: str(o) for p, o in self._reader.positions_at(stream, at_ms).items()}
+        return {p: str(o) for p, o in self.reader.positions_at(stream, at_ms).items()}
 
     def identity(self, stream: str) -> str:
         """The stream's Delta table id (its first commit's ``metaData.id``): a table deleted and created again
@@ -148,46 +137,20 @@ class DeltaLog(OffsetOrder):
     def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
         """The embedded log has no tools of its own to show progress in: the checkpoints table is all there is."""
 
-    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
-        return self.admin.records_between(stream, partition, start, end)
-
-    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
-        return self.admin.read_limits(stream, floors)
-
-    def advance(
-        self,
-        stream: str,
-        floors: Mapping[int, Position],
-        records: Mapping[int, int],
-        limits: Mapping[int, Position],
-    ) -> dict[int, End]:
-        return self.admin.advance(stream, floors, records, limits)
-
     def close(self) -> None:
         self.tables.clear()
-
-    # -------------------------------------------------------------- producer
-
-    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
-        """Append records in one Delta commit; returns ``(partition, offset)`` per record, in input order."""
-        return self._producer.produce(stream, records)
 
     # -------------------------------------------------------------- consumer
 
     def files_for_range(self, stream: str, partition: int, start: int, end: int) -> list[str]:
         """The data files (paths relative to the table) a read of ``[start, end)`` opens, from statistics only."""
-        return self._reader.files_for_range(stream, partition, start, end)
-
-    def read(
-        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
-    ) -> ReadResult:
-        return self._reader.read(stream, partition, start, end, columns=columns)
+        return self.reader.files_for_range(stream, partition, start, end)
 
     def read_range(
         self, stream: str, partition: int, start: int, end: int, *, columns: Sequence[str] | None = None
     ) -> pa.Table:
         """Records at offsets ``[start, end)`` of one partition, in offset order, as ``LOG_SCHEMA``."""
-        return self._reader.read_range(stream, partition, start, end, columns=columns)
+        return self.reader.read_range(stream, partition, start, end, columns=columns)
 
 
 def validate_settings(settings: Mapping[str, Any], where: str = "systems.deltalog") -> DeltaLogOptions:

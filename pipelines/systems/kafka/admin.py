@@ -28,7 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-
 
 from pipelines.core.segments import valid_retention
 from pipelines.errors import ConfigError, PartitionChangeError, StreamError
-from pipelines.systems.base import End, PartitionMetadata, Position, StreamMetadata
+from pipelines.systems.base import End, PartitionMetadata, Position, Positions, StreamMetadata
 from pipelines.systems.kafka.client import KafkaClients
 from pipelines.systems.kafka.expansions import ExpansionLog
 from pipelines.systems.kafka.positions import SYSTEM, offset
@@ -210,17 +210,12 @@ class KafkaAdmin:
         log = ExpansionLog(self.home.root, cluster, stream)
         return dict.fromkeys(log.holds(expansions, floors, offset))
 
-    def advance(
-        self,
-        stream: str,
-        floors: Mapping[int, Position],
-        records: Mapping[int, int],
-        limits: Mapping[int, Position],
-    ) -> dict[int, End]:
+    def advance(self, stream: str, floors: Positions, records: Mapping[int, int], limits: Positions) -> dict[int, End]:
         """``min(floor + N, limit)``: at most N records, since gaps only remove records (docs/systems/kafka.md)."""
         return {p: str(min(offset(floors[p]) + max(n, 0), offset(limits[p]))) for p, n in records.items()}
 
     def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
+        """A new topic; ``retention_ms`` its own ``retention.ms`` (-1: forever), else the broker's applies."""
         _not_internal(stream, "creating")
         count = _validate_count(partitions)
         config = {} if retention_ms is None else {RETENTION_MS: str(valid_retention(retention_ms))}

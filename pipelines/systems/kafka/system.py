@@ -11,10 +11,10 @@ the settings travel). See docs/systems/kafka.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from pipelines.systems.base import End, Position, ReadResult, Record, StreamMetadata
+from pipelines.systems.base import ComposedSystem, Position, Positions, StreamMetadata
 from pipelines.systems.kafka.admin import KafkaAdmin
 from pipelines.systems.kafka.client import KafkaClients
 from pipelines.systems.kafka.positions import SYSTEM
@@ -25,10 +25,13 @@ from pipelines.systems.kafka.settings import validate_settings
 from pipelines.systems.offsets import OffsetOrder
 
 
-class KafkaSystem(OffsetOrder):
+class KafkaSystem(OffsetOrder, ComposedSystem):
     """Kafka as an ``InputSystem``; clients are made on first use and are per process (it pickles to settings)."""
 
     system: str = SYSTEM
+    admin: KafkaAdmin
+    reader: KafkaReader
+    producer: KafkaProducer
 
     def __init__(self, settings: Mapping[str, Any], home: Any = None) -> None:
         """``home`` (a ``Home``) keeps the expansions this platform observed; without it nothing is held back."""
@@ -38,9 +41,9 @@ class KafkaSystem(OffsetOrder):
         self.brokers = self.settings.bootstrap_servers
         self.clients = KafkaClients(self.settings)
         self.admin = KafkaAdmin(self.clients, home)
-        self._reader = KafkaReader(self.clients)
+        self.reader = KafkaReader(self.clients)
         self._progress = KafkaProgress(self.clients, self.admin)
-        self._producer = KafkaProducer(self.clients)
+        self.producer = KafkaProducer(self.clients)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self._raw, "home": self.home}
@@ -57,36 +60,11 @@ class KafkaSystem(OffsetOrder):
         """The topic's partition count from the cluster's metadata; unknown topics and dead brokers are errors."""
         return self.admin.partition_count(stream)
 
-    def describe(self, stream: str) -> StreamMetadata:
-        return self.admin.describe(stream)
-
-    def end_positions(self, stream: str) -> dict[int, Position]:
-        return self.admin.end_positions(stream)
-
     def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
         return self.admin.positions_at(stream, at_ms)
 
     def identity(self, stream: str) -> str:
         return self.admin.identity(stream)
-
-    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int:
-        return self.admin.records_between(stream, partition, start, end)
-
-    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
-        return self.admin.read_limits(stream, floors)
-
-    def advance(
-        self,
-        stream: str,
-        floors: Mapping[int, Position],
-        records: Mapping[int, int],
-        limits: Mapping[int, Position],
-    ) -> dict[int, End]:
-        return self.admin.advance(stream, floors, records, limits)
-
-    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
-        """A new topic; ``retention_ms`` its own ``retention.ms`` (-1: forever), else the broker's applies."""
-        return self.admin.create(stream, partitions, retention_ms)
 
     def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
         return self.admin.set_retention(stream, retention_ms)
@@ -94,28 +72,15 @@ class KafkaSystem(OffsetOrder):
     def retention(self, stream: str) -> int | None:
         return self.admin.retention(stream)
 
-    def expand(self, stream: str, partitions: int) -> StreamMetadata:
-        return self.admin.expand(stream, partitions)
-
     # -------------------------------------------------------------- consumer
 
-    def read(
-        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
-    ) -> ReadResult:
-        return self._reader.read(stream, partition, start, end, columns=columns)
-
-    def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
+    def acknowledge(self, job: str, stream: str, positions: Positions) -> None:
         """Commit the job's floors to its consumer group, so Kafka's lag tools see its progress."""
         self._progress.acknowledge(job, stream, positions)
 
     def committed(self, group: str, stream: str) -> dict[int, Position]:
         """What a consumer group has committed on a topic (what lag tools read); partitions without a commit omitted."""
         return self._progress.committed(group, stream)
-
-    # -------------------------------------------------------------- producer
-
-    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
-        return self._producer.produce(stream, records)
 
     def close(self) -> None:
         self.clients.close()

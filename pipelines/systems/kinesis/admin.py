@@ -23,7 +23,7 @@ from typing import Any
 from pipelines.core.segments import RETAIN_FOREVER, retention_text, valid_retention
 from pipelines.core.shards import SHARD_END, ShardInfo, ShardPartitionMapper
 from pipelines.errors import ConfigError, StreamError
-from pipelines.systems.base import Bounded, End, PartitionMetadata, Position, StreamMetadata
+from pipelines.systems.base import Bounded, End, PartitionMetadata, Position, Positions, StreamMetadata
 from pipelines.systems.kinesis.client import KinesisClient, NotYet, Trimmed, recreated
 from pipelines.systems.kinesis.positions import (
     SYSTEM,
@@ -251,13 +251,7 @@ class KinesisAdmin:
         """Nothing is held back by position: children are simply not in any slot until their parents are done."""
         return {}
 
-    def advance(
-        self,
-        stream: str,
-        floors: Mapping[int, Position],
-        records: Mapping[int, int],
-        limits: Mapping[int, Position],
-    ) -> dict[int, End]:
+    def advance(self, stream: str, floors: Positions, records: Mapping[int, int], limits: Positions) -> dict[int, End]:
         """At most N records per slot, each slot's plan decided here with every slot's floor in view.
 
         ``floors`` must hold every slot of the stream in the job: a shard in a

@@ -11,10 +11,10 @@ executors unpickle (only the settings travel). Besides ``InputSystem`` it is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipelines.systems.base import End, Position, ReadResult, Record, StreamMetadata
+from pipelines.systems.base import ComposedSystem, Position, Positions, StreamMetadata
 from pipelines.systems.kinesis.admin import KinesisAdmin
 from pipelines.systems.kinesis.audit import KinesisAudit
 from pipelines.systems.kinesis.client import KinesisClient
@@ -24,10 +24,13 @@ from pipelines.systems.kinesis.reader import KinesisReader
 from pipelines.systems.kinesis.settings import KinesisSettings, validate_settings
 
 
-class KinesisSystem:
+class KinesisSystem(ComposedSystem):
     """Admin, consumer and producer of Kinesis streams in one region/endpoint (docs/systems/kinesis.md)."""
 
     system: str = SYSTEM
+    admin: KinesisAdmin
+    reader: KinesisReader
+    producer: KinesisProducer
 
     def __init__(self, settings: Mapping[str, Any] | KinesisSettings | None = None, home: Any = None) -> None:
         self._open(validate_settings(settings, "systems.kinesis"), home)
@@ -37,9 +40,9 @@ class KinesisSystem:
         self.home = home
         self._client = KinesisClient(self.settings)
         self.admin = KinesisAdmin(self._client)
-        self._reader = KinesisReader(self._client, self.admin)
+        self.reader = KinesisReader(self._client, self.admin)
         self._audit = KinesisAudit(self._client, self.admin)
-        self._producer = KinesisProducer(self._client, self.admin)
+        self.producer = KinesisProducer(self._client, self.admin)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self.settings, "home": self.home}
@@ -58,12 +61,6 @@ class KinesisSystem:
 
     # ---------------------------------------------------------------- admin (driver, operations)
 
-    def describe(self, stream: str) -> StreamMetadata:
-        return self.admin.describe(stream)
-
-    def end_positions(self, stream: str) -> dict[int, Position]:
-        return self.admin.end_positions(stream)
-
     def positions_at(self, stream: str, at_ms: int) -> dict[int, Position]:
         return self.admin.positions_at(stream, at_ms)
 
@@ -76,32 +73,11 @@ class KinesisSystem:
     def unread(self, stream: str, partition: int, records: Sequence[Position], position: Position) -> list[bool]:
         return self.admin.unread(stream, partition, records, position)
 
-    def records_between(self, stream: str, partition: int, start: Position, end: Position) -> int | None:
-        return self.admin.records_between(stream, partition, start, end)
-
-    def read_limits(self, stream: str, floors: Mapping[int, Position]) -> dict[int, Position | None]:
-        return self.admin.read_limits(stream, floors)
-
-    def advance(
-        self,
-        stream: str,
-        floors: Mapping[int, Position],
-        records: Mapping[int, int],
-        limits: Mapping[int, Position],
-    ) -> dict[int, End]:
-        return self.admin.advance(stream, floors, records, limits)
-
-    def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
-        return self.admin.create(stream, partitions, retention_ms)
-
     def retention(self, stream: str) -> int | None:
         return self.admin.retention(stream)
 
     def set_retention(self, stream: str, retention_ms: int | None) -> StreamMetadata:
         return self.admin.set_retention(stream, retention_ms)
-
-    def expand(self, stream: str, partitions: int) -> StreamMetadata:
-        return self.admin.expand(stream, partitions)
 
     # ---------------------------------------------------------------- optional abilities
 
@@ -137,18 +113,8 @@ class KinesisSystem:
 
     # ---------------------------------------------------------------- consumer (executors)
 
-    def read(
-        self, stream: str, partition: int, start: Position, end: End, *, columns: Sequence[str] | None = None
-    ) -> ReadResult:
-        return self._reader.read(stream, partition, start, end, columns=columns)
-
-    def acknowledge(self, job: str, stream: str, positions: Mapping[int, Position]) -> None:
+    def acknowledge(self, job: str, stream: str, positions: Positions) -> None:
         """Nothing: checkpoints live in the platform's Delta tables; the job model assigns shards, no KCL leases."""
-
-    # ---------------------------------------------------------------- producer (tests, demos)
-
-    def produce(self, stream: str, records: Iterable[Record]) -> list[tuple[int, Position]]:
-        return self._producer.produce(stream, records)
 
     def close(self) -> None:
         """Forget cached listings; clients, iterators and limiters are per process and shared, so they stay."""
