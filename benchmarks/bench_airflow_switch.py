@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from pipelines.runtime import launcher
 from pipelines.storage.home import Home
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.usage import Parser
+from testbed.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = "enrichment"
@@ -53,12 +53,6 @@ MOVES = ((1, 2), (2, 1))
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Airflow:

@@ -10,7 +10,7 @@ Figures (records/s of ``run_job`` available-now, Spark session start excluded):
   records/s, Kafka vs the embedded log.
 
 The Kafka broker is a real Apache Kafka broker, one KRaft node on 127.0.0.1
-with a 256 MB heap (``pipelines.servers.kafka_broker``), sharing this
+with a 256 MB heap (``testbed.servers.kafka_broker``), sharing this
 machine's cores with Spark: absolute Kafka figures say little about a real
 cluster; the ratios say what this module and the runtime cost.
 ``--bootstrap-servers`` runs against a broker that is already up instead (its
@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pipelines.runtime.session import build_session
-    from pipelines.servers.kafka_broker import KafkaBroker
     from pipelines.storage.home import Home
     from pipelines.systems.deltalog import DeltaLog
     from pipelines.systems.kafka import KafkaSystem
+    from testbed.servers.kafka_broker import KafkaBroker
 
     root = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     home = Home(root.resolve())

@@ -30,12 +30,12 @@ import tempfile
 import time
 from typing import Any
 
-from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_record
 from pipelines.usage import Parser
+from testbed.servers.kinesis_emulator import KinesisEmulator
 
 
 def records(n: int, keys: int = 500) -> list[tuple[bytes, bytes, None]]:

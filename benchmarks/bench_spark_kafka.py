@@ -9,7 +9,7 @@ parallelism than the topic has partitions with ``minPartitions``, which cuts eac
 into contiguous pieces read by separate tasks, so records of one key run concurrently and out of order. We
 reach it with key buckets (virtual tasks), so a key's records stay in one task, in order.
 
-The broker is a real Apache Kafka broker (one KRaft node on 127.0.0.1, ``pipelines.servers.kafka_broker``).
+The broker is a real Apache Kafka broker (one KRaft node on 127.0.0.1, ``testbed.servers.kafka_broker``).
 Its topics have 2 partitions; the records are keyed JSON events over ``--keys`` keys with a per-key ``seq``
 (``{"key": "key-3", "seq": 17, ...}``), placed by the key's hash as a Java producer places them. Two jobs,
 both running the same per-record function (``benchmarks.bench_runtime:process``: the demo enrichment, which
@@ -487,9 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pipelines.runtime.session import build_session
-    from pipelines.servers.kafka_broker import KafkaBroker
     from pipelines.storage.home import Home
     from pipelines.systems.kafka import KafkaSystem
+    from testbed.servers.kafka_broker import KafkaBroker
 
     root = Path(tempfile.mkdtemp(prefix="bench-spark-kafka-"))
     home = Home(root / "home")

@@ -6,7 +6,7 @@
 The fold is the example job's (``include/jobs/customer-totals.yaml``): per customer, the count of its events, the sum
 of their amounts and the last ``seq`` seen, after a simulated remote call of ``--latency-ms`` per record (run once
 more with none: the cheap fold). The input is one topic of 2 partitions on a real Apache Kafka broker (one KRaft
-node on 127.0.0.1, ``pipelines.servers.kafka_broker``), keyed JSON events over ``--keys`` keys.
+node on 127.0.0.1, ``testbed.servers.kafka_broker``), keyed JSON events over ``--keys`` keys.
 
 * **Spark**, as a Spark user writes it: ``readStream.format("kafka")`` -> ``groupBy(key)`` ->
   ``transformWithStateInPandas`` (a ``StatefulProcessor`` with a ``ValueState`` per key) with the RocksDB state
@@ -273,10 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.runtime.driver import run_job
     from pipelines.runtime.logs import jvm_stderr, quiet
     from pipelines.runtime.session import build_session
-    from pipelines.servers.kafka_broker import KafkaBroker
     from pipelines.state import layout
     from pipelines.storage.home import Home
     from pipelines.systems.kafka import KafkaSystem
+    from testbed.servers.kafka_broker import KafkaBroker
 
     root = Path(tempfile.mkdtemp(prefix="bench-spark-state-"))
     home = Home(root / "home")

@@ -7,7 +7,7 @@ What runs, in ONE SparkSession (``local[16]``; session start excluded), against 
 a local folder, and ``s3://<bucket>/bench`` on SeaweedFS (``weed mini`` on loopback, the test suite's store).
 Requests are counted afterwards, in a second process whose every client (boto3, pyarrow, delta-rs in its
 Python workers, hadoop-aws in its JVM for Spark's checkpoint) reaches the store through a counting proxy
-(``pipelines.servers.s3_proxy``), running the same fixed-cost batches and the top factor's job on a fresh
+(``testbed.servers.s3_proxy``), running the same fixed-cost batches and the top factor's job on a fresh
 S3 home: by kind, PUT, GET, LIST, HEAD, DELETE, POST. The timed runs do not go through the proxy, whose own
 latency would be the store's.
 
@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     top = max(factors)
 
     from pipelines.runtime.session import build_session
-    from pipelines.servers.s3 import running_s3
-    from pipelines.servers.s3_proxy import proxied
     from pipelines.storage.home import Home
+    from testbed.servers.s3 import running_s3
+    from testbed.servers.s3_proxy import proxied
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     with running_s3(scratch / "s3") as server:
@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
 def count_requests(args: Any) -> int:
     """The counting child: the fixed-cost batches and the top factor's job on a fresh S3 home, requests per batch."""
     from pipelines.runtime.session import build_session
-    from pipelines.servers.s3_proxy import ProxyProcess
     from pipelines.storage.home import Home
+    from testbed.servers.s3_proxy import ProxyProcess
 
     top = max(int(f) for f in args.factors.split(","))
     proxy = ProxyProcess(None, os.environ["AWS_ENDPOINT_URL"])  # the parent's

@@ -121,7 +121,7 @@ fetch_jvm_jars() {
 }
 # Spark's JVM libraries (Delta Lake, s3a, Spark's Kafka source), without what pyspark's own jars/ already ships.
 fetch_jvm_jars jvm/spark/pom.xml .jvm/spark-jars
-# An Apache Kafka broker and its tools, for the tests, the demo and the benchmarks (pipelines/servers/kafka_broker.py).
+# An Apache Kafka broker and its tools, for the tests, the demo and the benchmarks (testbed/servers/kafka_broker.py).
 fetch_jvm_jars jvm/kafka/pom.xml .jvm/kafka
 # A class-data archive of a Spark driver's classes (pipelines/runtime/jvm_archive.py): every driver maps it instead
 # of loading and verifying ~15,000 classes (a spark-submit's CPU roughly halves). Made once per JVM and jar set,

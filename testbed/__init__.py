@@ -1,7 +1,8 @@
-"""Hosts made of Linux namespaces on one machine, an S3 store and a standalone Spark cluster across them.
+"""The harness: local servers, free ports, and hosts made of Linux namespaces (docs/layout.md).
 
-Shared by the multi-host tests (``tests/cluster``) and the cluster benchmark (``benchmarks/bench_cluster.py``),
-which must not import from ``tests``: a top-level package like ``benchmarks``, run from the repository root,
-not part of the installed distribution (which is ``pipelines`` only). Linux only; needs CAP_NET_ADMIN and
-CAP_SYS_ADMIN (``hosts.require_namespaces`` names what is missing).
+Shared by the tests, the benchmarks (which must not import from ``tests``) and
+the Kafka and Kinesis demos: a top-level package run from the repository root,
+not part of the installed distribution (which is ``pipelines`` only), so a
+deployment never carries a test broker. The hosts need Linux with
+CAP_NET_ADMIN and CAP_SYS_ADMIN (``hosts.require_namespaces`` names what is missing).
 """

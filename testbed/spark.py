@@ -77,7 +77,8 @@ class SparkCluster:
         done = self.master.exec([sys.executable, "-I", "-S", "-c", code, web], timeout=timeout)
         if done.returncode != 0:
             raise OSError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no answer")
-        return json.loads(done.stdout)
+        state: dict[str, Any] = json.loads(done.stdout)
+        return state
 
     def logs_tail(self, lines: int = 30) -> str:
         """The last lines of the daemons' logs and of every executor's stderr, for failure messages."""

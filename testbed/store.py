@@ -1,4 +1,4 @@
-"""The object store of the test hosts: ``python -m pipelines.servers.s3`` run in a host, bound to its address.
+"""The object store of the test hosts: ``python -m testbed.servers.s3`` run in a host, bound to its address.
 
 The server is a process of that host (``Host.run``), so it dies with it; its
 data lives in the host's private ``/tmp``. What the other hosts need to reach
@@ -33,7 +33,7 @@ class StoreHost:
     def create_bucket(self, name: str | None = None) -> str:
         """Create a bucket (``bucket-<random>`` when unnamed) through the store's own S3 API, from its host."""
         name = name or f"bucket-{secrets.token_hex(6)}"
-        code = "import sys; from pipelines.servers.s3 import S3Server as S; "
+        code = "import sys; from testbed.servers.s3 import S3Server as S; "
         code += "S(*sys.argv[1:5]).create_bucket(sys.argv[5])"
         keys = [self.env[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")]
         done = self.host.python(code, *keys, name, timeout=60)
@@ -45,7 +45,7 @@ class StoreHost:
 @contextlib.contextmanager
 def start_store(host: Host, timeout: float = START_TIMEOUT_S) -> Iterator[StoreHost]:
     """Start the S3 server in ``host`` on ``host.ip``; yield once it serves; stop it (SIGTERM, then the kill)."""
-    cmd = [sys.executable, "-m", "pipelines.servers.s3", "--dir", DATA_DIR, "--ip", host.ip]
+    cmd = [sys.executable, "-m", "testbed.servers.s3", "--dir", DATA_DIR, "--ip", host.ip]
     proc = host.run(cmd, {"PYTHONUNBUFFERED": "1"}, log_name="s3")
     try:
         env = _wait_for_exports(proc, timeout)

@@ -1,6 +1,6 @@
 """The demo on Kinesis (``scripts/demo.sh --input kinesis``): a live job through rescales, a split and a merge.
 
-It starts kinesis-mock on the loopback interface (``pipelines.servers.kinesis_emulator``),
+It starts kinesis-mock on the loopback interface (``testbed.servers.kinesis_emulator``),
 creates a 2-shard stream, produces keyed events continuously, and runs the
 enrichment job on it as a live driver, through the steps the issue asks for:
 start at factor 1, scale up to 2, split a shard, merge two shards, scale down
@@ -24,8 +24,6 @@ from pipelines.errors import PipelinesError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
-from pipelines.quality.report import run_quality
-from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.storage.home import Home
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_slot
@@ -38,8 +36,11 @@ from .run import (
     _check,
     _refuse_a_home_of_others,
     _table,
-    _throughput,
     _wait_processing,
+    drain_and_verify,
+    from_testbed,
+    step_result,
+    whole_run,
 )
 
 STREAM = "events"
@@ -110,6 +111,8 @@ def run_kinesis_demo(
     if home.store.list(home.root):
         _refuse_a_home_of_others(home, JobConfig.load(JOB_CONFIG).name)
         home.store.delete_tree(home.root)
+    with from_testbed("kinesis"):
+        from testbed.servers.kinesis_emulator import KinesisEmulator
     emulator = KinesisEmulator()
     endpoint = emulator.start()
     say(f"home: {home.root}\nkinesis-mock on {endpoint}")
@@ -164,43 +167,18 @@ def run_kinesis_demo(
             model = ControlPlane(home).job_models.active(config.name)
             time.sleep(step_seconds)  # the job runs on the new model while records keep arriving
             _show_slots(home, config.name, model.version, say)
-            result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
-            result.version = model.version
-            if event is not None:
-                result.downtime_s = event.details.get("downtime_s")
-                result.replayed = event.details.get("records_replayed")
-                result.counts = event.details.get("dq_counts")
-                result.passed = event.details.get("dq") == "pass"
+            result = step_result(step, model, event)
             results.append(result)
             if on_step is not None:
                 on_step(result)
-        say("\n== drain: stop producing, let the job catch up, stop it at a batch boundary")
-        producer.halt.set()
-        producer.join(30)
-        target = scaling.end_positions(home, config.name)
-        version = ControlPlane(home).job_models.active_version(config.name)
-        assert version is not None
-        deadline = time.monotonic() + 300
-        while not scaling.lag_behind(home, config.name, version, target)[0] and time.monotonic() < deadline:
-            _check(producer, driver)
-            time.sleep(1)
-        driver.stop()
-        for result in results:
-            result.records, result.rate, result.lag_after = _throughput(home, config.name, result.version)
-        final = run_quality(home, config.name, sequence="seq")
-        say("  " + final.summary().replace("\n", "\n  "))
+        final = drain_and_verify(home, config.name, results, say, driver, producer)
     finally:
         producer.halt.set()
         if driver is not None and driver.is_alive():
             driver.stop()
         spark.stop()
         emulator.stop()
-    total = StepResult("whole run", results[-1].factor, results[-1].partitions, results[-1].tasks)
-    v = final.verdict
-    total.records = v.rows + v.dead_letters
-    total.counts = {"lost": v.lost, "duplicates": v.duplicates, "out_of_order": v.order_violations}
-    total.counts["misrouted"] = v.misrouted
-    total.passed = final.success
+    total = whole_run(results, final)
     say("\n" + _table(HEADERS, [r.row() for r in [*results, total]]))
     say(
         f"\n(input: {rate:,} records/s into Kinesis (kinesis-mock). partitions: the model's slots; lag after: "

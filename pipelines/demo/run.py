@@ -21,7 +21,7 @@ stops, the job drains its backlog, the whole run is verified, and three
 customers' state rows are read with Spark SQL beside their counts in the input.
 
 ``--input kafka`` runs the same story on a real Apache Kafka broker (one
-KRaft node on 127.0.0.1, ``pipelines.servers.kafka_broker``) that the demo
+KRaft node on 127.0.0.1, ``testbed.servers.kafka_broker``) that the demo
 starts and stops. Its expansion step adds partitions to the live topic with
 ``CreatePartitions``; the producer refreshes its metadata every second and the
 job holds the new partitions back for ``KAFKA_GRACE_MS`` (``expansion_grace_ms``),
@@ -30,24 +30,28 @@ so every key stays in order across the expansion.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from pipelines.adjunct.inspect import verify_store
 from pipelines.control import ControlPlane
+from pipelines.control.scaling_events import ScalingEvent
 from pipelines.core.metric_names import DURATION, LAG
+from pipelines.core.model import JobModel
 from pipelines.demo.enrich import CUSTOMERS
 from pipelines.demo.producer import KeyedEvents, produce
 from pipelines.errors import ConfigError, PipelinesError, StreamError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition, scaling
 from pipelines.operations.jobs import create_job
-from pipelines.quality.report import run_quality
+from pipelines.quality.report import QualityReport, run_quality
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
 from pipelines.storage.home import Home
@@ -229,6 +233,24 @@ class Driver(threading.Thread):
         self.join(timeout)
 
 
+@contextlib.contextmanager
+def from_testbed(demo: str) -> Iterator[None]:
+    """Import a local server from the repository's ``testbed/``, which the installed package leaves out.
+
+    The embedded demo needs no server; the Kafka and Kinesis demos start one, as the tests do, and a deployment
+    (docs/layout.md) runs its own: without a checkout beside it the demo says so instead of a traceback.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("testbed"):
+            raise
+        raise ConfigError(
+            f"the {demo} demo starts its own server from the repository's testbed/, which an installed package "
+            f"does not hold: run it from a checkout (scripts/demo.sh --input {demo})"
+        ) from None
+
+
 def _refuse_a_home_of_others(home: Home, demo_job: str) -> None:
     """The demo starts from an empty home; it wipes only a home that holds nothing but an earlier demo."""
     others = sorted(set(ControlPlane(home).job_models.jobs()) - {demo_job})
@@ -270,9 +292,10 @@ def run_demo(
     steps = steps or STEPS
     system: InputSystem
     if input == "kafka":
-        from pipelines.servers.kafka_broker import KafkaBroker
         from pipelines.systems.kafka import KafkaSystem
 
+        with from_testbed("kafka"):
+            from testbed.servers.kafka_broker import KafkaBroker
         broker = KafkaBroker()
         try:
             broker.start()
@@ -336,34 +359,12 @@ def run_demo(
             behind = falling_behind(home, config.name, model.version, step_started, config.trigger_interval)
             if behind:
                 say("  " + behind)
-            result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
-            result.version = model.version
+            result = step_result(step, model, event)
             result.state_keys, result.state_bytes = _state_size(home, config)
-            if event is not None:
-                result.downtime_s = event.details.get("downtime_s")
-                result.replayed = event.details.get("records_replayed")
-                result.counts = event.details.get("dq_counts")
-                result.passed = event.details.get("dq") == "pass"
             results.append(result)
             if on_step is not None:
                 on_step(result)
-        say("\n== drain: stop producing, let the job catch up, stop it at a batch boundary")
-        producer.halt.set()
-        producer.join(30)
-        customers.halt.set()
-        customers.join(30)
-        target = scaling.end_positions(home, config.name)
-        version = ControlPlane(home).job_models.active_version(config.name)
-        assert version is not None
-        deadline = time.monotonic() + 300
-        while not scaling.lag_behind(home, config.name, version, target)[0] and time.monotonic() < deadline:
-            _check(producer, driver, customers)
-            time.sleep(1)
-        driver.stop()
-        for result in results:  # each model's figures over its whole life, now that it has ended
-            result.records, result.rate, result.lag_after = _throughput(home, config.name, result.version)
-        final = run_quality(home, config.name, sequence="seq")
-        say("  " + final.summary().replace("\n", "\n  "))
+        final = drain_and_verify(home, config.name, results, say, driver, producer, customers)
         state_sample = _state_beside_input(spark, home, config, system)
         store = verify_store(home, config.name, CUSTOMERS)
         say(
@@ -382,14 +383,8 @@ def run_demo(
         system.close()
         if broker is not None:
             broker.close()
-    total = StepResult("whole run", results[-1].factor, results[-1].partitions, results[-1].tasks)
-    v = final.verdict
-    total.records = v.rows + v.dead_letters
-    total.counts = {"lost": v.lost, "duplicates": v.duplicates, "out_of_order": v.order_violations}
-    total.counts["misrouted"] = v.misrouted
-    total.counts.update({f"state:{s.state}": s.wrong for s in v.states})
+    total = whole_run(results, final)
     total.state_keys, total.state_bytes = _state_size(home, config)
-    total.passed = final.success
     say("\n" + _table(HEADERS, [r.row() for r in [*results, total]]))
     say(
         f"\n(input arrives at {rate:,} records/s. records/s: the model's processing rate over its batches; "
@@ -488,8 +483,63 @@ class _Part(Protocol):
     def error(self) -> BaseException | None: ...
 
 
-def _check(producer: _Part, driver: _Part | None, *others: _Part | None) -> None:
-    for part in (producer, driver, *others):
+def step_result(step: str, model: JobModel, event: ScalingEvent | None) -> StepResult:
+    """A step's row, from the model it left running and its scaling event (None: the start, which has none)."""
+    result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
+    result.version = model.version
+    if event is not None:
+        result.downtime_s = event.details.get("downtime_s")
+        result.replayed = event.details.get("records_replayed")
+        result.counts = event.details.get("dq_counts")
+        result.passed = event.details.get("dq") == "pass"
+    return result
+
+
+def drain_and_verify(
+    home: Home, job: str, results: list[StepResult], say: Any, driver: Driver, *producers: _Producing
+) -> QualityReport:
+    """Stop producing, let the job catch up, stop it at a batch boundary; each model's figures; the run's checks."""
+    say("\n== drain: stop producing, let the job catch up, stop it at a batch boundary")
+    for producer in producers:
+        producer.halt.set()
+        producer.join(30)
+    target = scaling.end_positions(home, job)
+    version = ControlPlane(home).job_models.active_version(job)
+    assert version is not None
+    deadline = time.monotonic() + 300
+    while not scaling.lag_behind(home, job, version, target)[0] and time.monotonic() < deadline:
+        _check(driver, *producers)
+        time.sleep(1)
+    driver.stop()
+    for result in results:  # each model's figures over its whole life, now that it has ended
+        result.records, result.rate, result.lag_after = _throughput(home, job, result.version)
+    final = run_quality(home, job, sequence="seq")
+    say("  " + final.summary().replace("\n", "\n  "))
+    return final
+
+
+def whole_run(results: list[StepResult], final: QualityReport) -> StepResult:
+    """The table's last row: the last model's shape, and the whole run's verdict."""
+    total = StepResult("whole run", results[-1].factor, results[-1].partitions, results[-1].tasks)
+    v = final.verdict
+    total.records = v.rows + v.dead_letters
+    total.counts = {"lost": v.lost, "duplicates": v.duplicates, "out_of_order": v.order_violations}
+    total.counts["misrouted"] = v.misrouted
+    total.counts.update({f"state:{s.state}": s.wrong for s in v.states})
+    total.passed = final.success
+    return total
+
+
+class _Producing(_Part, Protocol):
+    """A thread of the demo that produces until halted."""
+
+    halt: threading.Event
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+def _check(*parts: _Part | None) -> None:
+    for part in parts:
         if part is not None and part.error is not None:
             raise PipelinesError(f"the demo's {part.name} failed: {part.error}") from part.error
 

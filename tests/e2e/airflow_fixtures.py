@@ -52,6 +52,7 @@ import pytest
 from pipelines_airflow.sqlite import use_wal
 
 from pipelines.runtime.lifetime import tied_command
+from testbed.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -217,12 +218,6 @@ def _fernet_key() -> str:
     from cryptography.fernet import Fernet
 
     return Fernet.generate_key().decode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 def _port_is_free(port: int) -> bool:

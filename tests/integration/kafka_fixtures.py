@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.servers.kafka_broker import KafkaBroker
+from testbed.servers.kafka_broker import KafkaBroker
 
 SASL_USER = "pipelines-test"
 SASL_PREFIX = "sasl-"

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipelines.servers.s3 import S3Server, running_s3
+from testbed.servers.s3 import S3Server, running_s3
 
 
 @pytest.fixture(scope="session")

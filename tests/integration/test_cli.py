@@ -588,14 +588,31 @@ def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path: Path) -> Non
     "argv",
     [
         ["bash", "scripts/airflow.sh", "--port", "9090"],
+@pytest.mark.slow  # where the testbed is found after all, it starts a broker or an emulator
+@pytest.mark.parametrize("source", ["kafka", "kinesis"])
+def test_a_demo_whose_server_is_in_the_testbed_says_so_where_only_the_package_is_installed(
+    tmp_path: Path, source: str
+) -> None:
+    """The wheel holds ``pipelines`` only: outside a checkout the Kafka and Kinesis demos cannot start a server."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    argv = [sys.executable, "-m", "pipelines", "--home", str(tmp_path / "home"), "demo", "--input", source]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"error: the {source} demo starts its own server from the repository's testbed/, which an installed "
+        f"package does not hold: run it from a checkout (scripts/demo.sh --input {source})"
+    ]
+    assert list(tmp_path.iterdir()) == [], "nothing is written"
+
+
         ["bash", "scripts/faults.sh", "--runs", "many"],
         [sys.executable, "-m", "pipelines.demo.soak", "--minutes", "soon"],
-        [sys.executable, "-m", "pipelines.servers.s3", "--bogus"],
-        [sys.executable, "-m", "pipelines.servers.s3", "--dir", "scripts/test.sh"],
-        [sys.executable, "-m", "pipelines.servers.s3", "--dir", "{tmp}/s3", "--bucket", "Invoices_2026"],
-        [sys.executable, "-m", "pipelines.servers.kafka_broker", "--topic", "events:x"],
-        [sys.executable, "-m", "pipelines.servers.kafka_broker", "--sasl-user", "alice"],
-        [sys.executable, "-m", "pipelines.servers.kinesis_emulator", "70000"],
+        [sys.executable, "-m", "testbed.servers.s3", "--bogus"],
+        [sys.executable, "-m", "testbed.servers.s3", "--dir", "scripts/test.sh"],
+        [sys.executable, "-m", "testbed.servers.s3", "--dir", "{tmp}/s3", "--bucket", "Invoices_2026"],
+        [sys.executable, "-m", "testbed.servers.kafka_broker", "--topic", "events:x"],
+        [sys.executable, "-m", "testbed.servers.kafka_broker", "--sasl-user", "alice"],
+        [sys.executable, "-m", "testbed.servers.kinesis_emulator", "70000"],
         [sys.executable, "-m", "benchmarks.bench_core", "--factor", "x"],
         [sys.executable, "-m", "benchmarks.bench_rescale", "--steps", "0"],
     ],

@@ -7,7 +7,7 @@ import psutil
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.servers.s3 import S3Server
+from testbed.servers.s3 import S3Server
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pipelines.runtime.session import PACKAGE_ROOT, spark_env
-from pipelines.servers.s3 import S3Server
+from testbed.servers.s3 import S3Server
 from tests.integration.spark_fixtures import fast_jvm_confs
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 """A server started by the project dies with the process that started it, even when that process is killed.
 
-``python -m pipelines.servers.s3`` or ``.kinesis_emulator`` killed with ``kill -9`` (a closed terminal, a test
+``python -m testbed.servers.s3`` or ``.kinesis_emulator`` killed with ``kill -9`` (a closed terminal, a test
 worker ended by its controller) used to leave ``weed`` or ``node`` running in a session of its own, holding
 ports and CPU until someone found it. The Kafka broker starts its JVM the same way (``lifetime.tied_command``).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipelines.servers.s3 import running_s3
+from testbed.servers.s3 import running_s3
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize(
     ("module", "args", "program"),
-    [("pipelines.servers.s3", ["--dir", "{tmp}"], "weed"), ("pipelines.servers.kinesis_emulator", [], "node")],
+    [("testbed.servers.s3", ["--dir", "{tmp}"], "weed"), ("testbed.servers.kinesis_emulator", [], "node")],
     ids=["s3", "kinesis"],
 )
 def test_a_server_dies_with_its_killed_starter(module: str, args: list[str], program: str, tmp_path: Path) -> None:
@@ -67,9 +67,9 @@ def test_a_stopped_store_leaves_none_of_its_local_sockets_behind(tmp_path: Path)
 def test_the_brokers_ports_lie_below_the_ephemeral_range_so_a_restart_finds_them_free() -> None:
     """A broker restarted on its ports failed to bind its controller port once (a whole-suite run): while it was
     down, the port, picked by the kernel from the ephemeral range, had become some connection's local port."""
-    from pipelines.servers import kafka_broker
+    from testbed import ports as free
 
-    low = kafka_broker._ephemeral_low()
-    ports = kafka_broker._free_ports(3)
+    low = free._ephemeral_low()
+    ports = free.free_ports(3, below_ephemeral=True)
     assert len(set(ports)) == 3
     assert all(1024 <= port < low for port in ports), (ports, low)

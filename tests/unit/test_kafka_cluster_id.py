@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from pipelines.servers.kafka_broker import _cluster_id
+from testbed.servers.kafka_broker import _cluster_id
 
 pytestmark = pytest.mark.unit
 

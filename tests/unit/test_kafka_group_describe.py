@@ -1,8 +1,8 @@
-"""Parsing ``kafka-consumer-groups --describe`` (``pipelines.servers.kafka_broker.parse_group_describe``)."""
+"""Parsing ``kafka-consumer-groups --describe`` (``testbed.servers.kafka_broker.parse_group_describe``)."""
 
 from __future__ import annotations
 
-from pipelines.servers.kafka_broker import GroupOffset, parse_group_describe
+from testbed.servers.kafka_broker import GroupOffset, parse_group_describe
 
 WIDE = "{:<16}{:<16}{:<11}{:<16}{:<16}{:<16}{:<16}{:<16}{}"  # the tool's column widths
 IDLE_GROUP = "\n".join(

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.observe.systems import inspect_inputs
-from pipelines.servers.kafka_broker import KafkaBroker
 from pipelines.storage.home import Home
 from pipelines.systems.kafka import KafkaSystem
+from testbed.servers.kafka_broker import KafkaBroker
 from tests.integration.kafka_fixtures import new_topic
 
 

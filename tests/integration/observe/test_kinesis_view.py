@@ -9,9 +9,9 @@ import pytest
 
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
 from pipelines.observe.systems import inspect_inputs
-from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.storage.home import Home
 from pipelines.systems.kinesis import KinesisSystem
+from testbed.servers.kinesis_emulator import KinesisEmulator
 
 
 @pytest.fixture(scope="module")

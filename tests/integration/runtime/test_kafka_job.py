@@ -36,9 +36,9 @@ from pipelines.operations.lost import skip_lost
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import batch_budget, run_job
-from pipelines.servers.kafka_broker import KafkaBroker
 from pipelines.storage.home import Home
 from pipelines.systems.kafka import KafkaSystem
+from testbed.servers.kafka_broker import KafkaBroker
 from tests.integration.kafka_fixtures import SASL_PREFIX, new_topic, sasl_settings
 
 from .jobs import DEMO, SeqProducer, misrouted, order_violations, sink

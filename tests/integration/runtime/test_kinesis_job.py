@@ -26,10 +26,10 @@ from pipelines.operations.lost import skip_lost
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import requests
 from pipelines.runtime.driver import run_job
-from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.storage.home import Home
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_slot
+from testbed.servers.kinesis_emulator import KinesisEmulator
 from tests.integration.systems.kpl import kpl_pack
 
 from .jobs import DEMO, SeqProducer, misrouted, order_violations, sink

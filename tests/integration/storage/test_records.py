@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.servers.s3 import S3Server
 from pipelines.storage.location import Location, local, parse
 from pipelines.storage.objects import ObjectStore, store_for
 from pipelines.storage.records import VersionedRecord, Watch, take
+from testbed.servers.s3 import S3Server
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])  # S3: a server, so slow

@@ -18,14 +18,14 @@ import pytest
 from pipelines.control import ControlPlane
 from pipelines.deltaio import read_delta
 from pipelines.runtime import fetch
-from pipelines.servers.s3 import S3Server
-from pipelines.servers.s3_proxy import proxied
 from pipelines.storage.home import Home
 from pipelines.storage.location import parse
 from pipelines.storage.objects import S3Store
 from pipelines.storage.records import VersionedRecord, take
 from pipelines.storage.s3config import S3Settings
 from pipelines.systems.deltalog import DeltaLog
+from testbed.servers.s3 import S3Server
+from testbed.servers.s3_proxy import proxied
 from tests.integration.runtime.jobs import SeqProducer, job, order_violations, sink
 
 REPO = Path(__file__).resolve().parents[3]
@@ -269,7 +269,7 @@ def test_the_store_stopped_for_10_s_mid_run_is_waited_out_and_loses_nothing(
     import faulthandler
     import warnings
 
-    from pipelines.servers.s3 import paused
+    from testbed.servers.s3 import paused
 
     producer = SeqProducer(DeltaLog(s3_home.streams), "events", 2, keys=16)
     config = job(s3_home, "s3_outage", 2, max_records=100)
@@ -320,7 +320,7 @@ def test_two_threads_sharing_a_control_table_while_the_store_is_frozen_leave_the
     lock holding the GIL: every thread of the process stood still for delta-rs's 180 s retry window (the whole
     suite's S3 outage test, its stacks kept by faulthandler)."""
     from pipelines.errors import StoreUnavailableError
-    from pipelines.servers.s3 import paused
+    from testbed.servers.s3 import paused
 
     metrics = ControlPlane(s3_home).metrics
     row = {"job": "shared", "model_version": 1, "batch_id": 0, "metric": "heartbeat", "value": 1.0}
@@ -365,7 +365,7 @@ def test_a_look_at_a_table_on_a_store_that_does_not_answer_leaves_the_processs_o
     """delta-rs's ``is_deltatable`` held the GIL while it waited for a frozen store: every thread of the process
     (a driver's heartbeat, its stop requests, this test's own) stood still for its 180 s retry window."""
     from pipelines.deltaio import is_table
-    from pipelines.servers.s3 import paused
+    from testbed.servers.s3 import paused
 
     SeqProducer(DeltaLog(s3_home.streams), "events", 1, keys=2).produce(4)
     looked: list[bool] = []

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from pipelines.control.locks import ScalingInProgressError
-from pipelines.servers.s3 import S3Server
 from pipelines.storage.clock import PROBES, store_clock
 from pipelines.storage.home import Home
+from testbed.servers.s3 import S3Server
 from tests.skew import SkewedHost
 
 pytestmark = pytest.mark.integration

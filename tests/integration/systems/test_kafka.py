@@ -29,11 +29,11 @@ from pipelines.errors import ConfigError, PartitionChangeError, StreamError
 from pipelines.jobs.config import JobConfig
 from pipelines.operations import repartition
 from pipelines.operations.jobs import create_job
-from pipelines.servers.kafka_broker import KafkaBroker
 from pipelines.storage.home import Home
 from pipelines.systems.base import Bounded, InputSystem, SupportsCommitted, SupportsIdentity, SupportsStartAtTime
 from pipelines.systems.kafka import KafkaSystem, position_key, validate_settings
 from pipelines.systems.kafka.expansions import ExpansionLog
+from testbed.servers.kafka_broker import KafkaBroker
 from tests.integration.kafka_fixtures import SASL_PASSWORD_ENV, SASL_PREFIX, new_topic, sasl_settings, unique_topic
 from tests.integration.systems.contract import check_input_system_contract
 

@@ -23,7 +23,6 @@ from botocore.stub import Stubber
 
 from pipelines.core.shards import SHARD_END
 from pipelines.errors import ConfigError, StreamError
-from pipelines.servers.kinesis_emulator import KinesisEmulator
 from pipelines.systems.base import (
     Bounded,
     InputSystem,
@@ -36,6 +35,7 @@ from pipelines.systems.base import (
 from pipelines.systems.kinesis import KinesisSystem, position_key, validate_settings
 from pipelines.systems.kinesis.positions import SlotPosition, decode_slot
 from pipelines.systems.registry import open_system
+from testbed.servers.kinesis_emulator import KinesisEmulator
 from tests.integration.systems.contract import check_input_system_contract
 from tests.integration.systems.kpl import AGGREGATE, kpl_pack
 

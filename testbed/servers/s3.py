@@ -24,7 +24,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from typing import Any
 from pipelines.runtime.lifetime import tied_command
 from pipelines.storage import location
 from pipelines.usage import Parser
+from testbed.ports import free_ports
 
 START_TIMEOUT_S = 60.0
 LOOPBACK = "127.0.0.1"
@@ -118,7 +118,7 @@ def running_s3(data_dir: Path, *, ip: str = LOOPBACK, timeout: float = START_TIM
     config = data_dir / "s3-identity.json"
     config.write_text(json.dumps({"identities": [_identity(identity)]}))
     config.chmod(0o600)
-    ports = _free_port_pairs(len(_PAIRED) + len(_SINGLE), ip)
+    ports = free_ports(len(_PAIRED) + len(_SINGLE), ip, also_free_at=GRPC_OFFSET)
     flags = [f"-{flag}={port}" for flag, port in zip(_PAIRED + _SINGLE, ports, strict=True)]
     server = S3Server(f"http://{ip}:{ports[_PAIRED.index('s3.port')]}", identity.access_key, identity.secret_key)
     cmd = [
@@ -213,32 +213,6 @@ def _remove_sockets(ports: list[int]) -> None:
                     path.unlink()
 
 
-def _free_port_pairs(n: int, ip: str = LOOPBACK) -> list[int]:
-    """``n`` ports P free on ``ip``, each with P + GRPC_OFFSET free as well, all distinct."""
-    held: list[socket.socket] = []
-    chosen: list[int] = []
-    try:
-        while len(chosen) < n:
-            first = socket.socket()
-            first.bind((ip, 0))
-            held.append(first)
-            port = first.getsockname()[1]
-            if port + GRPC_OFFSET > 65535:
-                continue
-            second = socket.socket()
-            try:
-                second.bind((ip, port + GRPC_OFFSET))
-            except OSError:
-                second.close()
-                continue
-            held.append(second)
-            chosen.append(port)
-        return chosen
-    finally:
-        for s in held:
-            s.close()
-
-
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -262,8 +236,8 @@ def _bucket(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipelines.servers.s3 --dir DIR [--ip ADDRESS] [--bucket NAME]``: a store until Ctrl-C or SIGTERM."""
-    parser = Parser(prog="python -m pipelines.servers.s3", description=main.__doc__)
+    """``python -m testbed.servers.s3 --dir DIR [--ip ADDRESS] [--bucket NAME]``: a store until Ctrl-C or SIGTERM."""
+    parser = Parser(prog="python -m testbed.servers.s3", description=main.__doc__)
     parser.add_argument("--dir", type=_folder, required=True, help="where the store keeps its data")
     parser.add_argument("--ip", default=LOOPBACK, help="the one address it listens on (default 127.0.0.1)")
     parser.add_argument("--bucket", type=_bucket, action="append", default=[], help="a bucket to create (repeatable)")

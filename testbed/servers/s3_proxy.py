@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -245,12 +246,13 @@ class ProxyProcess:
 @contextmanager
 def proxied(upstream: str, *, strip_conditions: bool = False, credentials: Any = None) -> Iterator[ProxyProcess]:
     """A proxy to ``upstream`` in a child process on 127.0.0.1, killed on the way out."""
-    argv = [sys.executable, "-m", "pipelines.servers.s3_proxy", upstream]
+    argv = [sys.executable, "-m", "testbed.servers.s3_proxy", upstream]
     env = dict(os.environ)
     if strip_conditions:
         argv.append("--strip-conditions")
         env["S3_PROXY_CREDENTIALS"] = json.dumps(list(credentials))  # not on the command line
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env)
+    root = Path(__file__).resolve().parents[2]  # where ``testbed`` is importable from, whatever the caller's folder
+    proc = subprocess.Popen(argv, cwd=root, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
@@ -265,7 +267,7 @@ def proxied(upstream: str, *, strip_conditions: bool = False, credentials: Any =
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipelines.servers.s3_proxy UPSTREAM [--strip-conditions]``: prints its endpoint, serves."""
+    """``python -m testbed.servers.s3_proxy UPSTREAM [--strip-conditions]``: prints its endpoint, serves."""
     args = list(sys.argv[1:] if argv is None else argv)
     strip = "--strip-conditions" in args
     upstream = next(a for a in args if not a.startswith("--"))

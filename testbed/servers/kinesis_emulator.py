@@ -15,7 +15,7 @@ What it gets wrong (docs/systems/kinesis.md): a closed shard's EndingSequenceNum
 ``KinesisSystem`` detects a shard's end by ``NextShardIterator`` None; and it
 never throttles, so the throttling path is tested with botocore's Stubber.
 
-Run it by hand with ``python -m pipelines.servers.kinesis_emulator`` (prints the endpoint, Ctrl-C stops it).
+Run it by hand with ``python -m testbed.servers.kinesis_emulator`` (prints the endpoint, Ctrl-C stops it).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from types import TracebackType
 from pipelines.errors import ConfigError
 from pipelines.runtime.lifetime import tied_command
 from pipelines.usage import Parser
+from testbed.ports import free_port
 
 _REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -41,12 +42,6 @@ HOST = "127.0.0.1"
 def install_dir() -> Path:
     """Where the emulator is installed: ``KINESIS_MOCK_DIR`` or the repository's ``tools/kinesis-mock``."""
     return Path(os.environ.get("KINESIS_MOCK_DIR") or _REPO / "tools" / "kinesis-mock")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def _require_free(port: int) -> None:
@@ -62,7 +57,7 @@ class KinesisEmulator:
     """One kinesis-mock process; ``with KinesisEmulator() as endpoint_url: ...``."""
 
     def __init__(self, port: int | None = None, startup_timeout_s: float = 60.0) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port(HOST)
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -138,8 +133,8 @@ def _port(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipelines.servers.kinesis_emulator [PORT]``: kinesis-mock on 127.0.0.1 until Ctrl-C."""
-    parser = Parser(prog="python -m pipelines.servers.kinesis_emulator", description=main.__doc__)
+    """``python -m testbed.servers.kinesis_emulator [PORT]``: kinesis-mock on 127.0.0.1 until Ctrl-C."""
+    parser = Parser(prog="python -m testbed.servers.kinesis_emulator", description=main.__doc__)
     parser.add_argument("port", nargs="?", type=_port, help="the port to listen on (default: a free one)")
     args = parser.parse_args(argv)
     emulator = KinesisEmulator(args.port)

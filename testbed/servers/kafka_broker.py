@@ -19,7 +19,7 @@ clients. ``close()`` also removes a log directory the broker made itself.
 Kafka's own command-line tools run from the same jars: ``consumer_groups``
 runs ``kafka-consumer-groups --describe`` and parses its table.
 
-Run one by hand with ``python -m pipelines.servers.kafka_broker [--sasl-user NAME:PASSWORD]``
+Run one by hand with ``python -m testbed.servers.kafka_broker [--sasl-user NAME:PASSWORD]``
 (prints the bootstrap addresses; Ctrl-C stops it).
 """
 
@@ -32,10 +32,8 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -60,6 +58,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-
 
 from pipelines.runtime.lifetime import tied_command
 from pipelines.usage import Parser
+from testbed.ports import free_ports
 
 HOST = "127.0.0.1"
 JARS = Path(__file__).resolve().parents[2] / ".jvm" / "kafka"
@@ -128,7 +127,7 @@ class KafkaBroker:
         self.partitions = partitions
         self.heap_mb = heap_mb
         self.start_timeout_s = start_timeout_s
-        ports = _free_ports(3)
+        ports = free_ports(3, HOST, below_ephemeral=True)  # a restart binds them again
         self.port, self.controller_port, self.sasl_port = ports
         self.bootstrap = f"{HOST}:{self.port}"
         self.sasl_bootstrap = f"{HOST}:{self.sasl_port}" if self.sasl_users else None
@@ -429,63 +428,6 @@ def _cluster_id() -> str:
             return text
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports on 127.0.0.1 below the kernel's ephemeral range (held together while picked).
-
-    The broker is started again on its own ports (a restart keeps its clients' bootstrap address), and while it
-    is down a port of the ephemeral range can be taken as the local port of any outgoing connection: its own
-    clients reconnect to it many times a second. A restart then failed "Address already in use" for its
-    controller port, and every later test of the session's broker with it. Ports below the range are never
-    handed out that way; on a machine whose range leaves none below it, any free port is taken as before.
-    """
-    low = _ephemeral_low()
-    if low - _BELOW_EPHEMERAL < 1024:
-        return _any_free_ports(count)
-    pick = random.SystemRandom()
-    held: list[socket.socket] = []
-    try:
-        for _ in range(1000):
-            if len(held) == count:
-                break
-            s = socket.socket()
-            try:
-                s.bind((HOST, pick.randrange(low - _BELOW_EPHEMERAL, low)))
-            except OSError:  # taken: another try
-                s.close()
-                continue
-            held.append(s)
-        if len(held) < count:
-            return _any_free_ports(count)
-        return [int(s.getsockname()[1]) for s in held]
-    finally:
-        for s in held:
-            s.close()
-
-
-_BELOW_EPHEMERAL = 8000
-"""How far below the ephemeral range the broker's ports are picked."""
-
-
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (Linux's default 32768 where it cannot be read)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _any_free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports the kernel picks (held together while picked, so they differ)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind((HOST, 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _java_binary() -> str:
     home = os.environ.get("JAVA_HOME")
     if home and (Path(home) / "bin" / "java").exists():
@@ -516,7 +458,7 @@ def _topic(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = Parser(prog="python -m pipelines.servers.kafka_broker", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m testbed.servers.kafka_broker", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--sasl-user", type=_sasl_user, action="append", default=[], help="NAME:PASSWORD for the SASL/PLAIN listener"
     )
