@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import pyarrow.compute as pc
 
 from pipelines.core.adjunct import Fraction
 from pipelines.core.hashing import hashes_of
+from pipelines.storage.hostlocal import published
 
 __all__ = ["FILE_OVERHEAD", "Base", "BaseId", "hashes_of"]
 
@@ -86,23 +85,11 @@ class Base:
 
     def write(self, directory: Path) -> Path:
         """Publish atomically: temporary file, fsync, rename; the file never changes afterwards."""
-        directory.mkdir(parents=True, exist_ok=True)
         final = directory / self.ident.file_name
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".build-", suffix=".arrow")
-        try:
-            with os.fdopen(fd, "wb") as raw:
-                schema = self.table.schema.with_metadata({"format": FILE_FORMAT, "entries": str(len(self))})
-                with pa.ipc.new_file(raw, schema) as writer:
-                    writer.write_table(
-                        self.table.replace_schema_metadata(schema.metadata), max_chunksize=max(len(self), 1)
-                    )
-                raw.flush()
-                os.fsync(raw.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with published(final) as raw:
+            schema = self.table.schema.with_metadata({"format": FILE_FORMAT, "entries": str(len(self))})
+            with pa.ipc.new_file(raw, schema) as writer:
+                writer.write_table(self.table.replace_schema_metadata(schema.metadata), max_chunksize=max(len(self), 1))
         return final
 
     @classmethod

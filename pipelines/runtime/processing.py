@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from pipelines.core.state import StateColumn, StateError, StateSpec, StateValueError, column_checker
 from pipelines.faults import crash_point
-from pipelines.jobs.process import TaskContext, is_per_record, load_process_function, records
+from pipelines.jobs.process import Record, TaskContext, is_per_record, load_process_function, records
 from pipelines.runtime import schemas
 from pipelines.runtime.markers import TaskMarker
 
@@ -231,13 +231,8 @@ class _Keyed:
     ) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
         rows: list[tuple[int, dict[str, Any]]] = []
         dead: list[tuple[int, str]] = []
-        streams, partitions, offsets, keys, values = (
-            batch.column(name).to_pylist() for name in ("stream", "partition", "offset", "key", "value")
-        )
-        stamps = column_values(batch.column("timestamp"))
-        headers = batch.column("headers").to_pylist()
         states, fits = self.states, self.fits
-        for i, record in enumerate(records(streams, partitions, offsets, keys, values, stamps, headers)):
+        for i, record in enumerate(batch_records(batch)):
             states.begin()
             try:
                 out = fn(record, ctx)
@@ -388,17 +383,21 @@ def _user_table(rows: list[tuple[int, dict[str, Any]]], user_schema: pa.Schema) 
     return pa.Table.from_pydict({n: [row.get(n) for _, row in rows] for n in user_schema.names}, schema=user_schema)
 
 
+def batch_records(batch: pa.RecordBatch) -> Iterator[Record]:
+    """The records a per-record function is called with, from a batch of the source's columns."""
+    streams, partitions, offsets, keys, values = (
+        batch.column(name).to_pylist() for name in ("stream", "partition", "offset", "key", "value")
+    )
+    stamps = column_values(batch.column("timestamp"))
+    return records(streams, partitions, offsets, keys, values, stamps, batch.column("headers").to_pylist())
+
+
 def _run_per_record(
     fn: Any, batch: pa.RecordBatch, ctx: TaskContext
 ) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
     rows: list[tuple[int, dict[str, Any]]] = []
     dead: list[tuple[int, str]] = []
-    streams, partitions, offsets, keys, values = (
-        batch.column(name).to_pylist() for name in ("stream", "partition", "offset", "key", "value")
-    )
-    stamps = column_values(batch.column("timestamp"))
-    headers = batch.column("headers").to_pylist()
-    for i, record in enumerate(records(streams, partitions, offsets, keys, values, stamps, headers)):
+    for i, record in enumerate(batch_records(batch)):
         try:
             out = fn(record, ctx)
         except Exception as e:

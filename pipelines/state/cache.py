@@ -36,7 +36,7 @@ from pipelines.deltaio import file_batches, read_delta
 from pipelines.state import layout
 from pipelines.state.durable import StateTables, TailRetired, disjoint, fraction_mask
 from pipelines.storage.home import Home
-from pipelines.storage.hostlocal import LOCAL_DIR_ENV
+from pipelines.storage.hostlocal import LOCAL_DIR_ENV, published
 
 log = logging.getLogger(__name__)
 
@@ -130,29 +130,16 @@ def _to_cache_schema(table: pa.Table | pa.RecordBatch, names: Sequence[str]) -> 
 
 def _write_base(directory: Path, fraction: Fraction, segment: int, batches: Iterator[pa.RecordBatch]) -> Path:
     """Publish a base atomically: a temporary file, fsync, rename; it never changes afterwards."""
-    directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"f{fraction.bucket}of{fraction.factor}-s{segment}.arrow"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".build-", suffix=".arrow")
-    writer = None
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            for batch in batches:
-                if writer is None:
-                    schema = batch.schema.with_metadata({"format": FILE_FORMAT})
-                    writer = pa.ipc.new_file(raw, schema)
-                if batch.num_rows:
-                    writer.write_batch(batch.replace_schema_metadata({"format": FILE_FORMAT}))
-            if writer is not None:
-                writer.close()
-            raw.flush()
-            os.fsync(raw.fileno())
-        if writer is None:  # no batch at all: an empty base is named by an empty file
-            Path(tmp).write_bytes(b"")
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with published(final) as raw:  # no batch at all: an empty base is named by an empty file
+        writer = None
+        for batch in batches:
+            if writer is None:
+                writer = pa.ipc.new_file(raw, batch.schema.with_metadata({"format": FILE_FORMAT}))
+            if batch.num_rows:
+                writer.write_batch(batch.replace_schema_metadata({"format": FILE_FORMAT}))
+        if writer is not None:
+            writer.close()
     return final
 
 

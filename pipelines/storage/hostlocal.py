@@ -10,9 +10,13 @@ state: the control plane in the home holds everything that matters.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from pipelines.storage.location import Location
 from pipelines.storage.objects import ObjectStore
@@ -31,6 +35,27 @@ def host_dir(root: Location, *parts: str) -> Path:
         digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
         folder = Path(base, f"{root.bucket}-{digest}", *parts)
     return folder
+
+
+@contextlib.contextmanager
+def published(final: Path) -> Iterator[BinaryIO]:
+    """Write ``final`` whole or not at all, and durably: a temporary file beside it, fsync, rename.
+
+    A host's cache files are mapped by readers that never take a lock, so a file is never seen half-written, and
+    it is never changed once published; the temporary file goes on any exception, an interrupt included.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".build-", suffix=final.suffix)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            yield raw
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def pull(store: ObjectStore, remote: Location, local: Path, *, changed_only: bool = False) -> dict[str, str]:
