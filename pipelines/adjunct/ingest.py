@@ -46,7 +46,8 @@ from pipelines.core.adjunct import (
     judge_store,
     serving_generation,
 )
-from pipelines.errors import PipelinesError, StoreError
+from pipelines.core.groupers import check_growth
+from pipelines.errors import PartitionChangeError, PipelinesError, StoreError
 from pipelines.faults import crash_point
 from pipelines.storage.clock import store_clock
 from pipelines.storage.home import Home
@@ -413,11 +414,10 @@ def _open_store(
     log.info("store %s of job %s: %s (%s): %s", config.name, job, validity.found.value, validity.reason, recovery)
     if recovery.action is Action.KEEP:
         assert previous is not None
-        if meta.partition_count % previous.root:
-            raise StoreError(
-                f"store {config.name!r}: {config.input} has {meta.partition_count} partitions, not a multiple of the "
-                f"{previous.root} it had when the store was created; expand streams only by multiples"
-            )
+        try:  # the store's parts are laid out by the count it was created with
+            check_growth(f"{config.input} (since the store was created)", previous.root, meta.partition_count)
+        except PartitionChangeError as e:
+            raise StoreError(f"store {config.name!r}: {e}") from None
         positions = {**earliest, **previous.positions}
         state = previous.next(positions=positions, recovery=f"{validity.found.value}: {recovery}")
         start = dict(positions)

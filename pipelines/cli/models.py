@@ -11,7 +11,7 @@ from pathlib import Path
 from pipelines.cli.output import Output, container_order, sorted_offsets, ssp_order, table, task_order
 from pipelines.cli.streams import open_system, settings
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
-from pipelines.core.groupers import plan_job_model
+from pipelines.core.groupers import check_growth, plan_job_model
 from pipelines.core.hashing import validate_factor
 from pipelines.core.limits import check_partition_count, check_task_count
 from pipelines.core.model import JobModel
@@ -74,11 +74,7 @@ def migrate(args: argparse.Namespace, home: Home, output: Output) -> None:
     if args.partitions is not None:
         check_partition_count(args.partitions, "--partitions")
         target = _grown_stream(counts, args.stream)
-        if args.partitions < counts[target]:
-            raise PartitionChangeError(
-                f"--partitions {args.partitions} is fewer than the {counts[target]} partitions of {target} in the "
-                "checkpoint map; partitions can be added, never removed (their unread records would be lost)"
-            )
+        check_growth(f"--partitions: {target} in the checkpoint map", counts[target], args.partitions)
         new_counts[target] = args.partitions
     if not isinstance(args.earliest, str) or not args.earliest.strip():
         raise ConfigError("--earliest must be a non-empty offset")

@@ -277,18 +277,27 @@ def check_partition_change(
     """Refuse input changes that would lose data or break key-to-task stability."""
     for stream, old in sorted(before.items()):
         new = after.get(stream)
-        if new is None:
-            continue  # an input removed from the job's config is the user's choice
-        if new < old:
-            raise PartitionChangeError(
-                f"input {stream} shrank from {old} to {new} partitions; partitions cannot be removed "
-                "without losing their unread records, so the job stays on its current model"
-            )
-        if fixed_task_num and new % old:
-            raise PartitionChangeError(
-                f"input {stream} grew from {old} to {new} partitions, which is not a multiple of {old}; "
-                "keys stay with their tasks (SEP-5) only when the count is multiplied"
-            )
+        if new is not None:  # an input removed from the job's config is the user's choice
+            check_growth(f"input {stream}", old, new, multiple=fixed_task_num)
+
+
+def check_growth(what: str, old: int, new: int, *, multiple: bool = True) -> None:
+    """The one rule for a partition count going from ``old`` to ``new``: every expansion, planned or found, and
+    every migration of a checkpoint map to more partitions is held to it (docs/design.md, "Order across
+    repartitioning"). Partitions are never removed; and, where keys must keep their task and their order
+    (SEP-5, and every input this platform expands), the count is only multiplied, so a key moves from
+    partition p only to partitions p' with p' mod old == p.
+    """
+    if new < old:
+        raise PartitionChangeError(
+            f"{what} goes from {old} to {new} partitions: partitions can be added, never removed "
+            "(their unread records would be lost)"
+        )
+    if multiple and new % old:
+        raise PartitionChangeError(
+            f"{what} goes from {old} to {new} partitions, which is not a multiple of {old}: keys keep their "
+            f"order and their tasks (SEP-5) only when the count is multiplied, e.g. to {2 * old} or {3 * old}"
+        )
 
 
 def _locality_key(

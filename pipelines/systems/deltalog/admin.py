@@ -17,9 +17,10 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from pipelines.core.batchplan import expansion_holds
+from pipelines.core.groupers import check_growth
 from pipelines.core.segments import valid_retention
 from pipelines.deltaio import create_table, is_table
-from pipelines.errors import PartitionChangeError, StreamError
+from pipelines.errors import StreamError
 from pipelines.systems.base import End, Expansion, Position, Positions, StreamMetadata
 from pipelines.systems.deltalog.layout import (
     META_KEY,
@@ -76,17 +77,7 @@ class DeltaLogAdmin:
             current = snap.partitions
             if count == current:
                 return snap.describe(stream)
-            if count < current:
-                raise PartitionChangeError(
-                    f"stream {stream!r} has {current} partitions; shrinking to {count} is not possible "
-                    "(keys would lose their order and partitions their offsets)"
-                )
-            if count % current:
-                raise PartitionChangeError(
-                    f"stream {stream!r} has {current} partitions; the new count must be a multiple of it "
-                    f"(e.g. {2 * current} or {3 * current}), got {count}, so that every key moves from "
-                    f"partition p only to partitions p' with p' mod {current} == p"
-                )
+            check_growth(f"stream {stream!r}", current, count)
             expansion = Expansion(
                 from_partitions=current,
                 to_partitions=count,

@@ -26,8 +26,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no 'as' re-
     ResourceType,
 )
 
+from pipelines.core.groupers import check_growth
+from pipelines.core.limits import check_partition_count
 from pipelines.core.segments import valid_retention
-from pipelines.errors import ConfigError, PartitionChangeError, StreamError
+from pipelines.errors import ConfigError, StreamError
 from pipelines.systems.base import End, PartitionMetadata, Position, Positions, StreamMetadata
 from pipelines.systems.kafka.client import KafkaClients
 from pipelines.systems.kafka.expansions import ExpansionLog
@@ -217,7 +219,7 @@ class KafkaAdmin:
     def create(self, stream: str, partitions: int, retention_ms: int | None = None) -> StreamMetadata:
         """A new topic; ``retention_ms`` its own ``retention.ms`` (-1: forever), else the broker's applies."""
         _not_internal(stream, "creating")
-        count = _validate_count(partitions)
+        count = check_partition_count(partitions)
         config = {} if retention_ms is None else {RETENTION_MS: str(valid_retention(retention_ms))}
         timeout_s = self.clients.timeout_s
         futures = self.clients.admin().create_topics(
@@ -275,20 +277,11 @@ class KafkaAdmin:
     def expand(self, stream: str, partitions: int) -> StreamMetadata:
         """Grow to a multiple of the current count with ``CreatePartitions``; the current count is a no-op."""
         _not_internal(stream, "adding partitions to")
-        count = _validate_count(partitions)
+        count = check_partition_count(partitions)
         current = self.partition_count(stream)
         if count == current:
             return self.describe(stream)
-        if count < current:
-            raise PartitionChangeError(
-                f"Kafka topic {stream!r} has {current} partitions; Kafka cannot shrink a topic to {count}"
-            )
-        if count % current:
-            raise PartitionChangeError(
-                f"Kafka topic {stream!r} has {current} partitions; the new count must be a multiple of it "
-                f"(e.g. {2 * current} or {3 * current}), got {count}, so that every key moves from "
-                f"partition p only to partitions p' with p' mod {current} == p"
-            )
+        check_growth(f"Kafka topic {stream!r}", current, count)  # Kafka itself cannot shrink a topic either
         timeout_s = self.clients.timeout_s
         futures = self.clients.admin().create_partitions(
             [NewPartitions(stream, count)], operation_timeout=timeout_s, request_timeout=timeout_s
@@ -334,9 +327,3 @@ def _not_internal(stream: str, what: str) -> None:
             f"{stream!r} is one of the topics Kafka keeps for itself; {what} it is Kafka's to do "
             "(its broker settings, e.g. offsets.topic.num.partitions), not a stream's"
         )
-
-
-def _validate_count(partitions: object) -> int:
-    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-        raise ConfigError(f"partition count must be a whole number >= 1, got {partitions!r}")
-    return partitions

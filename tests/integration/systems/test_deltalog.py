@@ -213,7 +213,7 @@ def test_expansion_keeps_old_data_readable_and_new_records_use_the_new_count(tmp
     assert min(int(o) for p, o in placed if p == 3) == 0
 
 
-@pytest.mark.parametrize(("target", "message"), [(1, "shrinking"), (3, "multiple"), (5, "multiple")])
+@pytest.mark.parametrize(("target", "message"), [(1, "never removed"), (3, "not a multiple"), (5, "not a multiple")])
 def test_shrink_or_non_multiple_expansion_is_refused_and_changes_nothing(
     tmp_path: Path, target: int, message: str
 ) -> None:
