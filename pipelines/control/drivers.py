@@ -228,21 +228,5 @@ class Drivers:
 
     def _newest_file_start(self, job: str) -> datetime | None:
         """The earliest ``at`` of the job's newest file, from the log's statistics (no file is opened)."""
-        with self.table.lock:
-            dt = self.table.load()
-            if dt is None:
-                return None
-            actions = pa.table(dt.get_add_actions(flatten=True))
-        if "max.at" not in actions.column_names:
-            return None
-        files = [
-            (end, start)
-            for owner, end, start in zip(
-                actions.column("partition.job").to_pylist(),
-                actions.column("max.at").to_pylist(),
-                actions.column("min.at").to_pylist(),
-                strict=True,
-            )
-            if owner == job and end is not None and start is not None
-        ]
+        files = [(end, start) for start, end in self.table.file_spans(job)]
         return max(files)[1] if files else None

@@ -120,23 +120,7 @@ class Metrics:
         the newest ``max_files`` files' rows (files are chosen by their
         ``at`` statistics, from the log, without opening them).
         """
-        with self.table.lock:
-            dt = self.table.load()
-            if dt is None:
-                return since
-            actions = pa.table(dt.get_add_actions(flatten=True))
-        if "max.at" not in actions.column_names:
-            return since
-        ends = sorted(
-            (
-                end
-                for owner, end in zip(
-                    actions.column("partition.job").to_pylist(), actions.column("max.at").to_pylist(), strict=True
-                )
-                if owner == job and end is not None and end >= since
-            ),
-            reverse=True,
-        )
+        ends = sorted((end for _, end in self.table.file_spans(job) if end >= since), reverse=True)
         return since if len(ends) <= max_files else max(since, ends[max_files - 1])
 
 

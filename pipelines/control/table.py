@@ -215,6 +215,30 @@ class ControlTable:
             self._reads[key] = (version, result)
             return result
 
+    def file_spans(self, job: str, column: str = "at") -> list[tuple[Any, Any]]:
+        """``(min, max)`` of ``column`` in each of the job's files, from the log's statistics: no file is opened.
+
+        Every committed batch adds a file, so the views find which files hold a recent window from here; a file
+        whose statistics are missing (written without them) is left out.
+        """
+        with self.lock:
+            dt = self.load()
+            if dt is None:
+                return []
+            actions = pa.table(dt.get_add_actions(flatten=True))
+        if f"max.{column}" not in actions.column_names:
+            return []
+        return [
+            (low, high)
+            for owner, low, high in zip(
+                actions.column("partition.job").to_pylist(),
+                actions.column(f"min.{column}").to_pylist(),
+                actions.column(f"max.{column}").to_pylist(),
+                strict=True,
+            )
+            if owner == job and low is not None and high is not None
+        ]
+
     def jobs(self) -> set[str]:
         with self.lock:
             dt = self.load()

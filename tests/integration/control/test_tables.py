@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -295,3 +296,17 @@ def test_metrics_are_long_and_filterable(cp: ControlPlane) -> None:
     assert list(cp.metrics.read("orders", metrics=["records"], model_version=2)["task"]) == ["Partition 0-1-2"]
     assert list(cp.metrics.read("orders", since_batch=1)["batch_id"]) == [1, 2]
     assert cp.metrics.read("payments").empty
+
+
+def test_a_views_window_starts_at_the_newest_files_of_the_job_read_from_the_logs_statistics(cp: ControlPlane) -> None:
+    """``metrics.recent_start``: a busy job's hour is thousands of files, and a view reads only the newest."""
+    since = utc_now() - timedelta(hours=1)
+    assert cp.metrics.recent_start("a", since, max_files=2) == since, "no table yet: the window as asked"
+    for job, b in (("a", 0), ("b", 0), ("a", 1), ("a", 2), ("b", 1)):  # one file per append, "b" between "a"'s
+        cp.metrics.append([{"job": job, "model_version": 1, "batch_id": b, "metric": "records", "value": 1}])
+    ends = sorted(cp.metrics.table.read("a", columns=["at"]).column("at").to_pylist())
+    assert cp.metrics.recent_start("a", since, max_files=3) == since, "three files of a: all in the window"
+    start = cp.metrics.recent_start("a", since, max_files=2)  # the log's statistics keep milliseconds
+    assert ends[1] - timedelta(milliseconds=1) < start <= ends[1] < ends[2], "the newest two of a's files, not b's"
+    late = ends[2] + timedelta(seconds=1)
+    assert cp.metrics.recent_start("a", late, max_files=1) == late, "no file that late: the window as asked"
