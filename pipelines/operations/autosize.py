@@ -4,67 +4,8 @@
 it decides and records, and never rescales: acting on an "up" or "down" is the
 rescale operation's job, under its own lock and checks.
 
-A job tunes the autosizer in its YAML; every field is optional, and these are
-the defaults (see ``pipelines.core.autosize`` for what each one does)::
-
-    autosize:
-      min_factor: 1
-      max_factor: 16
-      cooldown_s: 300              # after a scaling step, let the new model's metrics settle
-      scale_up_busy: 0.75          # up: the busiest task is busier than this AND the lag grows
-      scale_down_busy: 0.25        # down: even the busiest task is idler than this AND the lag is small
-      lag_growth_records_per_s: 1  # "the lag grows": its least-squares slope is above this
-      small_lag_s: 30              # "the lag is small": read in at most this many seconds at the observed rate
-      window_batches: 60           # observe at most the latest 60 batches of the active model version ...
-      window_s: 300                # ... committed in the last 300 seconds
-      min_batches: 5               # hold until this many batches have been measured
-      allowed: split_merge         # split_merge | powers_of_two | any
-      policy: default              # or "package.module:Class", an AutosizePolicy
-
-What the observation is made of. Only the metrics of the *active* model
-version count: a rescale changes the tasks and their load, so the picture
-starts again (and ``min_batches`` keeps the autosizer still until it has one).
-The runtime's sink appends one batch's metric rows in one commit, so they
-share one ``at`` timestamp, the moment the batch was committed:
-
-* **Batch wall time** is the time between two consecutive batches' commits,
-  ``at(b) - at(b - 1)``: everything the batch took, including the trigger's wait
-  and idle time between batches, which is exactly what a busy ratio should
-  count as not busy. It is measured only between consecutive batch ids of one
-  query: an interval that contains a query start or stop (a ``query_started`` /
-  ``query_stopped`` row, or a driver ``heartbeat`` with batch id -1, which a
-  driver writes when it starts a query, before its first batch) spans a
-  restart, and the time the job was down says nothing about its load. The
-  first batch of a query is not measured for the same reason (it includes
-  Spark's start). ``Observation.batches`` counts the measured batches.
-* **Busy ratio** of a virtual task is its ``process_s`` (time in the user's
-  process function) summed over the measured batches, divided by their summed
-  wall time, capped at 1. Reading and key hashing (``read_s``, ``key_hash_s``)
-  are left out on purpose: every virtual task of a partition reads the whole
-  partition, so that work does not shrink with more tasks, and a busy ratio
-  that included it would promise a speed-up a higher factor cannot give.
-  Tasks queueing for executor cores show up as a *lower* busy ratio (their
-  wall time grows, their processing time does not), so the autosizer does not
-  scale past what the cluster can run at once.
-* **Lag** of a batch is the sum of its ``lag_records`` rows (one per input
-  partition: the partition's end offset minus its slowest key bucket's
-  checkpoint, at commit time). The samples are ``(seconds since the window's
-  first batch, total lag)`` per batch, and the trend is their least-squares
-  slope.
-* **Processed rate** is the ``records_in`` of all tasks over the measured
-  batches divided by their wall time; **input rate** is the processed rate plus
-  the lag slope (what arrives = what is read + what piles up).
-* A batch id committed twice (a replay after a crash) counts once, with its
-  first commit's rows.
-* **Seconds since scaling** is measured from the latest scaling event's end,
-  or its start if it never ended (in progress, or crashed: the cooldown then
-  still runs out).
-
-Every time here is the store's (``storage.clock``): the rows' ``at``, the
-events' ends, and the evaluator's now. The driver that committed the batches
-and the Airflow worker evaluating them may run on hosts whose clocks are
-minutes apart; on one clock, the window holds the batches it should and the
-cooldown lasts as long as it says.
+The settings of a job's ``autosize:`` section and what the observation is made of (batch wall time,
+busy ratio, lag, rates, all on the store's clock) are in docs/operations.md, "Autosizing".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """An Airflow on SQLite (``scripts/airflow.sh``, the end-to-end tests): connect arguments and the journal mode.
 
-SQLite has one writer at a time; Python's driver makes another wait 5 s, then fails with "database is locked".
-On a loaded two-core machine the scheduler's transactions outlast that, and the API server answered a DAG's
-unpause with 500 "Database error". A minute's wait queues the writer instead. Airflow reads these through
-``[database] sql_alchemy_connect_args`` (and ``..._async`` for the API server's async engine).
-
-Waiting is not enough where a reader holds the writer off from inside the API server itself: its audit-log
-dependency is a coroutine that commits through a synchronous session, so while that commit waits for the lock
-the server's event loop waits with it, and a request whose session the loop has yet to close keeps its read
-lock: every component stalled for the whole busy wait (60 s, seen in a fresh-clone run of the suite) and the
-UI's trigger got a 500. In write-ahead-log mode readers never block the writer; ``use_wal`` switches a
-database to it once, after ``airflow db migrate`` (the mode is kept in the file).
+A writer waits a minute for SQLite's one lock instead of failing after 5 s, and the database runs in
+write-ahead-log mode, where readers never hold the writer off; why both are needed is decision 0018
+(docs/decisions/0018-airflow-on-sqlite-in-wal-mode.md). Airflow reads the arguments through
+``[database] sql_alchemy_connect_args`` (and ``..._async``); ``use_wal`` switches a database once.
 """
 
 from __future__ import annotations
