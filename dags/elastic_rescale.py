@@ -29,12 +29,12 @@ from airflow.sdk import Param, dag, task
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.notes import noted_failure, refuse, skip
 from pipelines_airflow.run_conf import check_conf
-from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path
+from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path, seconds_param
 
 from pipelines.control import ControlPlane
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR_ENV, max_factor, validate_factor
-from pipelines.core.limits import MAX_REASON, MAX_WAIT_S, check_reason
+from pipelines.core.limits import MAX_REASON, check_reason
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.operations import scaling
 from pipelines.runtime.lifetime import master_problem
@@ -97,30 +97,14 @@ from pipelines.runtime.lifetime import master_problem
             enum=[None, *sorted(GROUPERS)],
             description="how partitions and key buckets become virtual tasks; empty keeps the job's grouper",
         ),
-        "lock_wait_s": Param(
+        "lock_wait_s": seconds_param(
             LOCK_WAIT_S,
-            type="integer",
+            "seconds to wait (on the triggerer) while another scaling step holds the job's lock; past it the run "
+            "ends skipped, its note naming the holder",
             minimum=0,
-            maximum=MAX_WAIT_S,
-            description=(
-                "seconds to wait (on the triggerer) while another scaling step holds the job's lock; past it the "
-                "run ends skipped, its note naming the holder"
-            ),
         ),
-        "catch_up_timeout_s": Param(
-            600,
-            type="integer",
-            minimum=1,
-            maximum=MAX_WAIT_S,
-            description="seconds the new model may take to catch up with the input",
-        ),
-        "restart_timeout_s": Param(
-            300,
-            type="integer",
-            minimum=1,
-            maximum=MAX_WAIT_S,
-            description="seconds the job may take to restart on the new model",
-        ),
+        "catch_up_timeout_s": seconds_param(600, "seconds the new model may take to catch up with the input"),
+        "restart_timeout_s": seconds_param(300, "seconds the job may take to restart on the new model"),
         "sequence_column": Param(
             None, type=["null", "string"], description="per-key sequence column in the sink, for the order check"
         ),

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.notes import refuse
 from pipelines_airflow.run_conf import check_conf
-from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path
+from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path, seconds_param
 from pipelines_airflow.watchers import INPUT_CHANGES
 
-from pipelines.core.limits import MAX_WAIT_S
 from pipelines.operations import repartition
 
 
@@ -36,29 +35,13 @@ from pipelines.operations import repartition
     max_active_runs=1,
     tags=["elastic-pipelines", "scaling"],
     params={
-        "catch_up_timeout_s": Param(
-            600,
-            type="integer",
-            minimum=1,
-            maximum=MAX_WAIT_S,
-            description="seconds a new model may take to catch up with the input",
-        ),
-        "restart_timeout_s": Param(
-            300,
-            type="integer",
-            minimum=1,
-            maximum=MAX_WAIT_S,
-            description="seconds a job may take to restart on its new model",
-        ),
-        "lock_wait_s": Param(
+        "catch_up_timeout_s": seconds_param(600, "seconds a new model may take to catch up with the input"),
+        "restart_timeout_s": seconds_param(300, "seconds a job may take to restart on its new model"),
+        "lock_wait_s": seconds_param(
             LOCK_WAIT_S,
-            type="integer",
+            "seconds an absorption waits (on the triggerer) while another scaling step holds the job's lock; past "
+            "it the absorption ends skipped and the watcher fires again",
             minimum=0,
-            maximum=MAX_WAIT_S,
-            description=(
-                "seconds an absorption waits (on the triggerer) while another scaling step holds the job's lock; "
-                "past it the absorption ends skipped and the watcher fires again"
-            ),
         ),
     },
     doc_md=__doc__,

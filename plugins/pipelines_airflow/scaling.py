@@ -31,11 +31,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context, get_current_context, task, task_group
+from airflow.sdk import BaseOperator, Context, Param, get_current_context, task, task_group
 from airflow.sdk.exceptions import AirflowFailException
 
 from pipelines.control.dq_results import DagRunRef
 from pipelines.control.locks import ScalingInProgressError
+from pipelines.core.limits import MAX_WAIT_S
 from pipelines.operations import scaling
 from pipelines_airflow import triggers
 from pipelines_airflow.assets import JOB_MODELS, QUALITY, SCALING_EVENTS
@@ -103,6 +104,12 @@ def _deferrable(kwargs: dict[str, Any]) -> dict[str, Any]:
 LOCK_WAIT_S = 600
 """How long a step waits for the job's lock by default: a rescale through Airflow takes about a minute, a catch-up
 run a few; past it the run ends skipped with the holder named in its note, and nothing was changed."""
+
+
+def seconds_param(default: int, description: str, *, minimum: int = 1) -> Param:
+    """A scaling DAG's wait or timeout in seconds: Airflow's form and REST API refuse one past ``MAX_WAIT_S`` at
+    trigger time, the bound every wait of the platform is held to."""
+    return Param(default, type="integer", minimum=minimum, maximum=MAX_WAIT_S, description=description)
 
 
 class BeginScaling(BaseOperator):
