@@ -29,7 +29,6 @@ End-of-dataset marker (bounded datasets)
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +36,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.errors import ConfigError, StoreError
+from pipelines.core.dotted import resolve_callable
+from pipelines.errors import StoreError
 from pipelines.jobs.process import Record, is_per_record
 
 MARKER_HEADER = "pipelines-adjunct"
@@ -63,17 +63,7 @@ def end_of_dataset_record(key: bytes = b"end-of-dataset") -> tuple[bytes, bytes,
 
 def load_extractor(path: str) -> Extractor:
     """Import ``package.module:function`` with an error that says what is wrong."""
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"extractor {path!r} must be 'default' or look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"extractor {path!r}: cannot import {module_name!r}: {e}") from None
-    fn: object = getattr(module, attr, None)
-    if not callable(fn):
-        raise ConfigError(f"extractor {path!r}: {module_name} has no callable {attr!r}")
-    return fn
+    return resolve_callable(path, "extractor", "'default' or 'package.module:function'")
 
 
 def marker_rows(records: pa.Table) -> list[int]:

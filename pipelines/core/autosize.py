@@ -36,12 +36,12 @@ Why it does not flap, and which factors it prefers: docs/design.md#the-autosizer
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol, runtime_checkable
 
+from pipelines.core.dotted import is_dotted, resolve
 from pipelines.core.limits import MAX_REASON, printable
 from pipelines.errors import ConfigError, refuse_unknown
 
@@ -139,7 +139,7 @@ class AutosizeConfig:
             )
         if self.allowed not in ALLOWED:
             raise ConfigError(f"autosize.allowed must be one of {', '.join(ALLOWED)}, got {self.allowed!r}")
-        if not isinstance(self.policy, str) or not (self.policy == DEFAULT_POLICY or _is_import_path(self.policy)):
+        if not isinstance(self.policy, str) or not (self.policy == DEFAULT_POLICY or is_dotted(self.policy)):
             raise ConfigError(
                 f"autosize.policy must be {DEFAULT_POLICY!r} or an import path 'package.module:Class', "
                 f"got {self.policy!r}"
@@ -404,22 +404,16 @@ def load_policy(name: str | None) -> AutosizePolicy:
     """
     if name is None or name == DEFAULT_POLICY:
         return DefaultPolicy()
-    if not isinstance(name, str) or not _is_import_path(name):
+    if not is_dotted(name):
         raise ConfigError(f"autosize policy must be {DEFAULT_POLICY!r} or 'package.module:Class', got {name!r}")
-    module_name, _, attr = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"autosize policy {name!r}: cannot import module {module_name!r} ({e})") from None
-    try:
-        target = getattr(module, attr)
-    except AttributeError:
-        raise ConfigError(f"autosize policy {name!r}: module {module_name!r} has no {attr!r}") from None
+    target = resolve(name, "autosize policy")
     if isinstance(target, type):
         try:
             target = target()
         except Exception as e:
-            raise ConfigError(f"autosize policy {name!r}: {attr}() failed ({type(e).__name__}: {e})") from None
+            raise ConfigError(
+                f"autosize policy {name!r}: {target.__name__}() failed ({type(e).__name__}: {e})"
+            ) from None
     if not isinstance(target, AutosizePolicy) or not callable(target.decide) or not isinstance(target.name, str):
         raise ConfigError(
             f"autosize policy {name!r} is not a policy: it needs a 'name' string and a "
@@ -496,8 +490,3 @@ def _drain_seconds(lag: float, rate: float) -> float:
 
 def _seconds(value: float) -> str:
     return "unbounded (no records read)" if math.isinf(value) else f"{value:.1f}s"
-
-
-def _is_import_path(value: str) -> bool:
-    module, sep, attr = value.partition(":")
-    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and attr.isidentifier()

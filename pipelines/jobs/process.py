@@ -27,13 +27,12 @@ call, so the runtime retries that batch one record at a time to isolate it.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pipelines.errors import ConfigError
+from pipelines.core.dotted import resolve_callable
 
 INPUT_COLUMNS = ("stream", "partition", "offset", "key", "value", "timestamp", "headers")
 
@@ -113,14 +112,4 @@ def is_per_record(fn: ProcessFunction) -> bool:
 
 def load_process_function(path: str) -> ProcessFunction:
     """Import ``package.module:function``, with an error that says what is wrong."""
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"process function {path!r} must look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"process function {path!r}: cannot import {module_name!r}: {e}") from None
-    fn: ProcessFunction | None = getattr(module, attr, None)
-    if not callable(fn):
-        raise ConfigError(f"process function {path!r}: {module_name} has no callable {attr!r}")
-    return fn
+    return resolve_callable(path, "process function")
