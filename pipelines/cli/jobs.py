@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli.output import Output, dash, sorted_offsets, table, text
+from pipelines.cli.output import Output, dash, sorted_offsets, text
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError
 from pipelines.storage.home import Home
+from pipelines.texttable import table
 
 
 def list_jobs(args: argparse.Namespace, home: Home, output: Output) -> None:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipelines.cli.output import Output, container_order, sorted_offsets, ssp_order, table, task_order
+from pipelines.cli.output import Output, container_order, sorted_offsets, ssp_order, task_order
 from pipelines.cli.streams import open_system, settings
 from pipelines.core.checkpoints import CheckpointMap, migrate_checkpoints
 from pipelines.core.groupers import check_growth, plan_job_model
@@ -18,6 +18,7 @@ from pipelines.core.model import JobModel
 from pipelines.core.ssp import SystemStream, SystemStreamPartition, validate_name, validate_system
 from pipelines.errors import ConfigError, ModelError, PartitionChangeError, PipelinesError, StreamError
 from pipelines.storage.home import Home
+from pipelines.texttable import table
 
 
 def plan(args: argparse.Namespace, home: Home, output: Output) -> None:

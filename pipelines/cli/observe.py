@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli.output import Output, table
+from pipelines.cli.output import Output
 from pipelines.core.ssp import validate_name
 from pipelines.errors import PipelinesError
 from pipelines.storage.home import Home
+from pipelines.texttable import table
 
 
 def status(args: argparse.Namespace, home: Home, output: Output) -> None:

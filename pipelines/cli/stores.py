@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli.output import Output, dash, table, text
+from pipelines.cli.output import Output, dash, text
 from pipelines.core.ssp import validate_name
 from pipelines.errors import PipelinesError
 from pipelines.storage.home import Home
+from pipelines.texttable import table
 
 
 def list_stores(args: argparse.Namespace, home: Home, output: Output) -> None:

@@ -7,12 +7,13 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from pipelines.cli.output import Output, table, text
+from pipelines.cli.output import Output, text
 from pipelines.core.segments import retention_text
 from pipelines.core.ssp import validate_name
 from pipelines.core.start import start_time_ms, time_of_ms
 from pipelines.errors import ConfigError
 from pipelines.storage.home import Home
+from pipelines.texttable import table
 
 
 def open_system(args: argparse.Namespace, home: Home) -> Any:

@@ -27,6 +27,7 @@ from pipelines.operations.jobs import create_job
 from pipelines.storage.home import Home
 from pipelines.systems.kinesis import KinesisSystem
 from pipelines.systems.kinesis.positions import decode_slot
+from pipelines.texttable import table
 
 from .run import (
     HEADERS,
@@ -35,7 +36,6 @@ from .run import (
     StepResult,
     _check,
     _refuse_a_home_of_others,
-    _table,
     _wait_processing,
     drain_and_verify,
     from_testbed,
@@ -179,7 +179,7 @@ def run_kinesis_demo(
         spark.stop()
         emulator.stop()
     total = whole_run(results, final)
-    say("\n" + _table(HEADERS, [r.row() for r in [*results, total]]))
+    say("\n" + table(HEADERS, [r.row() for r in [*results, total]]))
     say(
         f"\n(input: {rate:,} records/s into Kinesis (kinesis-mock). partitions: the model's slots; lag after: "
         "Kinesis lag is time, not a record count, so it shows '-';\n downtime: the old query's stop at a batch "

@@ -57,6 +57,7 @@ from pipelines.runtime.driver import run_job
 from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
+from pipelines.texttable import table
 
 JOB_CONFIG = str(Path(__file__).resolve().parents[2] / "include" / "jobs" / "customer-totals.yaml")  # any cwd
 STREAM = "events"
@@ -385,7 +386,7 @@ def run_demo(
             broker.close()
     total = whole_run(results, final)
     total.state_keys, total.state_bytes = _state_size(home, config)
-    say("\n" + _table(HEADERS, [r.row() for r in [*results, total]]))
+    say("\n" + table(HEADERS, [r.row() for r in [*results, total]]))
     say(
         f"\n(input arrives at {rate:,} records/s. records/s: the model's processing rate over its batches; "
         "lag after: records behind the input when it handed over;\n downtime: the old query's stop at a batch "
@@ -439,9 +440,9 @@ def _state_beside_input(spark: Any, home: Home, config: JobConfig, system: Input
                 wanted[key][0] += 1
                 wanted[key][1] += int(event["amount"])
                 wanted[key][2] = max(wanted[key][2], int(event["seq"]))
-    table = [[*map(str, r), *map(str, wanted[str(r[0]).encode()])] for r in rows]
+    cells = [[*map(str, r), *map(str, wanted[str(r[0]).encode()])] for r in rows]
     head = [*columns, "input events", "input amount", "input last seq"]
-    return f"\nthe state, read with Spark SQL ({query.split(' FROM ')[0]} FROM {view} ...):\n{_table(head, table)}"
+    return f"\nthe state, read with Spark SQL ({query.split(' FROM ')[0]} FROM {view} ...):\n{table(head, cells)}"
 
 
 def falling_behind(home: Home, job: str, version: int, since: float, trigger_interval: str) -> str | None:
@@ -582,13 +583,6 @@ def _throughput(home: Home, job: str, version: int) -> tuple[int, float, int | N
     span = (per_batch.iloc[-1] - per_batch.iloc[0]).total_seconds()
     first = int(records_in[records_in["batch_id"] == per_batch.index[0]]["value"].sum())
     return records, (records - first) / span if span > 0 else 0.0, lag_after
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
 
 
 def main(

@@ -25,9 +25,10 @@ import sys
 import threading
 import time
 
-from pipelines.demo.run import HEADERS, StepResult, _table, run_demo
+from pipelines.demo.run import HEADERS, StepResult, run_demo
 from pipelines.errors import PipelinesError
 from pipelines.storage.home import resolve_home
+from pipelines.texttable import table
 from pipelines.usage import Parser
 
 FACTORS = (1, 2, 4, 8)
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     sampler.halt.set()
     rows = [[*r.row(), f"{m:.0f}" if m is not None else "-"] for r, m in zip(results, [*memory, None], strict=True)]
-    print("\n" + _table([*HEADERS, "memory MiB"], rows))
+    print("\n" + table([*HEADERS, "memory MiB"], rows))
     downtimes = [r.downtime_s for r in results if r.downtime_s is not None]
     samples = [rss for _, rss in sampler.samples]
     half = len(samples) // 2

@@ -23,6 +23,7 @@ from pipelines.core.segments import retention_text
 from pipelines.observe.html import render
 from pipelines.observe.series import Chart, Marker
 from pipelines.observe.svg import WIDTH, MarkerMark, PlotLayout, compact, layout, marker_marks, time_axis
+from pipelines.texttable import table
 
 TASKS_SHOWN = 50
 TEXT_TASKS_SHOWN = 12
@@ -174,8 +175,7 @@ def text(obs: Mapping[str, Any], *, width: int = 40) -> str:
                     _dash(t.get("held")),
                 ]
             )
-        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-        lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
+        lines += table(header, rows).splitlines()
         if len(tasks) > TEXT_TASKS_SHOWN:
             lines.append(f"... {len(tasks) - TEXT_TASKS_SHOWN} more (--json has all)")
     for st in (obs.get("state") or {}).get("states") or []:
