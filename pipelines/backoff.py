@@ -13,6 +13,13 @@ different reasons to wait:
   loop, and the waits still spread (``runtime/outage.py`` waits this way
   between batches).
 
+It also runs the loops: ``attempts`` yields attempt numbers and waits between
+them (for loops that re-read and decide again), and ``retry`` runs one call
+again while the caller's own classification says its error is retriable
+(botocore's throttling codes, delta-rs's ``CommitFailedError``). Each client
+keeps the words it gives up with; no loop of the platform counts attempts or
+sleeps by itself.
+
 The random draw, the sleep and the clock are parameters, so tests check the
 bounds without waiting.
 """
@@ -21,11 +28,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 Jitter = Literal["full", "equal"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,3 +63,36 @@ class Backoff:
             seconds = min(seconds, max(0.0, deadline - self.clock()))
         self.sleep(seconds)
         return seconds
+
+    def attempts(self, count: int | None = None, *, deadline: float | None = None) -> Iterator[int]:
+        """Attempt numbers 0, 1, ...: waits before each one but the first, never past ``deadline`` (a ``clock``
+        reading), and stops after ``count`` attempts. Past the deadline it goes on without waiting: the caller,
+        which knows what it waited for, gives up with its own words (``None``: it returns or raises)."""
+        attempt = 0
+        while True:
+            yield attempt
+            if count is not None and attempt + 1 >= count:
+                return
+            self.wait(attempt, deadline)
+            attempt += 1
+
+    def retry(
+        self,
+        call: Callable[[], T],
+        *,
+        attempts: int,
+        retriable: Callable[[BaseException], bool],
+        before_retry: Callable[[BaseException], None] | None = None,
+    ) -> T:
+        """``call()``, made again (at most ``attempts`` times in all) while it raises an error ``retriable`` accepts;
+        the last error, or any other, is raised as it is. ``retriable`` sees every error, the last one too (so it
+        may count them); ``before_retry`` runs after the wait (a refresh)."""
+        for attempt in self.attempts(attempts):
+            try:
+                return call()
+            except Exception as error:
+                if not retriable(error) or attempt + 1 >= attempts:
+                    raise
+                if before_retry is not None:
+                    before_retry(error)
+        raise AssertionError("unreachable: the last attempt returns or raises")

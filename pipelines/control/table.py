@@ -62,6 +62,12 @@ delta-rs's default, 15, lost 4 of 24 appends of 24 processes committing at once 
 RETRY_BACKOFF = Backoff(base_s=0.005, cap_s=0.2)
 """The wait between commits retried after losing to another writer (contention: full jitter, ``pipelines.backoff``)."""
 
+
+def lost_commit_race(error: BaseException) -> bool:
+    """delta-rs's word that a commit lost to another writer: it wrote nothing, so it may be made again."""
+    return isinstance(error, CommitFailedError)
+
+
 BLIND_APPEND_ATTEMPTS = 5
 """How often a blind append is written again after its commit failed a conflict check. delta-rs counts every append
 as a read of the whole table, so a delete beside it (``delete_rows``: compaction's pruning and retention) fails it;
@@ -281,31 +287,21 @@ class ControlTable:
         builds on), and of writers racing for one number exactly one commit
         lands; the others read again and take the next.
         """
-        for attempt in range(attempts):
-            try:
-                with self.lock:  # the number is read on the snapshot the commit builds on
-                    dt = self.ensure()
-                    n = last() + 1  # refreshes ``dt`` (the same handle) to the snapshot it read
-                    self.append(rows(n), dt=dt, txn=Transaction(app_id, n))
-                return n
-            except CommitFailedError:
-                if attempt + 1 == attempts:
-                    raise
-                RETRY_BACKOFF.wait(attempt)
-        raise AssertionError("unreachable")
+
+        def commit() -> int:
+            with self.lock:  # the number is read on the snapshot the commit builds on
+                dt = self.ensure()
+                n = last() + 1  # refreshes ``dt`` (the same handle) to the snapshot it read
+                self.append(rows(n), dt=dt, txn=Transaction(app_id, n))
+            return n
+
+        return RETRY_BACKOFF.retry(commit, attempts=attempts, retriable=lost_commit_race)
 
 
 def blind_append(write: Callable[[], None]) -> None:
     """Run ``write``, an append whose rows depend on nothing it read, again when its commit fails a conflict check
     (``BLIND_APPEND_ATTEMPTS`` in all): a failed commit wrote nothing, so the retry lands the same fact once."""
-    for attempt in range(BLIND_APPEND_ATTEMPTS):
-        try:
-            write()
-            return
-        except CommitFailedError:
-            if attempt + 1 == BLIND_APPEND_ATTEMPTS:
-                raise
-            RETRY_BACKOFF.wait(attempt)
+    RETRY_BACKOFF.retry(write, attempts=BLIND_APPEND_ATTEMPTS, retriable=lost_commit_race)
 
 
 DELETE_ATTEMPTS = 10
@@ -321,16 +317,14 @@ def delete_rows(dt: DeltaTable, predicate: str) -> int:
     ``adjunct.checkpoints.prune_store_checkpoints``). A blind append that lands beside it fails its own conflict
     check and is written again (``blind_append``).
     """
-    for attempt in range(DELETE_ATTEMPTS):
-        try:
-            done = dt.delete(predicate, commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
-            return int(done.get("num_deleted_rows", 0))
-        except CommitFailedError:
-            if attempt + 1 == DELETE_ATTEMPTS:
-                raise
-            RETRY_BACKOFF.wait(attempt)
-            refresh(dt)
-    raise AssertionError("unreachable")
+
+    def delete() -> int:
+        done = dt.delete(predicate, commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
+        return int(done.get("num_deleted_rows", 0))
+
+    return RETRY_BACKOFF.retry(
+        delete, attempts=DELETE_ATTEMPTS, retriable=lost_commit_race, before_retry=lambda _: refresh(dt)
+    )
 
 
 def sql_text(text: str) -> str:

@@ -22,11 +22,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction, RemoveAction
 
-from pipelines.control.table import COMMIT_RETRIES, RETRY_BACKOFF
+from pipelines.control.table import COMMIT_RETRIES, RETRY_BACKOFF, lost_commit_race
 from pipelines.core import state as rules
 from pipelines.core.adjunct import Fraction
 from pipelines.core.hashing import in_fraction
@@ -159,7 +158,8 @@ class StateTables:
         on the newer snapshot: its rows depend on nothing retired.
         """
         segment = previous + 1
-        for attempt in range(COMMIT_ATTEMPTS):
+
+        def commit_once() -> int | None:
             with self.lock:
                 dt = self.changes()
                 done = dt.transaction_version(app_id)
@@ -171,24 +171,20 @@ class StateTables:
                         f"state {self.spec.name!r} of job {self.job!r} is at segment {last}, but batch {batch_id} "
                         f"was planned on segment {previous}: another driver wrote it; only one driver may run a job"
                     )
-                try:
-                    dt.create_write_transaction(
-                        [f.action() for f in files],
-                        "append",
-                        dt.schema(),
-                        partition_by=list(layout.CHANGES_PARTITIONS),
-                        commit_properties=CommitProperties(
-                            app_transactions=[Transaction(app_id, batch_id), Transaction(WRITER_APP, segment)],
-                            custom_metadata={SEGMENT_KEY: str(segment), TIME_KEY: str(time_us)},
-                            max_commit_retries=COMMIT_RETRIES,
-                        ),
-                    )
-                    return segment
-                except CommitFailedError:
-                    if attempt + 1 == COMMIT_ATTEMPTS:
-                        raise
-            RETRY_BACKOFF.wait(attempt)
-        raise AssertionError("unreachable")
+                dt.create_write_transaction(
+                    [f.action() for f in files],
+                    "append",
+                    dt.schema(),
+                    partition_by=list(layout.CHANGES_PARTITIONS),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id, batch_id), Transaction(WRITER_APP, segment)],
+                        custom_metadata={SEGMENT_KEY: str(segment), TIME_KEY: str(time_us)},
+                        max_commit_retries=COMMIT_RETRIES,
+                    ),
+                )
+                return segment
+
+        return RETRY_BACKOFF.retry(commit_once, attempts=COMMIT_ATTEMPTS, retriable=lost_commit_race)
 
     def change_actions(self, after: int, upto: int, fraction: Fraction | None = None) -> list[dict[str, Any]]:
         """The add actions of segments ``(after, upto]`` whose rows may hold keys of ``fraction`` (None: all).

@@ -21,7 +21,6 @@ import os
 import shutil
 import sys
 import threading
-import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from pipelines.backoff import Backoff
 from pipelines.storage.location import Location
 from pipelines.storage.s3config import S3Settings
 
@@ -255,20 +255,24 @@ class S3Store(ObjectStore):
     def create(self, loc: Location, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
-        for attempt in range(10):
-            try:
-                self._client.put_object(Bucket=loc.bucket, Key=loc.key, Body=data, IfNoneMatch="*")
-                return True
-            except ClientError as error:
-                status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                code = error.response.get("Error", {}).get("Code")
-                if status == 412 or code == "PreconditionFailed":
-                    return False
-                if status == 409 or code == "ConditionalRequestConflict":  # a racing conditional put in flight
-                    time.sleep(0.02 * (attempt + 1))
-                    continue
-                raise
-        return False
+        def in_flight(error: BaseException) -> bool:  # a racing conditional put S3 has not decided yet
+            return isinstance(error, ClientError) and (
+                _status(error) == 409 or error.response.get("Error", {}).get("Code") == "ConditionalRequestConflict"
+            )
+
+        try:
+            _CONDITIONAL_RACE.retry(
+                lambda: self._client.put_object(Bucket=loc.bucket, Key=loc.key, Body=data, IfNoneMatch="*"),
+                attempts=10,
+                retriable=in_flight,
+            )
+            return True
+        except ClientError as error:
+            if _status(error) == 412 or error.response.get("Error", {}).get("Code") == "PreconditionFailed":
+                return False  # it exists: another writer created it
+            if in_flight(error):
+                return False  # still undecided after every try: the other writer's put is the one that lands
+            raise
 
     def delete(self, loc: Location) -> None:
         self._client.delete_object(Bucket=loc.bucket, Key=loc.key)
@@ -359,6 +363,16 @@ def _finalize_s3() -> None:
 
 
 _STORES: dict[tuple[str, ...], ObjectStore] = {}
+_CONDITIONAL_RACE = Backoff(base_s=0.02, cap_s=0.2)
+"""Between tries of a conditional put that S3 answered 409: another conditional put of the key is in flight."""
+
+
+def _status(error: Any) -> int | None:
+    """The HTTP status of a botocore ``ClientError``."""
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return int(status) if status is not None else None
+
+
 _STORES_LOCK = threading.Lock()
 
 

@@ -30,10 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.backoff import Backoff
 from pipelines.storage.location import Location
 from pipelines.storage.objects import ObjectStore
 
 _VERSION = re.compile(r"(\d{10})\.json")
+_LOST_RACE = Backoff(base_s=0.01, cap_s=0.5)
+"""Between tries of a record's update that another writer's version beat (contention: full jitter)."""
 RELEASED = b"released"
 
 
@@ -58,14 +61,14 @@ class VersionedRecord:
 
     def update(self, change: Callable[[dict[str, Any]], dict[str, Any] | None], attempts: int = 50) -> dict[str, Any]:
         """Apply ``change`` to the latest document (it returns the new one, or None for no change); the result."""
-        for attempt in range(attempts):
+        for _ in _LOST_RACE.attempts(attempts):
             version, document = self.latest()
             changed = change(json.loads(json.dumps(document)))
             if changed is None or changed == document:
                 return document
             if self.store.create(self._at(version + 1), json.dumps(changed, sort_keys=True, indent=1).encode()):
                 return changed
-            time.sleep(min(0.5, 0.01 * 2**attempt))  # another writer changed it first: read theirs and retry
+            # another writer changed it first: read theirs and decide again
         raise TimeoutError(f"{self.folder}: {attempts} writers in a row changed the record first; gave up")
 
     def _at(self, version: int) -> Location:

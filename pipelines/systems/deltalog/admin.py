@@ -31,7 +31,7 @@ from pipelines.systems.deltalog.layout import (
     table_schema,
     validate_count,
 )
-from pipelines.systems.deltalog.tables import StreamTables
+from pipelines.systems.deltalog.tables import COMMIT_RACE, StreamTables
 
 
 class DeltaLogAdmin:
@@ -72,7 +72,7 @@ class DeltaLogAdmin:
         Asking for the current count is a no-op, so a retried expansion is safe.
         """
         count = validate_count(partitions)
-        for attempt in range(1, self.max_attempts + 1):
+        for _ in COMMIT_RACE.attempts(self.max_attempts):
             table, snap = self.tables.latest(stream)
             current = snap.partitions
             if count == current:
@@ -85,7 +85,7 @@ class DeltaLogAdmin:
                 at=datetime.now(UTC),
             )
             meta = stream_meta(count, [*snap.expansions, expansion], snap.retention_ms)
-            if self._set_meta(table, snap.version, meta, "expand", attempt):
+            if self._set_meta(table, snap.version, meta, "expand"):
                 return self.describe(stream)
         raise StreamError(
             f"could not expand stream {stream!r} after {self.max_attempts} attempts: "
@@ -97,23 +97,21 @@ class DeltaLogAdmin:
         sets a topic's ``retention.ms``; what it already is, is a no-op. It deletes nothing by itself: the next
         ``stream trim`` or ``stream_maintenance`` run applies it."""
         valid_retention(retention_ms)
-        for attempt in range(1, self.max_attempts + 1):
+        for _ in COMMIT_RACE.attempts(self.max_attempts):
             table, snap = self.tables.latest(stream)
             if snap.retention_ms == retention_ms:
                 return snap.describe(stream)
             meta = stream_meta(snap.partitions, snap.expansions, retention_ms)
-            if self._set_meta(table, snap.version, meta, "alter", attempt):
+            if self._set_meta(table, snap.version, meta, "alter"):
                 return self.describe(stream)
         raise StreamError(
             f"could not alter stream {stream!r} after {self.max_attempts} attempts: "
             "concurrent producers kept committing first; retry later"
         )
 
-    def _set_meta(
-        self, table: DeltaTable, read_version: int, meta: dict[str, Any], operation: str, attempt: int
-    ) -> bool:
-        """One commit of the stream's metadata on top of ``read_version``; ``False`` (after a back-off) when another
-        commit came first, so that the caller re-reads and decides again."""
+    def _set_meta(self, table: DeltaTable, read_version: int, meta: dict[str, Any], operation: str) -> bool:
+        """One commit of the stream's metadata on top of ``read_version``; ``False`` when another commit came first,
+        so that the caller re-reads and decides again."""
         try:
             with self.tables.lock:  # the DeltaTable is this process's, shared by its threads (StreamTables)
                 table.alter.set_column_metadata(
@@ -122,7 +120,6 @@ class DeltaLogAdmin:
                     commit_properties=self.tables.commit_properties(read_version, operation),
                 )
         except CommitFailedError:
-            self.tables.commit_backoff(attempt)
             return False
         return True
 

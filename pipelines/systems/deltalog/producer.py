@@ -25,7 +25,7 @@ from pipelines.storage.location import Location
 from pipelines.systems.base import Position, Record
 from pipelines.systems.deltalog.files import write_file
 from pipelines.systems.deltalog.layout import FILE_SCHEMA
-from pipelines.systems.deltalog.tables import StreamTables
+from pipelines.systems.deltalog.tables import COMMIT_RACE, StreamTables
 
 
 class DeltaLogProducer:
@@ -79,7 +79,7 @@ class DeltaLogProducer:
         if rr_start is None:
             rr_start = random.randrange(1 << 30)
 
-        for attempt in range(1, self.max_attempts + 1):
+        for _ in COMMIT_RACE.attempts(self.max_attempts):
             table, snap = self.tables.latest(stream)
             n = snap.partitions
             groups: dict[int, list[int]] = {}
@@ -115,7 +115,6 @@ class DeltaLogProducer:
                 if self._landed(stream, [a.path for a in adds]):
                     break
                 self._remove(written)
-                self.tables.commit_backoff(attempt)
                 continue
             except BaseException:
                 # An interrupt (Ctrl-C, or SIGTERM in the CLI) that came during delta-rs's commit is raised at the

@@ -32,7 +32,7 @@ from deltalake.transaction import RemoveAction
 from pipelines.core.segments import Segment, Stop, trim_point
 from pipelines.errors import StreamError
 from pipelines.systems.deltalog.snapshot import Snapshot, timed_files
-from pipelines.systems.deltalog.tables import StreamTables
+from pipelines.systems.deltalog.tables import COMMIT_RACE, StreamTables
 
 APPEND_ONLY = "delta.appendOnly"
 
@@ -80,7 +80,7 @@ class DeltaLogRetention:
     def trim(self, stream: str, before_ms: int, unread_from: Mapping[int, int], *, dry_run: bool = False) -> Trim:
         """Remove, per partition, the leading files whose every record is older than ``before_ms``, short of the last
         file and of the file holding ``unread_from[p]`` (what some reader has not read yet)."""
-        for attempt in range(1, self.max_attempts + 1):
+        for _ in COMMIT_RACE.attempts(self.max_attempts):
             table, snap = self.tables.latest(stream)
             with self.tables.lock:  # the DeltaTable is shared by this process's threads (StreamTables)
                 plan, paths = _plan(stream, table, snap, before_ms, unread_from)
@@ -89,13 +89,11 @@ class DeltaLogRetention:
                 return trim
             try:
                 version = self._remove(stream, table, paths)
-            except CommitFailedError:
-                self.tables.commit_backoff(attempt)  # another trim or a compaction removed those files: plan again
+            except CommitFailedError:  # another trim or a compaction removed those files: plan again
                 continue
             finally:
                 self._seal(stream)
             if version is None:  # the files changed between the plan and the removal: plan again
-                self.tables.commit_backoff(attempt)
                 continue
             self._vacuum(stream)
             return Trim(stream, before_ms, plan, version)
@@ -126,7 +124,7 @@ class DeltaLogRetention:
 
     def _seal(self, stream: str) -> None:
         """Set ``delta.appendOnly`` again, retried past racing producers: the table is append-only between trims."""
-        for attempt in range(1, self.max_attempts + 1):
+        for _ in COMMIT_RACE.attempts(self.max_attempts):
             table, _ = self.tables.latest(stream)
             with self.tables.lock:
                 if table.metadata().configuration.get(APPEND_ONLY, "false").lower() == "true":
@@ -136,7 +134,6 @@ class DeltaLogRetention:
                     return
                 except CommitFailedError:
                     pass
-            self.tables.commit_backoff(attempt)
         raise StreamError(
             f"stream {stream!r}: could not set {APPEND_ONLY} again after {self.max_attempts} attempts; the next "
             "'pipelines stream trim' sets it"

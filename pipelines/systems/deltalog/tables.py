@@ -31,7 +31,9 @@ from pipelines.systems.deltalog.snapshot import Snapshot, snapshot
 T = TypeVar("T")
 
 FIRST_COMMIT = f"{0:020d}.json"
-_COMMIT_RACE = Backoff(base_s=0.005, cap_s=0.25)
+COMMIT_RACE = Backoff(base_s=0.005, cap_s=0.25)
+"""Between commits that lost a race, re-read and retried (full jitter: racing producers spread out instead of
+colliding again in lockstep)."""
 _STORAGE_WAIT = Backoff(base_s=0.05, cap_s=2.0)
 
 
@@ -139,20 +141,15 @@ class StreamTables:
         were removed, never a file a producer has written and not committed yet, which a full vacuum would. Its
         two commits can lose to a racing property change, hence the attempts.
         """
-        for attempt in range(1, attempts + 1):
+        for _ in COMMIT_RACE.attempts(attempts):
             table, _ = self.latest(stream)
             try:
                 with self.lock:
                     table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=False)
                 return True
             except CommitFailedError:
-                self.commit_backoff(attempt)
+                continue
         return False
-
-    @staticmethod
-    def commit_backoff(attempt: int) -> None:
-        # Full jitter: racing producers spread out instead of colliding again in lockstep.
-        _COMMIT_RACE.wait(attempt)
 
     # --------------------------------------------------------------- storage
 
@@ -172,8 +169,7 @@ class StreamTables:
     def waiting_for_storage(self, stream: str, read: Callable[[], T]) -> T:
         """``read()``, waited out while the stream's storage is gone (at most ``read_timeout_s``); damage raises."""
         deadline = time.monotonic() + self.read_timeout_s
-        attempt = 0
-        while True:
+        for _ in _STORAGE_WAIT.attempts(deadline=deadline):
             try:
                 return read()
             except (StreamError, DamagedTableError, StoreUnavailableError, OSError) as error:
@@ -188,5 +184,4 @@ class StreamTables:
                         f"{self.unavailable(stream, error)}; a read waited {self.read_timeout_s:g}s for it"
                     ) from None
                 self._tables.pop(stream, None)  # the snapshot is re-read when the storage is back
-                _STORAGE_WAIT.wait(attempt, deadline)
-                attempt += 1
+        raise AssertionError("unreachable: attempts without a count never end")

@@ -142,33 +142,34 @@ class KinesisClient:
         return limiter
 
     def call(self, stream: str, operation: str, stats: Counter[str] | None = None, **kwargs: Any) -> Any:
-        """One API call, retried with full-jitter back-off on throttling and on transient network errors."""
+        """One API call, retried with full-jitter back-off on throttling, on a 5xx answer and on transient network
+        errors (the classification botocore's own retry handler makes; it is off, so throttling is counted)."""
         from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
         s = self.settings
-        for attempt in range(1, s.max_attempts + 1):
-            try:
-                # ``operation`` is a boto3 method name (``get_records``): the client's own dispatch, not a probe.
-                return getattr(self.api, operation)(**kwargs)
-            except ClientError as error:
-                code = error.response.get("Error", {}).get("Code", "")
-                status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                if code in THROTTLES:
+
+        def transient(error: BaseException) -> bool:
+            if isinstance(error, ClientError):
+                if error.response.get("Error", {}).get("Code", "") in THROTTLES:
                     if stats is not None:
                         stats["throttled"] += 1
-                    if attempt == s.max_attempts:
-                        raise refused_throughout(stream, operation, attempt, error) from None
-                elif status >= 500 and attempt < s.max_attempts:
-                    pass  # a transient server error: retry
-                else:
-                    raise stream_error(stream, error, self.settings) from None
-            except (ConnectionError, HTTPClientError) as error:
-                if attempt == s.max_attempts:
-                    raise Unreachable(
-                        f"cannot reach Kinesis at {s.endpoint_url or s.region or 'the default endpoint'}: {error}"
-                    ) from None
-            self.backoff.wait(attempt)
-        raise AssertionError("unreachable")
+                    return True
+                return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)) >= 500
+            return isinstance(error, ConnectionError | HTTPClientError)
+
+        try:
+            # ``operation`` is a boto3 method name (``get_records``): the client's own dispatch, not a probe.
+            return self.backoff.retry(
+                lambda: getattr(self.api, operation)(**kwargs), attempts=s.max_attempts, retriable=transient
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code", "") in THROTTLES:
+                raise refused_throughout(stream, operation, s.max_attempts, error) from None
+            raise stream_error(stream, error, self.settings) from None
+        except (ConnectionError, HTTPClientError) as error:
+            raise Unreachable(
+                f"cannot reach Kinesis at {s.endpoint_url or s.region or 'the default endpoint'}: {error}"
+            ) from None
 
 
 def refused_throughout(stream: str, operation: str, attempts: int, error: Any) -> StreamError:

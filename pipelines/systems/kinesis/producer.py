@@ -74,7 +74,7 @@ class KinesisProducer:
         self, stream: str, items: list[tuple[str, bytes]], chunk: list[int], placed: list[tuple[str, str] | None]
     ) -> None:
         pending = chunk
-        for attempt in range(1, self.client.settings.max_attempts + 1):
+        for _ in self.client.backoff.attempts(self.client.settings.max_attempts):
             answer = self.client.call(
                 stream,
                 "put_records",
@@ -97,7 +97,6 @@ class KinesisProducer:
                     "were written; retrying would break those keys' order. Write fewer records per call"
                 )
             pending = failed
-            self.client.backoff.wait(attempt)
         raise StreamError(f"Kinesis stream {stream!r}: {len(pending)} records still failed after retries")
 
 

@@ -102,8 +102,7 @@ class KinesisReader:
         """
         began = time.monotonic()
         deadline = began + self.settings.read_timeout_s
-        attempt = 0
-        while True:
+        for attempt in self.outage.attempts(deadline=deadline):
             try:
                 result = self._read(stream, partition, start, end)
             except Unreachable as error:
@@ -112,13 +111,12 @@ class KinesisReader:
                         f"{error}; a read waited {self.settings.read_timeout_s:g}s for it (check the endpoint and "
                         "the network, or raise systems.kinesis.read_timeout_s to wait out longer outages)"
                     ) from None
-                self.outage.wait(attempt, deadline)
-                attempt += 1
                 continue
             if attempt == 0:
                 return result
             # Held up by a silent endpoint for at most the read's whole time: the task reports it as an outage.
             return replace(result, stats={**result.stats, "outage_s": time.monotonic() - began})
+        raise AssertionError("unreachable: attempts without a count never end")
 
     def _read(self, stream: str, partition: int, start: Position, end: End) -> ReadResult:
         here = decode_slot(start)
