@@ -105,6 +105,17 @@ def _patch(values: pa.Array, patch: dict[int, bytes | None]) -> pa.Array:
 # ------------------------------------------------------------------------------------------------------ engine
 
 
+@dataclass(frozen=True)
+class _Class:
+    """One (generation, class) of a store as this process serves it: its Delta tables and its folders on this host."""
+
+    durable: DurableStore
+    directories: tuple[Path, ...]
+    incarnation: str
+    generation: int
+    cls: int
+
+
 class LocalEngine:
     """This process's bases and overlays of every store it serves, under one local root (and its fallbacks).
 
@@ -154,56 +165,44 @@ class LocalEngine:
     ) -> Part:
         """The (generation, class) of a store at exactly ``version``, serving at least ``fraction``."""
         with self._lock:
-            durable = self.durable(home, job, store)
             directories = self.directories(home, job, store, incarnation)
+            at = _Class(self.durable(home, job, store), directories, incarnation, generation, cls)
             self._clean_once(directories, generation)
             key = (str(directories[0]), store, generation, cls)
             cached = self._parts.get(key, [])
             for i, part in enumerate(cached):
                 if part.base.ident.fraction.covers(fraction) and part.overlay.seq <= version:
-                    part = self._advance(durable, incarnation, part, cls, generation, version, directories)
+                    part = self._advance(at, part, version)
                     cached[i] = part
                     return part
-            part = self._from_disk_or_build(durable, directories, incarnation, generation, cls, fraction, version)
+            part = self._from_disk_or_build(at, fraction, version)
             self._parts[key] = [
                 p for p in cached if p.overlay.seq <= version and p.base.ident.fraction != part.base.ident.fraction
             ]
             self._parts[key].append(part)
             return part
 
-    def _advance(
-        self,
-        durable: DurableStore,
-        incarnation: str,
-        part: Part,
-        cls: int,
-        generation: int,
-        version: int,
-        directories: tuple[Path, ...],
-    ) -> Part:
+    def _advance(self, at: _Class, part: Part, version: int) -> Part:
         if part.overlay.seq == version:
             return part
         fraction = part.base.ident.fraction
         try:
-            tail = durable.read_changes(incarnation, cls, part.overlay.seq, version, fraction)
+            tail = at.durable.read_changes(at.incarnation, at.cls, part.overlay.seq, version, fraction)
         except TailGone:  # this base is older than what the store keeps: start from the snapshot instead
-            base = self._build_at(durable, directories, incarnation, generation, cls, fraction, version, use_disk=False)
-            return Part(base, Overlay(version))
+            return Part(self._build_at(at, fraction, version, use_disk=False), Overlay(version))
         self.reads += 1
         if tail.num_rows:
-            tail = tail.filter(pc.equal(tail["generation"], generation))
+            tail = tail.filter(pc.equal(tail["generation"], at.generation))
         part = Part(part.base, part.overlay.advanced(tail, version))
         if len(part.overlay.entries) > max(REBASE_MIN, REBASE_RATIO * len(part.base)):
-            part = self._rebase(durable, directories, incarnation, part, version)
+            part = self._rebase(at, part, version)
         return part
 
-    def _rebase(
-        self, durable: DurableStore, directories: tuple[Path, ...], incarnation: str, part: Part, version: int
-    ) -> Part:
+    def _rebase(self, at: _Class, part: Part, version: int) -> Part:
         """Fold the overlay into a new base at ``version`` (or map one another process already wrote)."""
-        ident = BaseId(part.base.ident.generation, part.base.ident.cls, part.base.ident.fraction, version)
-        with flock(directories, ident):
-            base = self._newest_on_disk(directories, ident.generation, ident.cls, ident.fraction, version, exact=True)
+        ident = BaseId(at.generation, at.cls, part.base.ident.fraction, version)
+        with flock(at.directories, ident):
+            base = self._newest_on_disk(at, ident.fraction, version, exact=True)
             if base is None:
                 keys = list(part.overlay.entries)
                 tail = pa.table(
@@ -220,46 +219,25 @@ class LocalEngine:
                         "hash": pa.array(part.base.hashes.astype(np.int64)),
                     }
                 )
-                base = self._publish(durable.store, directories, ident, fold(current, tail))
+                base = self._publish(at.durable.store, at.directories, ident, fold(current, tail))
         return Part(base, Overlay(version))
 
-    def _from_disk_or_build(
-        self,
-        durable: DurableStore,
-        directories: tuple[Path, ...],
-        incarnation: str,
-        generation: int,
-        cls: int,
-        fraction: Fraction,
-        version: int,
-    ) -> Part:
-        base = self._build_at(durable, directories, incarnation, generation, cls, fraction, version, use_disk=True)
-        part = Part(base, Overlay(base.ident.seq))
-        return self._advance(durable, incarnation, part, cls, generation, version, directories)
+    def _from_disk_or_build(self, at: _Class, fraction: Fraction, version: int) -> Part:
+        base = self._build_at(at, fraction, version, use_disk=True)
+        return self._advance(at, Part(base, Overlay(base.ident.seq)), version)
 
-    def _build_at(
-        self,
-        durable: DurableStore,
-        directories: tuple[Path, ...],
-        incarnation: str,
-        generation: int,
-        cls: int,
-        fraction: Fraction,
-        version: int,
-        *,
-        use_disk: bool,
-    ) -> Base:
+    def _build_at(self, at: _Class, fraction: Fraction, version: int, *, use_disk: bool) -> Base:
         """A base at or before ``version`` from this host's disk, or one built at exactly ``version`` from Delta."""
         if use_disk:
-            base = self._newest_on_disk(directories, generation, cls, fraction, version)
+            base = self._newest_on_disk(at, fraction, version)
             if base is not None:
                 return base
-        ident = BaseId(generation, cls, fraction, version)
-        with flock(directories, ident):  # one process builds, the others wait and map its file
-            base = self._newest_on_disk(directories, generation, cls, fraction, version, exact=not use_disk)
+        ident = BaseId(at.generation, at.cls, fraction, version)
+        with flock(at.directories, ident):  # one process builds, the others wait and map its file
+            base = self._newest_on_disk(at, fraction, version, exact=not use_disk)
             if base is None:
-                entries = durable.entries(incarnation, version, cls, generation, fraction)
-                base = self._publish(durable.store, directories, ident, entries)
+                entries = at.durable.entries(at.incarnation, version, at.cls, at.generation, fraction)
+                base = self._publish(at.durable.store, at.directories, ident, entries)
         return base
 
     def _publish(self, store: str, directories: tuple[Path, ...], ident: BaseId, entries: pa.Table) -> Base:
@@ -292,21 +270,13 @@ class LocalEngine:
         prune(directories, ident)
         return mapped
 
-    def _newest_on_disk(
-        self,
-        directories: tuple[Path, ...],
-        generation: int,
-        cls: int,
-        fraction: Fraction,
-        version: int,
-        exact: bool = False,
-    ) -> Base | None:
+    def _newest_on_disk(self, at: _Class, fraction: Fraction, version: int, exact: bool = False) -> Base | None:
         found = [
             (ident.seq, p)
-            for p in files(directories)
+            for p in files(at.directories)
             if (ident := BaseId.parse(p.name)) is not None
-            and ident.generation == generation
-            and ident.cls == cls
+            and ident.generation == at.generation
+            and ident.cls == at.cls
             and ident.fraction.covers(fraction)
             and (ident.seq == version if exact else ident.seq <= version)
         ]

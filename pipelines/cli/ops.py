@@ -33,16 +33,18 @@ def run(args: argparse.Namespace, home: Home, output: Output) -> None:
 
 
 def demo(args: argparse.Namespace, home: Home, output: Output) -> None:
+    from pipelines.demo.run import DemoPace
     from pipelines.demo.run import main as embedded_demo
 
+    pace = DemoPace(args.rate, args.seconds, args.keys, args.latency_ms, args.master)
     if args.home is None:  # the demo wipes its home: never the default one by accident
         home = Home(home.root / "demo")
     if args.input == "kinesis":
         from pipelines.demo.kinesis import main as kinesis_demo
 
-        passed = kinesis_demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master) == 0
+        passed = kinesis_demo(home, pace) == 0
     else:
-        passed = embedded_demo(home, args.rate, args.seconds, args.keys, args.latency_ms, args.master, args.input) == 0
+        passed = embedded_demo(home, pace, args.input) == 0
     if not passed:
         raise PipelinesError("the demo's verification failed; see the table above")
 

@@ -32,18 +32,21 @@ from pipelines.texttable import table
 from .run import (
     HEADERS,
     JOB_CONFIG,
+    DemoPace,
     Driver,
     StepResult,
     _check,
     _refuse_a_home_of_others,
-    _wait_processing,
     drain_and_verify,
     from_testbed,
     step_result,
+    take_step,
     whole_run,
 )
 
 STREAM = "events"
+KINESIS_PACE = DemoPace(rate=1000, step_seconds=12.0)
+"""Kinesis's own pace: a step runs longer, so a split's children take over their parents' keys within it."""
 Step = tuple[str, int | None, str | None]  # (step, factor to scale to, "split" or "merge" a shard)
 STEPS: list[Step] = [
     ("start on 2 shards at factor 1", 1, None),
@@ -90,16 +93,11 @@ class KinesisProducer(threading.Thread):
 
 def run_kinesis_demo(
     home: Home,
+    pace: DemoPace = KINESIS_PACE,
     *,
-    rate: int = 1000,
-    step_seconds: float = 12.0,
-    keys: int = 200,
-    latency_ms: float = 2.0,
-    master: str = "local[8]",
     say: Any = print,
     steps: list[Step] | None = None,
     on_step: Any = None,
-    catch_up_s: float = 300.0,
 ) -> tuple[list[StepResult], Any]:
     """The Kinesis demo's story (``steps``: the default STEPS) on a live job; ``on_step(result)`` after each step.
 
@@ -108,6 +106,7 @@ def run_kinesis_demo(
     """
     from pipelines.runtime.session import build_session
 
+    rate, keys, master, step_seconds = pace.rate, pace.keys, pace.master, pace.step_seconds
     if home.store.list(home.root):
         _refuse_a_home_of_others(home, JobConfig.load(JOB_CONFIG).name)
         home.store.delete_tree(home.root)
@@ -123,7 +122,7 @@ def run_kinesis_demo(
     raw.update(
         inputs=[{"system": "kinesis", "stream": STREAM}],
         systems={"kinesis": settings},
-        process_options={"latency_ms": latency_ms},
+        process_options={"latency_ms": pace.latency_ms},
     )
     config = JobConfig.from_dict(raw, origin=JOB_CONFIG)
     say(f"starting Spark ({master}) ...")
@@ -156,15 +155,7 @@ def run_kinesis_demo(
                 if not changes or changes[0].error:
                     raise PipelinesError(f"{step}: the repartition watch would not absorb it: {changes}")
                 request = changes[0].request()
-            event = None
-            if request is not None:
-                outcome = scaling.run_all(home, request, catch_up_timeout_s=catch_up_s, say=lambda m: say("  " + m))
-                event = ControlPlane(home).events.history(config.name)[-1]
-                if outcome["status"] != "verified":
-                    raise PipelinesError(f"{step}: the scaling step ended {outcome['status']}")
-            else:
-                _wait_processing(home, config.name)
-            model = ControlPlane(home).job_models.active(config.name)
+            model, event = take_step(home, config.name, step, request, pace, say)
             time.sleep(step_seconds)  # the job runs on the new model while records keep arriving
             _show_slots(home, config.name, model.version, say)
             result = step_result(step, model, event)
@@ -213,10 +204,8 @@ def _show_slots(home: Home, job: str, version: int, say: Any) -> None:
         say(f"  v{version} slot {p}: {text or '(free)'}")
 
 
-def main(home: Home, rate: int, seconds: float, keys: int, latency_ms: float, master: str) -> int:
-    results, _ = run_kinesis_demo(
-        home, rate=rate, step_seconds=seconds, keys=keys, latency_ms=latency_ms, master=master
-    )
+def main(home: Home, pace: DemoPace) -> int:
+    results, _ = run_kinesis_demo(home, pace)
     ok = all(r.passed for r in results)
     print("\ndemo " + ("passed: every step verified" if ok else "FAILED verification"), file=sys.stderr)
     return 0 if ok else 1

@@ -264,28 +264,38 @@ def _refuse_a_home_of_others(home: Home, demo_job: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class DemoPace:
+    """How a demo drives its job: the input's rate and keys, each step's run, the per-record latency of its
+    process function, Spark's master, and how long a rescale may take to catch up."""
+
+    rate: int = 900
+    step_seconds: float = 10.0
+    keys: int = 200
+    latency_ms: float = 2.0
+    master: str = "local[8]"
+    catch_up_s: float = 300.0
+
+
 def run_demo(
     home: Home,
+    pace: DemoPace = DemoPace(),
     *,
-    rate: int = 900,
-    step_seconds: float = 10.0,
-    keys: int = 200,
-    latency_ms: float = 2.0,
-    master: str = "local[8]",
     say: Any = print,
     input: str = "deltalog",
     steps: list[tuple[str, int | None, int | None]] | None = None,
     on_step: Any = None,
-    catch_up_s: float = 300.0,
 ) -> tuple[list[StepResult], Any]:
     """The demo's story (``steps``: the default STEPS) on a live job; ``on_step(result)`` after each step."""
     from pipelines.runtime.session import build_session
+
+    rate, keys, master = pace.rate, pace.keys, pace.master
 
     raw = JobConfig.load(JOB_CONFIG).to_dict()
     if home.store.list(home.root):
         _refuse_a_home_of_others(home, raw["name"])
         home.store.delete_tree(home.root)
-    raw["process_options"] = {"latency_ms": latency_ms}
+    raw["process_options"] = {"latency_ms": pace.latency_ms}
     raw["process"] = "pipelines.demo.totals:totals_with_names"
     raw["stores"] = {CUSTOMERS: {"input": CUSTOMERS, "partitioning": "broadcast", "bootstrap": True}}
     raw["output_schema"] += ", name STRING"
@@ -346,17 +356,9 @@ def run_demo(
                 request = scaling.ScalingRequest(config.name, factor, step)
             else:
                 request = None
-            event = None
-            if request is not None:
-                outcome = scaling.run_all(home, request, catch_up_timeout_s=catch_up_s, say=lambda m: say("  " + m))
-                event = ControlPlane(home).events.history(config.name)[-1]
-                if outcome["status"] != "verified":
-                    raise PipelinesError(f"{step}: the scaling step ended {outcome['status']}")
-            else:
-                _wait_processing(home, config.name)
-            model = ControlPlane(home).job_models.active(config.name)
+            model, event = take_step(home, config.name, step, request, pace, say)
             step_started = time.time()
-            time.sleep(step_seconds)  # the job runs on the new model while records keep arriving
+            time.sleep(pace.step_seconds)  # the job runs on the new model while records keep arriving
             behind = falling_behind(home, config.name, model.version, step_started, config.trigger_interval)
             if behind:
                 say("  " + behind)
@@ -484,6 +486,22 @@ class _Part(Protocol):
     def error(self) -> BaseException | None: ...
 
 
+def take_step(
+    home: Home, job: str, step: str, request: scaling.ScalingRequest | None, pace: DemoPace, say: Any
+) -> tuple[JobModel, ScalingEvent | None]:
+    """Run a step's scaling request to its verified end (None: only let the job process); the model it left
+    running, and the step's scaling event."""
+    event = None
+    if request is not None:
+        outcome = scaling.run_all(home, request, catch_up_timeout_s=pace.catch_up_s, say=lambda m: say("  " + m))
+        event = ControlPlane(home).events.history(job)[-1]
+        if outcome["status"] != "verified":
+            raise PipelinesError(f"{step}: the scaling step ended {outcome['status']}")
+    else:
+        _wait_processing(home, job)
+    return ControlPlane(home).job_models.active(job), event
+
+
 def step_result(step: str, model: JobModel, event: ScalingEvent | None) -> StepResult:
     """A step's row, from the model it left running and its scaling event (None: the start, which has none)."""
     result = StepResult(step, model.elasticity_factor, sum(model.partitions().values()), model.task_count)
@@ -585,12 +603,8 @@ def _throughput(home: Home, job: str, version: int) -> tuple[int, float, int | N
     return records, (records - first) / span if span > 0 else 0.0, lag_after
 
 
-def main(
-    home: Home, rate: int, seconds: float, keys: int, latency_ms: float, master: str, input: str = "deltalog"
-) -> int:
-    results, _ = run_demo(
-        home, rate=rate, step_seconds=seconds, keys=keys, latency_ms=latency_ms, master=master, input=input
-    )
+def main(home: Home, pace: DemoPace, input: str = "deltalog") -> int:
+    results, _ = run_demo(home, pace, input=input)
     ok = all(r.passed for r in results)
     print("\ndemo " + ("passed: every step verified" if ok else "FAILED verification"), file=sys.stderr)
     return 0 if ok else 1

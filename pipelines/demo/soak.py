@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from pipelines.demo.run import HEADERS, StepResult, run_demo
+from pipelines.demo.run import HEADERS, DemoPace, StepResult, run_demo
 from pipelines.errors import PipelinesError
 from pipelines.storage.home import resolve_home
 from pipelines.texttable import table
@@ -163,24 +163,16 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    step_seconds = max(0.0, args.every - 20.0)  # a rescale takes ~20 s itself
+    # a rescale takes ~20 s itself
+    pace = DemoPace(rate=args.rate, step_seconds=max(0.0, args.every - 20.0), catch_up_s=CATCH_UP_S)
     try:
         if args.input == "kinesis":
             from pipelines.demo.kinesis import run_kinesis_demo
 
-            results, _final = run_kinesis_demo(
-                home, rate=args.rate, step_seconds=step_seconds, steps=steps, on_step=on_step, catch_up_s=CATCH_UP_S
-            )
+            results, _final = run_kinesis_demo(home, pace, steps=steps, on_step=on_step)
         else:
             expansions = [(step, factor, 4 if change == "expand" else None) for step, factor, change in steps]
-            results, _final = run_demo(
-                home,
-                rate=args.rate,
-                step_seconds=step_seconds,
-                steps=expansions,
-                on_step=on_step,
-                catch_up_s=CATCH_UP_S,
-            )
+            results, _final = run_demo(home, pace, steps=expansions, on_step=on_step)
     except PipelinesError as e:
         minutes = (time.monotonic() - started) / 60
         print(f"\nsoak FAILED after {minutes:.1f} min, {len(memory)} steps done: {e}", file=sys.stderr)

@@ -266,69 +266,52 @@ def _series(name: str, points: Iterable[BatchPoint], value: Any) -> Series:
     return Series(name, tuple((p.at, float(v)) for p in points if (v := value(p)) is not None))
 
 
+def _chart(
+    points: list[BatchPoint], key: str, title: str, unit: str, lines: Mapping[str, Any], note: str | None = None
+) -> Chart:
+    """A chart of one line per ``lines`` entry: its name, and what it reads of each batch (None: no point)."""
+    return Chart(key, title, unit, tuple(_series(name, points, value) for name, value in lines.items()), note)
+
+
 def charts(points: list[BatchPoint]) -> list[Chart]:
     """The four plots of the operator's view, over the same batches."""
-    lag = []
-    if any(p.lag_records is not None for p in points):
-        lag.append(_series("records behind", points, lambda p: p.lag_records))
-    time_lag = (
-        [_series("seconds behind", points, lambda p: p.lag_s)] if any(p.lag_s is not None for p in points) else []
-    )
+    counted = any(p.lag_records is not None for p in points)
+    timed = any(p.lag_s is not None for p in points)
     lag_note = None
-    if not lag and not time_lag:
+    if points and not counted and not timed:
         lag_note = (
             "unknown: no input could count the records behind (records_between answered None) "
             "and none reported a time behind"
-            if points
-            else None
         )
     result = [
-        Chart(
-            "throughput",
-            "Throughput",
-            "records/s",
-            (
-                _series("in", points, lambda p: p.rate_in),
-                _series("out", points, lambda p: p.rate_out),
-            ),
+        _chart(
+            points, "throughput", "Throughput", "records/s", {"in": lambda p: p.rate_in, "out": lambda p: p.rate_out}
         ),
-        Chart("lag", "Lag", "records", tuple(lag), lag_note),
+        _chart(
+            points, "lag", "Lag", "records", {"records behind": lambda p: p.lag_records} if counted else {}, lag_note
+        ),
     ]
-    if time_lag:
-        result.append(Chart("time_lag", "Time behind", "s", tuple(time_lag)))
+    if timed:
+        result.append(_chart(points, "time_lag", "Time behind", "s", {"seconds behind": lambda p: p.lag_s}))
+    duration_note = (
+        None
+        if any(p.duration_s is not None for p in points) or not points
+        else f"no {DURATION} rows: the driver that ran these batches did not report durations"
+    )
     result += [
-        Chart(
+        _chart(
+            points,
             "fetch",
             "Records fetched vs needed",
             "records/batch",
-            (
-                _series("fetched", points, lambda p: p.records_fetched),
-                _series("needed", points, lambda p: p.records_in),
-            ),
+            {"fetched": lambda p: p.records_fetched, "needed": lambda p: p.records_in},
         ),
-        Chart(
-            "duration",
-            "Micro-batch duration",
-            "s",
-            (_series("duration", points, lambda p: p.duration_s),),
-            None
-            if any(p.duration_s is not None for p in points) or not points
-            else f"no {DURATION} rows: the driver that ran these batches did not report durations",
-        ),
+        _chart(points, "duration", "Micro-batch duration", "s", {"duration": lambda p: p.duration_s}, duration_note),
     ]
-    faulty = [p for p in points if p.tasks_failed or p.executors_lost]
-    if faulty:  # a plot only for a window in which Spark lost something: the usual page stays as it is
-        result.append(
-            Chart(
-                "faults",
-                "Spark faults",
-                "per batch",
-                (
-                    _series("tasks retried", points, lambda p: p.tasks_failed),
-                    _series("executors lost", points, lambda p: p.executors_lost),
-                ),
-            )
-        )
+    if any(p.tasks_failed or p.executors_lost for p in points):
+        # a plot only for a window in which Spark lost something: the usual page stays as it is
+        lines = {"tasks retried": lambda p: p.tasks_failed, "executors lost": lambda p: p.executors_lost}
+        result.append(_chart(points, "faults", "Spark faults", "per batch", lines))
     return result
 
 

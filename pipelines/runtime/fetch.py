@@ -89,19 +89,39 @@ class Fetched:
         return self.records.slice(first, rows)
 
 
-def fetch(
-    system: InputSystem,
-    home: Home,
-    job: str,
-    version: int,
-    ssp: SystemStreamPartition,
-    start: Position,
-    end: Offset,
-    *,
-    factor: int,
-    shared: bool,
-    bucket: int | None = None,
-) -> Fetched:
+@dataclass(frozen=True)
+class RangeRead:
+    """One task's range of a partition: what is read, from which system, on behalf of which job version (whose
+    staging area and pins it uses)."""
+
+    system: InputSystem
+    home: Home
+    job: str
+    version: int
+    ssp: SystemStreamPartition
+    start: Position
+    end: Offset
+
+    def read(self) -> ReadResult:
+        """Read ``[start, end)``; a pending end is read up to its pin, or read and pinned if it has none yet."""
+        stream, partition = self.ssp.stream, self.ssp.partition
+        if not isinstance(self.end, Pending):
+            return self.system.read(stream, partition, self.start, self.end)
+        pinned = read_pin(self.home, self.job, self.version, self.end.pin)
+        if pinned is not None:
+            return self.system.read(stream, partition, self.start, pinned)
+        result = self.system.read(stream, partition, self.start, self.end.bounded)
+        won = write_pin(self.home, self.job, self.version, self.end.pin, result.next_position)
+        if won != result.next_position:  # a sibling pinned first (another executor): read exactly what it pinned
+            return self.system.read(stream, partition, self.start, won)
+        return result
+
+    def stage(self) -> Location:
+        """Where this range is staged for its key buckets' tasks."""
+        return staging_root(self.home, self.job, self.version) / _digest(self.ssp, self.start, self.end)
+
+
+def fetch(wanted: RangeRead, *, factor: int, shared: bool, bucket: int | None = None) -> Fetched:
     """The records of whole partition ``ssp`` from ``start`` to ``end``, fetched once for all its key buckets.
 
     ``shared``: several virtual tasks read this range (factor > 1), so it is
@@ -111,7 +131,7 @@ def fetch(
     """
     if not shared:
         t0 = time.perf_counter_ns()
-        result = _read_pinned(system, home, job, version, ssp, start, end)
+        result = wanted.read()
         return Fetched(
             result.records,
             result.next_position,
@@ -120,7 +140,7 @@ def fetch(
             read_ns=time.perf_counter_ns() - t0,
             stats=dict(result.stats),
         )
-    stage = staging_root(home, job, version) / _digest(ssp, start, end)
+    home, stage = wanted.home, wanted.stage()
     store = home.store
     waited = 0
     # Each look is a request on object storage: start later and wait longer between looks there.
@@ -151,7 +171,7 @@ def fetch(
         return staged
     lease.keep_alive(CLAIM_BEAT_S)
     try:
-        fetched = _fetch_and_stage(system, home, job, version, ssp, start, end, factor, stage)
+        fetched = _fetch_and_stage(wanted, factor, stage)
     except BaseException:
         lease.release()  # a retry (or a sibling) fetches at once instead of waiting out the lease
         raise
@@ -160,19 +180,9 @@ def fetch(
     return fetched
 
 
-def _fetch_and_stage(
-    system: InputSystem,
-    home: Home,
-    job: str,
-    version: int,
-    ssp: SystemStreamPartition,
-    start: Position,
-    end: Offset,
-    factor: int,
-    stage: Location,
-) -> Fetched:
+def _fetch_and_stage(wanted: RangeRead, factor: int, stage: Location) -> Fetched:
     t0 = time.perf_counter_ns()
-    result = _read_pinned(system, home, job, version, ssp, start, end)
+    result = wanted.read()
     t1 = time.perf_counter_ns()
     records = result.records
     buckets = key_buckets(records.column("key").to_pylist(), records.column("offset").to_pylist(), factor)
@@ -189,7 +199,7 @@ def _fetch_and_stage(
         first += counts[b]
     t2 = time.perf_counter_ns()
     data = grouped.append_column("bucket", grouped_buckets)
-    store = home.store
+    store = wanted.home.store
     store.makedirs(stage)
     batches: dict[str, int] = {}
     with (
@@ -250,22 +260,6 @@ def _load(home: Home, stage: Location, bucket: int | None = None) -> Fetched | N
         bucket_rows=rows,
         stage=str(stage),
     )
-
-
-def _read_pinned(
-    system: InputSystem, home: Home, job: str, version: int, ssp: SystemStreamPartition, start: Position, end: Offset
-) -> ReadResult:
-    """Read ``[start, end)``; a pending end is read up to its pin, or read and pinned if it has none yet."""
-    if not isinstance(end, Pending):
-        return system.read(ssp.stream, ssp.partition, start, end)
-    pinned = read_pin(home, job, version, end.pin)
-    if pinned is not None:
-        return system.read(ssp.stream, ssp.partition, start, pinned)
-    result = system.read(ssp.stream, ssp.partition, start, end.bounded)
-    won = write_pin(home, job, version, end.pin, result.next_position)
-    if won != result.next_position:  # a sibling pinned first (another executor): read exactly what it pinned
-        return system.read(ssp.stream, ssp.partition, start, won)
-    return result
 
 
 def read_pin(home: Home, job: str, version: int, pin: str) -> Position | None:

@@ -140,13 +140,7 @@ def read_task(partition: TaskRange) -> Iterator[pa.RecordBatch]:
         system = _executor_system(ssp.system, home, partition.settings.get(ssp.system, {}))
         end: Offset = Pending.from_json(r.end) if isinstance(r.end, dict) else r.end
         got = fetch.fetch(
-            system,
-            home,
-            partition.job,
-            partition.model_version,
-            ssp.whole(),
-            r.fetch_start,
-            end,
+            fetch.RangeRead(system, home, partition.job, partition.model_version, ssp.whole(), r.fetch_start, end),
             factor=partition.factor,
             shared=partition.shared,
             bucket=ssp.key_bucket if partition.shared else None,

@@ -84,13 +84,20 @@ def parse_connection(conn_id: str, raw: str) -> Connection:
     return _from_uri(conn_id, text)
 
 
-def _from_json(conn_id: str, text: str) -> Connection:
+def _json_object(text: str, not_json: str, not_object: str) -> dict[str, Any]:
+    """``text`` as a JSON object, or a ``ConfigError`` that says which of the two it failed to be."""
     try:
         value = json.loads(text)
     except ValueError:
-        raise ConfigError(f"{env_name(conn_id)} is neither a connection URI nor JSON") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{env_name(conn_id)} is neither a connection URI nor JSON")
+        raise ConfigError(not_json) from None
+    if not isinstance(value, Mapping):
+        raise ConfigError(not_object)
+    return dict(value)
+
+
+def _from_json(conn_id: str, text: str) -> Connection:
+    neither = f"{env_name(conn_id)} is neither a connection URI nor JSON"
+    value = _json_object(text, neither, neither)
     port = value.get("port")
     try:
         port = int(port) if port not in (None, "") else None
@@ -161,11 +168,9 @@ def _conn_type(value: Any) -> str | None:
 def _extra(conn_id: str, value: Any) -> dict[str, Any]:
     if value in (None, ""):
         return {}
+    not_object = f"Airflow connection {conn_id!r}: its extra must be a JSON object"
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise ConfigError(f"Airflow connection {conn_id!r}: its extra is not JSON") from None
+        return _json_object(value, f"Airflow connection {conn_id!r}: its extra is not JSON", not_object)
     if not isinstance(value, Mapping):
-        raise ConfigError(f"Airflow connection {conn_id!r}: its extra must be a JSON object")
+        raise ConfigError(not_object)
     return dict(value)
