@@ -13,22 +13,21 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import dag, task
+from airflow.sdk import task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.platform_dag import platform_dag
 from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.submit import SubmitDriver
 
 from pipelines.operations import keepalive
 
 
-@dag(
-    dag_id="elastic_microbatch",
+@platform_dag(
+    "elastic_microbatch",
+    "runtime",
     description="Runs each available-now job over what arrived, and relaunches a continuous job whose driver is down",
-    schedule=timedelta(minutes=10),
-    catchup=False,
-    max_active_runs=1,
-    tags=["elastic-pipelines", "runtime"],
     doc_md=__doc__,
+    schedule=timedelta(minutes=10),
 )
 def elastic_microbatch() -> None:
     @task

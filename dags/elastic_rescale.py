@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, task
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.notes import noted_failure, refuse, skip
+from pipelines_airflow.platform_dag import platform_dag
 from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path, seconds_param
 
@@ -40,13 +41,12 @@ from pipelines.operations import scaling
 from pipelines.runtime.lifetime import master_problem
 
 
-@dag(
-    dag_id="elastic_rescale",
+@platform_dag(
+    "elastic_rescale",
+    "scaling",
     description="Rescales a job to a factor (or the autosizer's): stop at a batch boundary, migrate, switch, verify",
+    doc_md=__doc__,
     schedule=None,
-    catchup=False,
-    max_active_runs=1,  # one rescale at a time from this DAG; the control-plane lock covers the other DAGs
-    tags=["elastic-pipelines", "scaling"],
     params={
         "job": Param("enrichment", type="string", minLength=1, description="the job to rescale"),
         # No "type": Airflow's form then renders a text field from the default's type (a string) and keeps what was
@@ -112,7 +112,6 @@ from pipelines.runtime.lifetime import master_problem
             None, type=["null", "string"], description="Spark master of a catch-up run (empty: the job's default)"
         ),
     },
-    doc_md=__doc__,
 )
 def elastic_rescale() -> None:
     @task

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
+from airflow.sdk import task
 from pipelines_airflow.assets import QUALITY, SCALING_EVENTS
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.platform_dag import hourly_and_on, platform_dag
 from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import dag_run, docs_in_ui
 
@@ -21,14 +22,12 @@ from pipelines.control import ControlPlane
 from pipelines.errors import PipelinesError
 
 
-@dag(
-    dag_id="quality_report",
+@platform_dag(
+    "quality_report",
+    "quality",
     description="Validates every job's whole run and state, publishes the Data Docs: hourly, after each scaling step",
-    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=[SCALING_EVENTS]),
-    catchup=False,
-    max_active_runs=1,
-    tags=["elastic-pipelines", "quality"],
     doc_md=__doc__,
+    schedule=hourly_and_on(SCALING_EVENTS),
 )
 def quality_report() -> None:
     @task(outlets=[QUALITY])

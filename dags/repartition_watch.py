@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
+from airflow.sdk import task
 from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.notes import refuse
+from pipelines_airflow.platform_dag import hourly_and_on, platform_dag
 from pipelines_airflow.run_conf import check_conf
 from pipelines_airflow.scaling import LOCK_WAIT_S, scaling_path, seconds_param
 from pipelines_airflow.watchers import INPUT_CHANGES
@@ -26,14 +27,13 @@ from pipelines_airflow.watchers import INPUT_CHANGES
 from pipelines.operations import repartition
 
 
-@dag(
-    dag_id="repartition_watch",
+@platform_dag(
+    "repartition_watch",
+    "scaling",
     description="Absorbs a repartitioned input (Kafka partitions added, Kinesis reshards), keys kept on their tasks",
+    doc_md=__doc__,
     # The hourly look is the watcher's backstop: a DAG unpaused has its watcher only from its next parse on.
-    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=[INPUT_CHANGES]),
-    catchup=False,
-    max_active_runs=1,
-    tags=["elastic-pipelines", "scaling"],
+    schedule=hourly_and_on(INPUT_CHANGES),
     params={
         "catch_up_timeout_s": seconds_param(600, "seconds a new model may take to catch up with the input"),
         "restart_timeout_s": seconds_param(300, "seconds a job may take to restart on its new model"),
@@ -44,7 +44,6 @@ from pipelines.operations import repartition
             minimum=0,
         ),
     },
-    doc_md=__doc__,
 )
 def repartition_watch() -> None:
     @task

@@ -17,22 +17,21 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import dag, task
+from airflow.sdk import task
 from pipelines_airflow import autosize_runs
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.platform_dag import platform_dag
 from pipelines_airflow.run_conf import check_conf
 
 from pipelines.control import ControlPlane
 
 
-@dag(
-    dag_id="scale_evaluation",
+@platform_dag(
+    "scale_evaluation",
+    "scaling",
     description="The autosizer's decision for each job from its lag and throughput; triggers elastic_rescale",
-    schedule=timedelta(minutes=5),
-    catchup=False,
-    max_active_runs=1,
-    tags=["elastic-pipelines", "scaling"],
     doc_md=__doc__,
+    schedule=timedelta(minutes=5),
 )
 def scale_evaluation() -> None:
     @task

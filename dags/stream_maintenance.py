@@ -17,8 +17,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, task
+from airflow.sdk import CronTriggerTimetable, Param, get_current_context, task
 from pipelines_airflow.hooks import PipelinesHook
+from pipelines_airflow.platform_dag import platform_dag
 from pipelines_airflow.run_conf import check_conf
 
 from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
@@ -27,14 +28,14 @@ from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError
 
 
-@dag(
-    dag_id="stream_maintenance",
+@platform_dag(
+    "stream_maintenance",
+    "retention",
+    "compaction",
     description="Retention and compaction of the embedded log's streams (paused at creation: it deletes data)",
+    doc_md=__doc__,
     schedule=CronTriggerTimetable("30 3 * * *", timezone="UTC"),
-    catchup=False,
-    max_active_runs=1,
     is_paused_upon_creation=True,  # deleting data is the operator's choice, whatever the deployment's default
-    tags=["elastic-pipelines", "retention", "compaction"],
     params={
         "older_than": Param(
             "7d",
@@ -51,7 +52,6 @@ from pipelines.errors import ConfigError
             description="the embedded log's streams to trim; empty: every stream of the home",
         ),
     },
-    doc_md=__doc__,
 )
 def stream_maintenance() -> None:
     @task

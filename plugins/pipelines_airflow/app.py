@@ -69,6 +69,7 @@ def create_app() -> Any:
     from fastapi import Depends, FastAPI, Form, Query, Request
     from fastapi.exceptions import HTTPException, RequestValidationError
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+    from pydantic import BaseModel
 
     from pipelines.core.limits import shown
     from pipelines.errors import PipelinesError, UnknownJobError
@@ -147,31 +148,30 @@ def create_app() -> Any:
             return JSONResponse({"detail": message}, status_code=status)
         return HTMLResponse(render("refusal.html", message=message, status=status, back=back), status_code=status)
 
-    def compute(job: str, factor: str, reason: str) -> tuple[dict[str, Any] | None, str | None]:
+    class PreviewQuery(BaseModel):
+        """The preview's query, the same on its page and its JSON: what the rescale form would submit."""
+
+        job: str = ""
+        factor: str = ""
+        reason: str = rescale.DEFAULT_REASON
+
+    def compute(query: PreviewQuery) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            return rescale.preview(resolve_home(), job, factor, reason), None
+            return rescale.preview(resolve_home(), query.job, query.factor, query.reason), None
         except PipelinesError as e:  # bad input or a refused plan: the platform's message, not a 500
             return None, str(e)
 
     @app.get("/rescale/preview", response_class=HTMLResponse)
-    def preview_page(
-        job: str = Query(default=""),
-        factor: str = Query(default=""),
-        reason: str = Query(default=rescale.DEFAULT_REASON),
-    ) -> HTMLResponse:
-        result, error = compute(job, factor, reason)
+    def preview_page(query: Annotated[PreviewQuery, Query()]) -> HTMLResponse:
+        result, error = compute(query)
         dag = rescale.dag_state() if result else {}
-        context = {"job": job, "factor": factor, "reason": reason or rescale.DEFAULT_REASON, "dag": dag}
-        page = render("preview.html", result=plain(result), error=error, dag_id=rescale.RESCALE_DAG, **context)
+        context = {"job": query.job, "factor": query.factor, "reason": query.reason or rescale.DEFAULT_REASON}
+        page = render("preview.html", result=plain(result), error=error, dag_id=rescale.RESCALE_DAG, dag=dag, **context)
         return HTMLResponse(page, status_code=400 if error else 200, headers=fresh)
 
     @app.get("/api/rescale/preview")
-    def preview_json(
-        job: str = Query(default=""),
-        factor: str = Query(default=""),
-        reason: str = Query(default=rescale.DEFAULT_REASON),
-    ) -> JSONResponse:
-        result, error = compute(job, factor, reason)
+    def preview_json(query: Annotated[PreviewQuery, Query()]) -> JSONResponse:
+        result, error = compute(query)
         if error is not None or result is None:
             return JSONResponse({"detail": error}, status_code=400)
         return JSONResponse(plain({**result, "dag": rescale.dag_state()}), headers=fresh)

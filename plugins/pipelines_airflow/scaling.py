@@ -167,7 +167,51 @@ class BeginScaling(BaseOperator):
         )
 
 
-class RestartJob(BaseOperator):
+class _DeferredStep(BaseOperator):
+    """A step of the operation ``op`` that may hand its wait for model ``version`` to the triggerer: it looks
+    once, defers if it must wait, and decides on the trigger's event when a worker picks it up again."""
+
+    template_fields: tuple[str, ...] = ("op",)
+    ui_color = "#e8f4fa"
+    wait_param: tuple[str, int]
+    """The run parameter that bounds the wait, and its default in seconds."""
+
+    def __init__(self, *, op: Any, **kwargs: Any) -> None:
+        super().__init__(**_deferrable(kwargs))
+        self.op = op
+
+    def execute(self, context: Context) -> Any:
+        with noted_failure():
+            return self._look(_home(), _op(self.op))
+
+    def resume(self, context: Context, event: dict[str, Any], version: int) -> Any:
+        """Back on a worker once the trigger fired."""
+        with noted_failure():
+            home, op = _home(), _op(self.op)
+            scaling.renew(home, op)
+            _report(event)
+            return self._resumed(home, op, event, version)
+
+    def _wait(self, home: Any, op: scaling.ScalingOperation, version: int, wait: str, **trigger: Any) -> None:
+        self.defer(
+            trigger=triggers.ScalingWaitTrigger(
+                home=str(home.root), job=op.job, version=version, wait=wait, timeout_s=self._timeout(), **trigger
+            ),
+            method_name="resume",
+            kwargs={"version": version},
+        )
+
+    def _timeout(self) -> float:
+        return float(_param(*self.wait_param))
+
+    def _look(self, home: Any, op: scaling.ScalingOperation) -> Any:
+        raise NotImplementedError
+
+    def _resumed(self, home: Any, op: scaling.ScalingOperation, event: dict[str, Any], version: int) -> Any:
+        raise NotImplementedError
+
+
+class RestartJob(_DeferredStep):
     """Get the new model running: wait (deferred) for a live driver's in-place switch, or run a catch-up.
 
     Returns how the job restarted: ``in-place``, ``catch-up run``, or ``none: nothing to catch up`` (a stopped
@@ -175,49 +219,26 @@ class RestartJob(BaseOperator):
     """
 
     template_fields = ("op", "mode")
-    ui_color = "#e8f4fa"
+    wait_param = ("restart_timeout_s", 300)
 
     def __init__(self, *, op: Any, mode: Any, **kwargs: Any) -> None:
-        super().__init__(**_deferrable(kwargs))
-        self.op = op
+        super().__init__(op=op, **kwargs)
         self.mode = mode
 
-    def execute(self, context: Context) -> str:
-        with noted_failure():
-            return self._restart()
-
-    def _restart(self) -> str:
-        home, op = _home(), _op(self.op)
+    def _look(self, home: Any, op: scaling.ScalingOperation) -> str:
         version = scaling.begin_restart(home, op)
         if scaling.Mode(self.mode) is scaling.Mode.IN_PLACE:
             state = scaling.switch_state(home, op.job, version)
             if state is scaling.Switch.WAITING:
                 print(f"waiting for the driver of {op.job} to start v{version}, on the triggerer (no worker slot)")
-                self.defer(
-                    trigger=triggers.ScalingWaitTrigger(
-                        home=str(home.root),
-                        job=op.job,
-                        version=version,
-                        wait=triggers.SWITCH,
-                        timeout_s=self._timeout(),
-                    ),
-                    method_name="resume",
-                    kwargs={"version": version},
-                )
+                self._wait(home, op, version, triggers.SWITCH)
             if state is scaling.Switch.SWITCHED:
                 return str(scaling.switched(op, version)["restarted"])
             scaling.driver_gone(op, version)
         return self._catch_up(home, op, version)
 
-    def resume(self, context: Context, event: dict[str, Any], version: int) -> str:
-        """Back on a worker once the trigger fired: the switch happened, the driver died, or time ran out."""
-        with noted_failure():
-            return self._resumed(event, version)
-
-    def _resumed(self, event: dict[str, Any], version: int) -> str:
-        home, op = _home(), _op(self.op)
-        scaling.renew(home, op)
-        _report(event)
+    def _resumed(self, home: Any, op: scaling.ScalingOperation, event: dict[str, Any], version: int) -> str:
+        """The switch happened, the driver died, or time ran out."""
         if event["status"] == triggers.SWITCHED:
             return str(scaling.switched(op, version)["restarted"])
         if event["status"] == triggers.DRIVER_GONE:
@@ -228,26 +249,13 @@ class RestartJob(BaseOperator):
     def _catch_up(self, home: Any, op: scaling.ScalingOperation, version: int) -> str:
         return str(scaling.catch_up_run(home, op, version, master=_param("spark_master"))["restarted"])
 
-    def _timeout(self) -> float:
-        return float(_param("restart_timeout_s", 300))
 
-
-class WaitCaughtUp(BaseOperator):
+class WaitCaughtUp(_DeferredStep):
     """Wait (deferred) until the new model reached the inputs' ends as of its activation; returns the seconds."""
 
-    template_fields = ("op",)
-    ui_color = "#e8f4fa"
+    wait_param = ("catch_up_timeout_s", 600)
 
-    def __init__(self, *, op: Any, **kwargs: Any) -> None:
-        super().__init__(**_deferrable(kwargs))
-        self.op = op
-
-    def execute(self, context: Context) -> float:
-        with noted_failure():
-            return self._look()
-
-    def _look(self) -> float:
-        home, op = _home(), _op(self.op)
+    def _look(self, home: Any, op: scaling.ScalingOperation) -> float:
         version, target = scaling.begin_catch_up(home, op)
         try:
             done, behind = scaling.catch_up_state(home, op.job, version, target)
@@ -262,33 +270,13 @@ class WaitCaughtUp(BaseOperator):
                 f"v{version} of {op.job} is {scaling.behind_text(behind)} records behind the activation point: "
                 "waiting on the triggerer (no worker slot)"
             )
-        self.defer(
-            trigger=triggers.ScalingWaitTrigger(
-                home=str(home.root),
-                job=op.job,
-                version=version,
-                wait=triggers.CATCH_UP,
-                target=target,
-                timeout_s=self._timeout(),
-            ),
-            method_name="resume",
-            kwargs={"version": version},
-        )
+        self._wait(home, op, version, triggers.CATCH_UP, target=target)
+        raise AssertionError("unreachable: defer raises")
 
-    def resume(self, context: Context, event: dict[str, Any], version: int) -> float:
-        with noted_failure():
-            return self._resumed(event, version)
-
-    def _resumed(self, event: dict[str, Any], version: int) -> float:
-        home, op = _home(), _op(self.op)
-        scaling.renew(home, op)
-        _report(event)
+    def _resumed(self, home: Any, op: scaling.ScalingOperation, event: dict[str, Any], version: int) -> float:
         if event["status"] == triggers.CAUGHT_UP:
             return float(scaling.caught_up(home, op)["caught_up_s"])
         raise AirflowFailException(str(scaling.catch_up_timed_out(op, version, event.get("behind"), self._timeout())))
-
-    def _timeout(self) -> float:
-        return float(_param("catch_up_timeout_s", 600))
 
 
 def _report(event: dict[str, Any]) -> None:
