@@ -22,7 +22,7 @@ from pipelines_airflow.hooks import PipelinesHook
 from pipelines_airflow.platform_dag import platform_dag
 from pipelines_airflow.run_conf import check_conf
 
-from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
+from pipelines.core.durations import DURATION_PATTERN, parse_duration
 from pipelines.core.segments import COMPACT_SPAN_MS, COMPACT_TARGET_BYTES, retention_cutoff, retention_text
 from pipelines.core.ssp import validate_name
 from pipelines.errors import ConfigError

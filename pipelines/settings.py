@@ -24,6 +24,7 @@ the same declaration publishes the JSON schema (``docs/job-schema.json``):
 from __future__ import annotations
 
 import functools
+import math
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -163,14 +164,15 @@ class Whole(Check):
 
 @dataclass(frozen=True)
 class Number(Check):
-    """A number (a whole one is fine, a bool is not) ``>= minimum`` (``> minimum`` when ``above``), as a float."""
+    """A finite number (a whole one is fine, a bool is not) ``>= minimum`` (``> minimum`` when ``above``), as a
+    float."""
 
     minimum: float = 0.0
     maximum: float | None = None
     above: bool = False
 
     def check(self, value: Any) -> float:
-        wrong = isinstance(value, bool) or not isinstance(value, int | float)
+        wrong = isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
         if not wrong:
             low = value <= self.minimum if self.above else value < self.minimum
             wrong = low or (self.maximum is not None and value > self.maximum)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.core.adjunct import parse_duration
+from pipelines.core.durations import parse_duration
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.limits import (
     MAX_COUNT,

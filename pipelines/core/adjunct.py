@@ -48,14 +48,12 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pipelines.core.limits import shown
 from pipelines.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------- settings
@@ -181,40 +179,6 @@ def judge_store(
                 Found.INVALID, f"last updated {_human(age)} ago, older than its validity age {_human(max_age)}"
             )
     return Validity(Found.VALID, "valid")
-
-
-DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$"
-"""``30s``, ``15m``, ``12h``, ``7d``, ``2w``, or seconds (also the JSON schema's pattern)."""
-_DURATION = re.compile(DURATION_PATTERN, re.ASCII)  # \d as JSON schema reads it: 0-9, not '٣'
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
-
-
-def parse_duration(value: object, what: str = "duration") -> timedelta:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or a number of seconds, shorter than ``timedelta``'s 999999999 days.
-
-    Digits are 0-9 only, and a number too large for a float (a YAML integer of 400 digits) is refused as too long,
-    not left to ``float()``'s ``OverflowError``.
-    """
-    wanted = f"{what} must be a duration such as '30s', '15m', '12h' or '7d', got {shown(value)}"
-    too_long = f"{what} must be shorter than 999999999 days, got {shown(value)}"
-    if isinstance(value, bool):
-        raise ConfigError(wanted)
-    try:
-        if isinstance(value, int | float):
-            seconds = float(value)
-        else:
-            match = _DURATION.match(str(value))
-            if not match:
-                raise ConfigError(wanted)
-            seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    except OverflowError:  # float() of an integer past 1.8e308
-        raise ConfigError(too_long) from None
-    if math.isnan(seconds) or seconds <= 0:
-        raise ConfigError(f"{what} must be positive, got {shown(value)}")
-    try:
-        return timedelta(seconds=seconds)  # inf too: "cannot convert float infinity to integer" is an OverflowError
-    except OverflowError:
-        raise ConfigError(too_long) from None
 
 
 def _human(delta: timedelta) -> str:

@@ -5,8 +5,8 @@ job". This module is that interface, kept pure (no Spark, Delta or I/O) so a
 policy can be tested from numbers alone:
 
 * :class:`AutosizeConfig` — the bounds and thresholds a job sets in its
-  ``autosize:`` section; every field is checked here, so a bad value fails at
-  ``job create`` with the field named.
+  ``autosize:`` section (checked by the job's model, ``pipelines.jobs.spec``,
+  so a bad value fails at ``job create`` with the field named).
 * :class:`Observation` — what a policy sees: the current factor, rates, the lag
   samples of the active model version and how busy its virtual tasks are.
   ``pipelines.operations.autosize.observe`` builds it from the metrics table.
@@ -37,13 +37,13 @@ Why it does not flap, and which factors it prefers: docs/design.md#the-autosizer
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pipelines.core.dotted import is_dotted, resolve
 from pipelines.core.limits import MAX_REASON, printable
-from pipelines.errors import ConfigError, refuse_unknown
+from pipelines.errors import ConfigError
 
 UP = "up"
 DOWN = "down"
@@ -59,20 +59,13 @@ ALLOWED = (SPLIT_MERGE, POWERS_OF_TWO, ANY)
 
 DEFAULT_POLICY = "default"
 
-_INT_FIELDS = ("min_factor", "max_factor", "window_batches", "min_batches")
-_FLOAT_FIELDS = (
-    "cooldown_s",
-    "scale_up_busy",
-    "scale_down_busy",
-    "lag_growth_records_per_s",
-    "small_lag_s",
-    "window_s",
-)
-
 
 @dataclass(frozen=True)
 class AutosizeConfig:
-    """A job's ``autosize:`` section; the defaults suit a job that runs continuously with a 1 s trigger."""
+    """A job's ``autosize:`` section; the defaults suit a job that runs continuously with a 1 s trigger.
+
+    Plain data: ``pipelines.jobs.spec.AutosizeSpec`` checks a section (types, bounds, and the fields that must
+    agree) and is the only way a user's values get here."""
 
     min_factor: int = 1
     max_factor: int = 16
@@ -93,67 +86,6 @@ class AutosizeConfig:
     allowed: str = SPLIT_MERGE
     policy: str = DEFAULT_POLICY
     """``default`` or ``package.module:Class`` of an :class:`AutosizePolicy`."""
-
-    def __post_init__(self) -> None:
-        for name in _INT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"autosize.{name} must be a whole number, got {value!r}")
-        for name in _FLOAT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ConfigError(f"autosize.{name} must be a finite number, got {value!r}")
-            object.__setattr__(self, name, float(value))
-        if self.min_factor < 1:
-            raise ConfigError(
-                f"autosize.min_factor must be >= 1 (a factor of 0 has no key buckets), got {self.min_factor}"
-            )
-        if self.max_factor < 1:
-            raise ConfigError(f"autosize.max_factor must be >= 1, got {self.max_factor}")
-        if self.min_factor > self.max_factor:
-            raise ConfigError(
-                f"autosize.min_factor ({self.min_factor}) must be <= autosize.max_factor ({self.max_factor})"
-            )
-        for name in ("cooldown_s", "lag_growth_records_per_s", "small_lag_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"autosize.{name} must be >= 0, got {getattr(self, name):g}")
-        for name in ("scale_up_busy", "scale_down_busy"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(
-                    f"autosize.{name} must be a busy ratio between 0 and 1 (processing seconds per batch second), "
-                    f"got {getattr(self, name):g}"
-                )
-        if self.scale_down_busy >= self.scale_up_busy:
-            raise ConfigError(
-                f"autosize.scale_down_busy ({self.scale_down_busy:g}) must be below autosize.scale_up_busy "
-                f"({self.scale_up_busy:g}): the gap between them is what keeps the factor from flapping"
-            )
-        if self.window_s <= 0:
-            raise ConfigError(f"autosize.window_s must be > 0, got {self.window_s:g}")
-        if self.min_batches < 2:
-            raise ConfigError(f"autosize.min_batches must be >= 2 (a trend needs two batches), got {self.min_batches}")
-        if self.window_batches < self.min_batches:
-            raise ConfigError(
-                f"autosize.window_batches ({self.window_batches}) must be >= autosize.min_batches "
-                f"({self.min_batches}), or no window could ever be enough"
-            )
-        if self.allowed not in ALLOWED:
-            raise ConfigError(f"autosize.allowed must be one of {', '.join(ALLOWED)}, got {self.allowed!r}")
-        if not isinstance(self.policy, str) or not (self.policy == DEFAULT_POLICY or is_dotted(self.policy)):
-            raise ConfigError(
-                f"autosize.policy must be {DEFAULT_POLICY!r} or an import path 'package.module:Class', "
-                f"got {self.policy!r}"
-            )
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any] | None) -> AutosizeConfig:
-        """The config from a job's ``autosize:`` section; absent fields take their defaults, unknown ones fail."""
-        if raw is None:
-            return cls()
-        if not isinstance(raw, Mapping):
-            raise ConfigError(f"autosize must be a mapping of fields, got {type(raw).__name__}")
-        refuse_unknown("autosize", raw, [f.name for f in fields(cls)])
-        return cls(**raw)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
+from pipelines.core.durations import DURATION_PATTERN, parse_duration
 from pipelines.errors import ConfigError
 
 COMPACT_TARGET_BYTES = 128 * 1024 * 1024

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.core.adjunct import Fraction, parse_duration
+from pipelines.core.adjunct import Fraction
+from pipelines.core.durations import parse_duration
 from pipelines.errors import ConfigError, PipelinesError
 
 DEFAULT_MAX_VALUE_BYTES = 1 << 20

@@ -455,9 +455,9 @@ def falling_behind(home: Home, job: str, version: int, since: float, trigger_int
     """
     from datetime import UTC, datetime
 
-    from pipelines.jobs.config import interval_seconds
+    from pipelines.core.durations import parse_duration
 
-    interval = interval_seconds(trigger_interval)
+    interval = parse_duration(trigger_interval, "trigger_interval", zero=True).total_seconds()
     metrics = [DURATION, LAG]
     start = datetime.fromtimestamp(since, UTC)
     frame = ControlPlane(home).metrics.read(job, model_version=version, metrics=metrics, since=start)

@@ -17,7 +17,6 @@ clear. The YAML's JSON schema is ``docs/job-schema.json``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +97,7 @@ class JobConfig:
 
     def autosize_config(self) -> AutosizeConfig:
         """The autosizer's bounds and thresholds: the ``autosize:`` section over the defaults."""
-        return AutosizeConfig.from_mapping(self.autosize)
+        return AutosizeConfig(**self.autosize)  # checked by ``AutosizeSpec`` when the job was created
 
     @classmethod
     def from_dict(cls, raw: Any, origin: str = "job config") -> JobConfig:
@@ -125,7 +124,7 @@ class JobConfig:
             trigger_interval=spec.batch.trigger_interval,
             source=spec.source,
             systems={name: dict(settings or {}) for name, settings in written.items()},  # as written
-            autosize=spec.autosize,
+            autosize=spec.autosize.model_dump(exclude_unset=True),  # as written, its numbers as numbers
             stores=raw.get("stores"),
             metrics_retention_hours=spec.metrics_retention_hours,
             start=spec.start,
@@ -198,19 +197,6 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     context = f" ({error.context})" if error.context else ""
     return f"{error.problem}{where}{context}"
-
-
-_SECONDS_PER = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0}
-_SECONDS_PER |= {"h": 3600.0, "hour": 3600.0}
-
-
-def interval_seconds(text: str) -> float:
-    """A checked ``trigger_interval`` ("1 second", "500 milliseconds", "interval 2 minutes") in seconds."""
-    found = re.match(r"^(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+)$", text.strip().lower())
-    if found is None:
-        raise ConfigError(f"not a trigger interval: {text!r}")
-    unit = found.group(2)
-    return float(found.group(1)) * _SECONDS_PER[unit if unit in _SECONDS_PER else unit.removesuffix("s")]
 
 
 CHANGEABLE = frozenset(

@@ -10,17 +10,16 @@ published in ``docs/job-schema.json`` is generated from ``JobSpec``
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import fields
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from pipelines.control.metrics import DEFAULT_RETENTION_HOURS, MAX_RETENTION_HOURS
-from pipelines.core.adjunct import DURATION_PATTERN, parse_duration
-from pipelines.core.autosize import AutosizeConfig
+from pipelines.core.autosize import ALLOWED, DEFAULT_POLICY, SPLIT_MERGE, AutosizeConfig
+from pipelines.core.dotted import is_dotted
+from pipelines.core.durations import DURATION_PATTERN, parse_duration
 from pipelines.core.groupers import GROUPERS
 from pipelines.core.hashing import MAX_FACTOR, MAX_FACTOR_ENV, validate_factor
 from pipelines.core.ssp import NAME_PATTERN, SYSTEMS, SystemStream, validate_name
@@ -31,10 +30,12 @@ from pipelines.jobs.stores import StoreName, StoreSpec
 from pipelines.settings import (
     AnyMapping,
     Check,
+    Number,
     OneOf,
     Said,
     Section,
     Whole,
+    check,
     section_error,
     sentence_error,
     value_error,
@@ -53,15 +54,6 @@ TRIGGERS = ("available-now", "continuous")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN}
 _START = {"anyOf": [{"enum": list(WORDS)}, {"type": "string", "format": "date-time"}]}
-
-
-def _any_case(word: str) -> str:
-    """``min`` as ``[mM][iI][nN]``: the interval's pattern is also the JSON schema's, which has no flags."""
-    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
-
-
-_UNITS = ("milliseconds?", "ms", "seconds?", "s", "minutes?", "min", "hours?", "h")
-_INTERVAL = re.compile(rf"^({_any_case('interval')}\s+)?\d+(\.\d+)?\s*({'|'.join(_any_case(u) for u in _UNITS)})$")
 
 
 # ------------------------------------------------------------------ value checks of the job YAML
@@ -88,16 +80,17 @@ class _Ddl(Check):
 
 
 class _TriggerInterval(Check):
-    """Spark's processing-time interval, checked now rather than inside Spark."""
+    """How often a continuous job starts a micro-batch, in the platform's one duration grammar (zero: at once)."""
 
     def check(self, value: Any) -> str:
-        text = str(value).strip()
-        if isinstance(value, bool) or not _INTERVAL.match(text):
-            raise value_error("must be a time such as '1 second', '500 milliseconds' or '2 minutes'")
-        return text
+        try:
+            parse_duration(value, "trigger_interval", zero=True)
+        except ConfigError:
+            raise value_error("must be a time such as '1 second', '500 milliseconds', '2 minutes' or '30s'") from None
+        return str(value).strip()
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "string", "pattern": "^\\s*" + _INTERVAL.pattern[1:-1] + "\\s*$"}  # it is stripped first
+        return {"anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, {"type": "number", "minimum": 0}]}
 
 
 class _Factor(Check):
@@ -111,22 +104,76 @@ class _Factor(Check):
         return {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": "^\\s*[0-9]+\\s*$"}]}
 
 
-class _Autosize(Check):
-    """The ``autosize:`` section, checked by ``AutosizeConfig`` (pure core, so not a pydantic model)."""
-
-    def check(self, value: Any) -> dict[str, Any]:
-        try:
-            AutosizeConfig.from_mapping(value)
-        except ConfigError as error:
-            raise verbatim_error(str(error)) from None
-        return dict(value or {})
+class _Policy(Check):
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not (value == DEFAULT_POLICY or is_dotted(value)):
+            raise value_error(f"must be {DEFAULT_POLICY!r} or an import path 'package.module:Class'")
+        return value
 
     def schema(self) -> dict[str, Any]:
-        kinds = {int: "integer", float: "number", str: "string"}
-        properties = {
-            f.name: {"type": kinds.get(type(f.default), "string"), "default": f.default} for f in fields(AutosizeConfig)
-        }
-        return {"type": ["object", "null"], "properties": properties, "additionalProperties": False}
+        return {"type": "string", "pattern": f"^({DEFAULT_POLICY}|[^:]+:[^:]+)$"}
+
+
+class AutosizeSpec(Section):
+    """The ``autosize:`` section: the autosizer's bounds and thresholds (docs/operations.md, "Autosizing")."""
+
+    MAPPING_OF: ClassVar[str] = "autosize fields"
+
+    min_factor: Annotated[int, Whole(1)] = Field(1, description="the smallest factor the autosizer picks")
+    max_factor: Annotated[int, Whole(1)] = Field(16, description="the largest factor the autosizer picks")
+    cooldown_s: Annotated[float, Number(0.0)] = Field(
+        300.0, description="seconds after a scaling step ends before the next may be decided"
+    )
+    scale_up_busy: Annotated[float, Number(0.0, 1.0)] = Field(
+        0.75, description="the busiest task's busy ratio above which a growing lag scales up"
+    )
+    scale_down_busy: Annotated[float, Number(0.0, 1.0)] = Field(
+        0.25, description="the busiest task's busy ratio below which a small lag scales down"
+    )
+    lag_growth_records_per_s: Annotated[float, Number(0.0)] = Field(
+        1.0, description="the lag's slope (records/s) above which it counts as growing"
+    )
+    small_lag_s: Annotated[float, Number(0.0)] = Field(
+        30.0, description="a lag read in at most this many seconds at the observed rate counts as small"
+    )
+    window_batches: Annotated[int, Whole(1)] = Field(60, description="at most this many latest batches are observed")
+    window_s: Annotated[float, Number(0.0, above=True)] = Field(
+        300.0, description="only batches committed in the last window_s seconds are observed"
+    )
+    min_batches: Annotated[int, Whole(2)] = Field(
+        5, description="fewer batches of the active model than this: hold (a trend needs two)"
+    )
+    allowed: Annotated[str, OneOf(*ALLOWED)] = Field(SPLIT_MERGE, description="which factors a decision may pick")
+    policy: Annotated[str, _Policy()] = Field(
+        DEFAULT_POLICY, description="'default' or 'package.module:Class' of an AutosizePolicy"
+    )
+
+    @model_validator(mode="after")
+    def _fields_agree(self) -> AutosizeSpec:
+        if self.min_factor > self.max_factor:
+            raise verbatim_error(
+                f"autosize.min_factor ({self.min_factor}) must be <= autosize.max_factor ({self.max_factor})"
+            )
+        if self.scale_down_busy >= self.scale_up_busy:
+            raise verbatim_error(
+                f"autosize.scale_down_busy ({self.scale_down_busy:g}) must be below autosize.scale_up_busy "
+                f"({self.scale_up_busy:g}): the gap between them is what keeps the factor from flapping"
+            )
+        if self.window_batches < self.min_batches:
+            raise verbatim_error(
+                f"autosize.window_batches ({self.window_batches}) must be >= autosize.min_batches "
+                f"({self.min_batches}), or no window could ever be enough"
+            )
+        return self
+
+    def config(self) -> AutosizeConfig:
+        return AutosizeConfig(**self.model_dump())
+
+
+def autosize_config(raw: Any, where: str = "autosize settings") -> AutosizeConfig:
+    """An ``autosize:`` mapping checked (as ``job create`` checks it) over the defaults; ``where`` names it."""
+    spec: AutosizeSpec = check(AutosizeSpec, raw, where, ("autosize",))
+    return spec.config()
 
 
 class _KafkaSettings(Check):
@@ -302,8 +349,8 @@ class JobSpec(Section):
         default_factory=dict, description="options of the elastic source"
     )
     systems: SystemsSpec = Field(default_factory=SystemsSpec, description="settings per input system")
-    autosize: Annotated[dict[str, Any], _Autosize()] = Field(
-        default_factory=dict, description="the autosizer's bounds and thresholds (pipelines.core.autosize)"
+    autosize: AutosizeSpec = Field(
+        default_factory=AutosizeSpec, description="the autosizer's bounds and thresholds (docs/operations.md)"
     )
     stores: dict[StoreName, StoreSpec] | None = Field(None, description="adjunct data stores the job looks keys up in")
     state: (

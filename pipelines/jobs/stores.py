@@ -13,7 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from pipelines.core.adjunct import DURATION_PATTERN, Dataset, Partitioning, Persistence, parse_duration
+from pipelines.core.adjunct import Dataset, Partitioning, Persistence
+from pipelines.core.durations import DURATION_PATTERN, parse_duration
 from pipelines.core.ssp import NAME_PATTERN, SYSTEMS, validate_name
 from pipelines.settings import Check, OneOf, PositiveWhole, Said, Section, StrictBool, value_error
 

@@ -35,6 +35,7 @@ from pipelines.core.metric_names import LAG
 from pipelines.core.model import JobModel
 from pipelines.errors import ConfigError, PipelinesError
 from pipelines.jobs.config import job_config
+from pipelines.jobs.spec import autosize_config as checked_autosize
 from pipelines.storage.home import Home
 
 BATCH_METRICS = ("task_count", "sink_commit_s")
@@ -121,7 +122,7 @@ def _config(model: JobModel, config: ConfigLike) -> AutosizeConfig:
         return autosize_config(model)
     if isinstance(config, AutosizeConfig):
         return config
-    return AutosizeConfig.from_mapping(config)
+    return checked_autosize(config)
 
 
 def _decide(policy: AutosizePolicy, observation: Observation, config: AutosizeConfig) -> Decision:

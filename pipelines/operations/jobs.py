@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipelines import planning
 from pipelines.control import ControlPlane, Home
-from pipelines.core.autosize import AutosizeConfig, load_policy
+from pipelines.core.autosize import load_policy
 from pipelines.core.model import JobModel
 from pipelines.errors import ConfigError
 from pipelines.jobs.config import JobConfig, job_config
@@ -20,7 +20,7 @@ def create_job(home: Home, config: JobConfig) -> JobModel:
     _refuse_shared_tables(home, config)
     load_process_function(config.process)  # a typo in the path fails here, not inside Spark's first batch
     if config.autosize:  # and a policy that does not load here, not at its first decision minutes later
-        load_policy(AutosizeConfig.from_mapping(config.autosize).policy)
+        load_policy(config.autosize_config().policy)
     from pipelines.adjunct.runtime import check_job_stores
 
     check_job_stores(home, config)  # adjunct stores: streams exist, partitioned ones are co-partitioned

@@ -22,6 +22,7 @@ from typing import Any, TypedDict, TypeVar
 from pipelines.control import ControlPlane
 from pipelines.control.compaction import compact_job, summary
 from pipelines.control.drivers import Registration
+from pipelines.core.durations import spark_interval
 from pipelines.core.faults import EXECUTORS_LOST, TASKS_FAILED, FaultLedger, Faults, JobSeen
 from pipelines.core.metric_names import DURATION
 from pipelines.core.model import JobModel
@@ -101,9 +102,10 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
         .option("stores", "true" if config.stores else "false")
         .option("state", json.dumps([s.to_dict() for s in config.state]))
     )
-    writer = (
-        writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=config.trigger_interval)
-    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:  # whole milliseconds, whichever form the job's YAML wrote (core.durations)
+        writer = writer.trigger(processingTime=spark_interval(config.trigger_interval))
     return writer.start()
 
 

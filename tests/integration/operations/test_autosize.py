@@ -291,7 +291,7 @@ def test_the_job_config_sets_the_bounds(home: Home) -> None:
         ({"cooldown_s": -5}, "autosize.cooldown_s"),
         ({"scale_up_busy": 0.2}, "autosize.scale_down_busy"),
         ({"bogus": 1}, "bogus"),
-        ("fast", "autosize must be a mapping"),
+        ("fast", "'autosize' must be a mapping"),
     ],
 )
 def test_a_bad_autosize_section_fails_at_job_create(home: Home, autosize: Any, field: str) -> None:

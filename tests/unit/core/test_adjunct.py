@@ -24,7 +24,6 @@ from pipelines.core.adjunct import (
     covered_by_union,
     decide_recovery,
     judge_store,
-    parse_duration,
     sample_keys,
     serving_generation,
     store_class,
@@ -117,43 +116,6 @@ def test_fallen_off_retention_is_invalid() -> None:
 def test_validity_is_age_against_max_age(age_s: int, max_s: int) -> None:
     found, _ = _judge(last_update=NOW - timedelta(seconds=age_s), max_age=timedelta(seconds=max_s))
     assert (found is Found.VALID) == (age_s <= max_s)
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("15m", 900), ("12h", 43200), ("7d", 604800), (5, 5)])
-def test_parse_duration(text: object, seconds: float) -> None:
-    assert parse_duration(text).total_seconds() == seconds
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        "soon",
-        "-3s",
-        0,
-        True,
-        "1y",
-        "9999999999999d",
-        1e300,
-        "٣s",
-        float("nan"),
-        float("inf"),
-        pytest.param(10**400, id="10**400"),
-        pytest.param("9" * 5000, id="5000-digits"),
-    ],
-)
-def test_parse_duration_refuses(bad: object) -> None:
-    with pytest.raises(ConfigError, match=r"^stores\.c\.valid_for must be (a duration|positive|shorter)") as info:
-        parse_duration(bad, "stores.c.valid_for")
-    assert len(str(info.value)) < 200  # one short line, however long what was given
-
-
-def test_a_duration_too_large_for_a_float_is_refused_as_too_long() -> None:
-    """``valid_for: 10**400`` in a job's YAML ended ``job create`` with float()'s OverflowError."""
-    with pytest.raises(ConfigError) as info:
-        parse_duration(10**400, "valid_for")
-    assert str(info.value) == "valid_for must be shorter than 999999999 days, got <a number of about 401 digits>"
-    with pytest.raises(ConfigError, match=r"^valid_for must be shorter than 999999999 days, got inf$"):
-        parse_duration(float("inf"), "valid_for")
 
 
 # ------------------------------------------------------------------------------------------ division
