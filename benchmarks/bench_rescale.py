@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from pipelines.control import ControlPlane
+from pipelines.core.metric_names import SWITCH_PHASES
 from pipelines.demo.producer import produce
 from pipelines.demo.run import Producer
 from pipelines.jobs.config import JobConfig
@@ -86,21 +87,34 @@ def phases(home: Home, old: int, new: int) -> tuple[float, float]:
     return started - stopped, resumed - started
 
 
-def in_place(home: Home, factors: list[int]) -> list[float]:
+def switch_phases(home: Home, version: int, timeout: float = 60.0) -> dict[str, float]:
+    """The driver's record of where the switch into ``version`` went (``pipelines.runtime.switch_timeline``)."""
+    control = ControlPlane(home)
+    end = time.monotonic() + timeout
+    while True:
+        frame = control.metrics.read("enrichment", model_version=version, metrics=list(SWITCH_PHASES))
+        if len(frame) >= len(SWITCH_PHASES):
+            return {str(m): float(v) for m, v in zip(frame["metric"], frame["value"], strict=True)}
+        if time.monotonic() > end:
+            raise RuntimeError(f"v{version} recorded no switch phases within {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def in_place(home: Home, factors: list[int]) -> tuple[list[float], list[dict[str, float]]]:
     """Each factor by the platform's rescale of the live driver; the driver is left running."""
-    figures = []
+    figures, breakdowns = [], []
     for factor in factors:
         result = scaling.run_all(home, scaling.ScalingRequest("enrichment", factor, "bench"), say=lambda m: None)
         assert result["status"] == "verified", result
         figures.append(result["downtime_s"])
-        replayed = result["records_replayed"]
-        switch, first = phases(home, result["from_version"], ControlPlane(home).job_models.active_version("enrichment"))
-        log(
-            f"  in place -> factor {factor}: downtime {result['downtime_s']:.2f}s (stop -> new query "
-            f"{switch:.2f}s, new query -> first batch {first:.2f}s), replayed {replayed}"
-        )
-        wait_live(home, ControlPlane(home).job_models.active_version("enrichment"))
-    return figures
+        version = ControlPlane(home).job_models.active_version("enrichment")
+        assert version is not None
+        wait_live(home, version)
+        breakdowns.append(switch_phases(home, version))
+        shown = ", ".join(f"{name.removeprefix('switch.')} {breakdowns[-1][name]:.2f}" for name in SWITCH_PHASES)
+        log(f"  in place -> factor {factor}: downtime {result['downtime_s']:.2f}s ({shown}), "
+            f"replayed {result['records_replayed']}")  # fmt: skip
+    return figures, breakdowns
 
 
 def redeploy(home: Home, master: str, factors: list[int]) -> list[float]:
@@ -114,6 +128,7 @@ def redeploy(home: Home, master: str, factors: list[int]) -> list[float]:
         save(home, plan, "bench redeploy", activate=True)
         launcher.run(home, "enrichment", available_now=False, master=master, detach=True)
         wait_live(home, plan.model.version)
+        assert old is not None
         switch, first = phases(home, old, plan.model.version)
         figures.append(switch + first)
         log(f"  redeploy -> factor {factor}: downtime {figures[-1]:.2f}s (stop -> new query {switch:.2f}s)")
@@ -138,7 +153,7 @@ def main() -> int:
         try:
             launcher.run(home, "enrichment", available_now=False, master=args.master, detach=True)
             wait_live(home, 1)
-            results["in place"] = in_place(home, factors[: args.steps])
+            results["in place"], breakdowns = in_place(home, factors[: args.steps])
             results["redeploy"] = redeploy(home, args.master, factors[args.steps :])
             launcher.stop(home, "enrichment", timeout=120)
         finally:
@@ -149,15 +164,22 @@ def main() -> int:
         if not verdict.ok:
             return 1
     print(f"\n{'mode':<10} {'rescales':>8} {'median s':>9} {'worst s':>8}")
-    for mode, figures in results.items():
-        print(f"{mode:<10} {len(figures):>8} {statistics.median(figures):>9.2f} {max(figures):>8.2f}")
+    for mode, downtimes in results.items():
+        print(f"{mode:<10} {len(downtimes):>8} {statistics.median(downtimes):>9.2f} {max(downtimes):>8.2f}")
     ratio = statistics.median(results["redeploy"]) / statistics.median(results["in place"])
     print(f"\nredeploy / in place (median downtime): {ratio:.1f}x")
-    figures = {
+    print(f"\n{'where an in-place switch goes':<28} {'median s':>9} {'worst s':>8}")
+    medians = {}
+    for name in SWITCH_PHASES:
+        values = [b[name] for b in breakdowns]
+        medians[name.removeprefix("switch.")] = round(statistics.median(values), 3)
+        print(f"{name.removeprefix('switch.'):<28} {statistics.median(values):>9.2f} {max(values):>8.2f}")
+    figures: dict[str, object] = {
         "in_place_median_s": round(statistics.median(results["in place"]), 3),
         "in_place_worst_s": round(max(results["in place"]), 3),
         "redeploy_median_s": round(statistics.median(results["redeploy"]), 3),
         "redeploy_vs_in_place": round(ratio, 2),
+        "in_place_phase_median_s": medians,
     }
     print(json.dumps({"bench": "rescale", "figures": figures}))
     return 0

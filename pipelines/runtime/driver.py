@@ -34,6 +34,7 @@ from pipelines.runtime import requests, schemas
 from pipelines.runtime.lifetime import die_with_parent
 from pipelines.runtime.outage import STALL_S, record_outage
 from pipelines.runtime.outputs import ensure_output_tables
+from pipelines.runtime.switch_timeline import SwitchTimeline
 from pipelines.storage.home import Home, resolve_home
 from pipelines.usage import Parser
 
@@ -130,6 +131,7 @@ def run_job(
     watch = HomeWatch(home, job) if not home.is_local else None
     if watch is not None:
         watch.start()
+    timeline: SwitchTimeline | None = None  # the switch into the next query, after the first
     try:
         while True:
             model = control.job_models.active(job)
@@ -141,16 +143,21 @@ def run_job(
             # A drain request of this version can only be a killed driver's (killed while it stopped at a batch
             # boundary: a second Ctrl-C, a stop that took too long): left there, it would admit no record ever.
             requests.undrain(home, job, model.version)
+            if timeline is not None:
+                timeline.carried = time.time()
             started = time.monotonic()
             query = start_query(spark, home, model, available_now=available_now)
+            if timeline is not None:
+                timeline.started = time.time()
             _lifecycle(control, model, "query_started")
             queries += 1
             progress(
                 f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks"
             )
             faults = SparkFaults.of(spark, query)
-            switch = _supervise(query, control, job, model, deadline, progress, started, heartbeat, faults)
-            if not switch:
+            stopped = _supervise(query, control, job, model, deadline, progress, started, heartbeat, faults, timeline)
+            timeline = None if stopped is None else SwitchTimeline(stopped)
+            if stopped is None:
                 requests.clear_stop(home, job)
                 heartbeat.halt.set()
                 if compactor is not None:
@@ -310,26 +317,34 @@ class Heartbeat(threading.Thread):
             self.registration.beat(self.version, max(self.batch, -1))
 
 
-def _lifecycle(control: ControlPlane, model: JobModel, event: str) -> None:
+def _lifecycle(control: ControlPlane, model: JobModel, event: str) -> float:
     """A query's start, first progress or stop, as a metric row whose value is the wall-clock time.
 
     Downtime of a model switch is the successor's ``first_progress`` (or
     ``query_started``) minus the predecessor's ``query_stopped``: the same
     measure whether the switch happened inside this application or across a
-    restart, and read by ``pipelines.operations.scaling`` from the table.
+    restart, and read by ``pipelines.operations.scaling`` from the table. Returns the time it recorded.
     """
+    at = time.time()
     with contextlib.suppress(Exception):  # a metric must never take the job down
         control.metrics.append(
-            [
-                {
-                    "job": model.job_name,
-                    "model_version": model.version,
-                    "batch_id": -1,
-                    "metric": event,
-                    "value": time.time(),
-                }
-            ]
+            [{"job": model.job_name, "model_version": model.version, "batch_id": -1, "metric": event, "value": at}]
         )
+    return at
+
+
+def _record_switch(control: ControlPlane, model: JobModel, timeline: SwitchTimeline, query: Any) -> None:
+    """The switch's phases, once the report of the new query's first batch with data is there (then once)."""
+    phases = timeline.phases(query.recentProgress)
+    if phases is None:
+        return
+    timeline.recorded = True
+    rows = [
+        {"job": model.job_name, "model_version": model.version, "batch_id": -1, "metric": name, "value": value}
+        for name, value in phases.items()
+    ]
+    with contextlib.suppress(Exception):  # a metric must never take the job down
+        control.metrics.append(rows)
 
 
 def _carry_forward_on_start(control: ControlPlane, model: JobModel, progress: Callable[[str], None]) -> None:
@@ -355,8 +370,10 @@ def _supervise(
     started: float,
     heartbeat: Heartbeat,
     faults: SparkFaults | None = None,
-) -> bool:
-    """Watch a query; True when it stopped because another model version became active."""
+    timeline: SwitchTimeline | None = None,
+) -> float | None:
+    """Watch a query; the time it stopped at, when it stopped because another model version became active
+    (None: it ended, or was stopped). ``timeline``: the switch that started it, whose phases it records."""
     last_batch = -1
     durations = BatchDurations(control, model, faults)
     last_model_check = last_stop_check = 0.0
@@ -376,10 +393,14 @@ def _supervise(
                 if cause is not None:  # a task raised one of ours: that, not Spark's trace, is what to say
                     raise type(cause)(f"job {job} v{model.version} failed in a micro-batch: {cause}")
                 raise RuntimeError(f"query of job {job} v{model.version} failed: {exc}")
-            return False
+            return None
         if not resumed and (last_batch != -1 or query.status.get("isDataAvailable")):
-            _lifecycle(control, model, "first_progress")  # the first batch with data is running
+            at = _lifecycle(control, model, "first_progress")  # the first batch with data is running
             resumed = True
+            if timeline is not None:
+                timeline.resumed = at
+        if timeline is not None and timeline.resumed is not None and not timeline.recorded:
+            _record_switch(control, model, timeline, query)
         last_batch = _report(query, job, last_batch, progress)
         heartbeat.batch = last_batch
         heartbeat.progress()
@@ -394,16 +415,16 @@ def _supervise(
             _lifecycle(control, model, "query_stopped")
             durations.record(query)
             progress(f"[{job}] stopped at a batch boundary after {now - started:.1f}s")
-            return False
+            return None
         if now - last_model_check >= stop_every:  # a Delta read: at most this often, however fast the loop runs
             last_model_check = now
             unchanged: int | None = model.version  # what an unanswered look is taken to say
             active = looks.ask(lambda: control.job_models.active_version(job), otherwise=unchanged)
             if active != model.version:
                 _stop_at_batch_boundary(query, control.home, job, model.version)
-                _lifecycle(control, model, "query_stopped")  # run_job carries the checkpoints forward, then starts
+                stopped = _lifecycle(control, model, "query_stopped")  # run_job carries forward, then starts
                 progress(f"[{job}] model v{active} is active: switching")
-                return True
+                return stopped
         _await(query, POLL_S if resumed else POLL_S / 5)  # look closely until processing resumed: it is the downtime
 
 

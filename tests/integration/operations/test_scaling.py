@@ -14,6 +14,7 @@ import pytest
 
 from pipelines.control import ControlPlane
 from pipelines.control.locks import ScalingInProgressError, ScalingLock, process_owner
+from pipelines.core.metric_names import SWITCH_PHASES
 from pipelines.deltaio import read_delta
 from pipelines.demo import producer
 from pipelines.errors import ConfigError, UnknownJobError
@@ -272,6 +273,14 @@ def test_a_live_driver_switches_in_place_with_a_short_measured_downtime(spark: A
     assert result["records_replayed"] == 0
     assert 0 < result["downtime_s"] < 30, result  # one batch boundary plus a query start; reported, not timed
     print(f"in-place switch downtime: {result['downtime_s']:.2f}s")
+    # where it went: the driver's phases of the switch into v2, written once v2's first batch with data reported
+    frame = ControlPlane(home).metrics.read(ran_once, model_version=2, metrics=list(SWITCH_PHASES))
+    phases = dict(zip(frame["metric"], frame["value"], strict=True))
+    assert set(phases) == set(SWITCH_PHASES), phases
+    assert phases["switch.downtime_s"] == pytest.approx(result["downtime_s"], abs=0.01)
+    assert min(phases["switch.carry_s"], phases["switch.start_s"], phases["switch.plan_s"]) >= 0, phases
+    before_the_batch = sum(phases[f"switch.{p}_s"] for p in ("carry", "start", "first_trigger", "plan", "offset_log"))
+    assert before_the_batch <= phases["switch.downtime_s"] + 0.05, phases  # the parts fit in the whole
     run_job(spark, home, ran_once, available_now=True, progress=QUIET)
     assert verify_job(home, ran_once, sequence="seq").ok
 
