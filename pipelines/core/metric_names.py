@@ -16,8 +16,9 @@ TASK_TIMES = ("read_s", "key_hash_s", "wait_s", "process_s")
 OUTAGE_DOWN = "input_unavailable_s"  # the source, when an input stops answering (then every 30 s): down so far
 OUTAGE_BACK = "input_recovered_s"  # the source, on the first answer after an outage: how long it lasted
 SWITCH_PHASES = (
+    "switch.started_ahead",  # 1: the new query was started behind a gate before the old one stopped (runtime.gate)
     "switch.carry_s",  # the old query's stop to the new model's checkpoints carried forward
-    "switch.start_s",  # carried forward to the new query's start() returned
+    "switch.start_s",  # carried forward to the new query let go: its start() returned, or its gate opened
     "switch.first_trigger_s",  # start() to the trigger of its first batch with data (the query's own start-up)
     "switch.plan_s",  # that trigger's planning: the source's latestOffset, in Spark's source runner
     "switch.offset_log_s",  # that trigger's write of its offsets (Spark's offset log), before the batch runs

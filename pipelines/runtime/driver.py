@@ -12,11 +12,13 @@ checkpoint location; offsets cross versions through the checkpoints table.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar
 
 from pipelines.control import ControlPlane
@@ -31,6 +33,7 @@ from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.planning import carry_forward_on_start
 from pipelines.runtime import requests, schemas
+from pipelines.runtime.gate import Gate
 from pipelines.runtime.lifetime import die_with_parent
 from pipelines.runtime.outage import STALL_S, record_outage
 from pipelines.runtime.outputs import ensure_output_tables
@@ -61,7 +64,8 @@ def batch_budget(max_records: int, factor: int) -> int:
     return max_records * factor
 
 
-def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool) -> Any:
+def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool, gate: str | None = None) -> Any:
+    """The model's streaming query, started; ``gate``: a query started ahead of a switch (``runtime.gate``)."""
     from pipelines.runtime.session import register_sources
 
     # Spark resolves Python streaming sinks through the calling thread's active session, which a thread
@@ -79,6 +83,7 @@ def start_query(spark: Any, home: Home, model: JobModel, *, available_now: bool)
         .option("job", model.job_name)
         .option("modelVersion", str(model.version))
         .option("maxRecords", str(batch_budget(config.max_records_per_batch, model.elasticity_factor)))
+        .options(**({"gate": gate} if gate is not None else {}))
         .load()
     )
     # The source hands each virtual task's TaskRange to the sink's writer, which reads the records, runs the
@@ -132,6 +137,13 @@ def run_job(
     if watch is not None:
         watch.start()
     timeline: SwitchTimeline | None = None  # the switch into the next query, after the first
+    ahead: list[_Ahead] = []  # the next model's query, started gated while the old one finished its last batch
+    gate: Gate | None = None  # the gate the running query came through, removed once it ended
+
+    def start_ahead(version: int) -> None:
+        if not available_now:
+            ahead.extend(_start_ahead(spark, home, job, version, progress))
+
     try:
         while True:
             model = control.job_models.active(job)
@@ -146,16 +158,27 @@ def run_job(
             if timeline is not None:
                 timeline.carried = time.time()
             started = time.monotonic()
-            query = start_query(spark, home, model, available_now=available_now)
+            waiting = ahead.pop() if ahead else None
+            if waiting is not None and waiting.version == model.version:
+                query, gate = waiting.go(), waiting.gate
+            else:
+                if waiting is not None:  # another version became active than the one started ahead
+                    waiting.cancel()
+                query = start_query(spark, home, model, available_now=available_now)
             if timeline is not None:
-                timeline.started = time.time()
+                timeline.started, timeline.ahead = time.time(), gate is not None
             _lifecycle(control, model, "query_started")
             queries += 1
             progress(
                 f"[{job}] model v{model.version}: factor {model.elasticity_factor}, {model.task_count} virtual tasks"
             )
             faults = SparkFaults.of(spark, query)
-            stopped = _supervise(query, control, job, model, deadline, progress, started, heartbeat, faults, timeline)
+            stopped = _supervise(
+                query, control, job, model, deadline, progress, started, heartbeat, faults, timeline, start_ahead
+            )
+            if gate is not None:
+                gate.remove()
+                gate = None
             timeline = None if stopped is None else SwitchTimeline(stopped)
             if stopped is None:
                 requests.clear_stop(home, job)
@@ -170,6 +193,10 @@ def run_job(
         registration.end(f"{type(e).__name__}: {e}", model_version=heartbeat.version, batch_id=heartbeat.batch)
         raise
     finally:
+        for waiting in ahead:  # started ahead of a switch that did not happen (the old query failed to stop)
+            waiting.cancel()
+        if gate is not None:
+            gate.remove()
         heartbeat.halt.set()
         if compactor is not None:
             compactor.halt.set()
@@ -333,6 +360,38 @@ def _lifecycle(control: ControlPlane, model: JobModel, event: str) -> float:
     return at
 
 
+@dataclass
+class _Ahead:
+    """The next model's query, started behind a closed gate while the old one finished its last batch."""
+
+    version: int
+    query: Any
+    gate: Gate
+
+    def go(self) -> Any:
+        self.gate.open()
+        return self.query
+
+    def cancel(self) -> None:
+        with contextlib.suppress(Exception):
+            self.query.stop()
+        self.gate.remove()
+
+
+def _start_ahead(spark: Any, home: Home, job: str, version: int, progress: Callable[[str], None]) -> list[_Ahead]:
+    """Start model ``version``'s query behind a closed gate (``runtime.gate``); none when it cannot be started
+    (the switch then starts it after the old query's stop, as it would have, and says why there)."""
+    gate = Gate(job, version)
+    try:
+        model = ControlPlane(home).job_models.get(job, version)
+        query = start_query(spark, home, model, available_now=False, gate=str(gate.path))
+    except Exception as error:
+        gate.remove()
+        progress(f"[{job}] v{version} could not start ahead of the switch ({type(error).__name__}): after the stop")
+        return []
+    return [_Ahead(version, query, gate)]
+
+
 def _record_switch(control: ControlPlane, model: JobModel, timeline: SwitchTimeline, query: Any) -> None:
     """The switch's phases, once the report of the new query's first batch with data is there (then once)."""
     phases = timeline.phases(query.recentProgress)
@@ -371,9 +430,11 @@ def _supervise(
     heartbeat: Heartbeat,
     faults: SparkFaults | None = None,
     timeline: SwitchTimeline | None = None,
+    start_ahead: Callable[[int], None] | None = None,
 ) -> float | None:
     """Watch a query; the time it stopped at, when it stopped because another model version became active
-    (None: it ended, or was stopped). ``timeline``: the switch that started it, whose phases it records."""
+    (None: it ended, or was stopped). ``timeline``: the switch that started it, whose phases it records;
+    ``start_ahead(version)``: start the next model's query, gated, before this one stops."""
     last_batch = -1
     durations = BatchDurations(control, model, faults)
     last_model_check = last_stop_check = 0.0
@@ -421,7 +482,8 @@ def _supervise(
             unchanged: int | None = model.version  # what an unanswered look is taken to say
             active = looks.ask(lambda: control.job_models.active_version(job), otherwise=unchanged)
             if active != model.version:
-                _stop_at_batch_boundary(query, control.home, job, model.version)
+                meanwhile = None if start_ahead is None or active is None else functools.partial(start_ahead, active)
+                _stop_at_batch_boundary(query, control.home, job, model.version, meanwhile=meanwhile)
                 stopped = _lifecycle(control, model, "query_stopped")  # run_job carries forward, then starts
                 progress(f"[{job}] model v{active} is active: switching")
                 return stopped
@@ -471,14 +533,19 @@ def _await(query: Any, seconds: float) -> None:
         query.awaitTermination(seconds)
 
 
-def _stop_at_batch_boundary(query: Any, home: Home, job: str, version: int, timeout: float = 60.0) -> None:
-    """Drain the source, wait for the running micro-batch to finish, then stop.
+def _stop_at_batch_boundary(
+    query: Any, home: Home, job: str, version: int, timeout: float = 60.0, meanwhile: Callable[[], None] | None = None
+) -> None:
+    """Drain the source, wait for the running micro-batch to finish, then stop; ``meanwhile`` runs once the
+    source admits nothing new (a switch starts the next query there, behind its gate).
 
     A batch still running at ``timeout`` is cut short: it is replayed from the
     committed checkpoints, never lost.
     """
     requests.drain(home, job, version)
     try:
+        if meanwhile is not None:
+            meanwhile()
         end = time.monotonic() + timeout
         while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < end:
             time.sleep(0.05)

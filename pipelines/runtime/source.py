@@ -100,6 +100,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._batches = 0
         self._outage = InputOutage()
         self._identities_checked: float | None = None
+        self._gate: str | None = options.get("gate")
         if _in_source_runner():
             _pandas_only_when_asked()
 
@@ -119,10 +120,20 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._settings = {k: dict(v) for k, v in job_config(self.model()).systems.items()}
         return self._settings
 
+    def _pass_gate(self) -> None:
+        """A query started ahead of an in-place switch waits here until its driver lets it go
+        (``runtime.gate``): nothing is planned or read before the old query stopped."""
+        if self._gate is not None:
+            from pipelines.runtime.gate import wait_open
+
+            wait_open(self._gate, f"job {self.job} v{self.version}")
+            self._gate = None
+
     def initialOffset(self) -> dict[str, Any]:
         """The model's latest checkpoints in the control plane: its start checkpoints, or where it stopped."""
         from pipelines.control import ControlPlane
 
+        self._pass_gate()
         checkpoints = ControlPlane(self.home).checkpoints.latest(self.job, self.version)
         positions = {ssp: checkpoints.offset(ssp, ssp.key_bucket or 0) for ssp in self.model().ssp_to_task()}
         fetch.collect_pins(self.home, self.job, self.version, keep=set())
@@ -133,12 +144,14 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the end of "everything available now" once, so a trigger-available-now run terminates."""
+        self._pass_gate()
         self._target = {}
         for stream in self._streams():
             for p, end in self._system(stream.system).end_positions(stream.stream).items():
                 self._target[SystemStreamPartition(stream.system, stream.stream, p)] = end
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._pass_gate()
         if requests.draining(self.home, self.job, self.version):
             return start  # the driver is stopping this query between batches: admit nothing new
         begun = BatchOffsets.from_json(start)
@@ -296,6 +309,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_batch(views, budget, advance, key, rotation=self._batches)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[TaskRange]:
+        self._pass_gate()  # a batch its offset log planned before is run again without latestOffset
         first = BatchOffsets.from_json(start)
         last = BatchOffsets.from_json(end)
         resolved = {ssp: self._resolve(o) for ssp, o in first.positions.items()}

@@ -24,7 +24,9 @@ class SwitchTimeline:
     stopped: float
     carried: float | None = None
     started: float | None = None
+    """The new query let go: its ``start()`` returned, or (``ahead``) the gate it was started behind opened."""
     resumed: float | None = None
+    ahead: bool = False
     recorded: bool = False
 
     def phases(self, reports: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
@@ -37,11 +39,15 @@ class SwitchTimeline:
             return None
         took = first.get("durationMs") or {}
         trigger = datetime.fromisoformat(str(first["timestamp"]).replace("Z", "+00:00")).timestamp()
+        planned = trigger + took.get("latestOffset", 0) / 1000.0
+        # A query started ahead began its first trigger before its gate opened, and waited there: its
+        # start-up is no part of the downtime, and its plan counts from the gate's opening.
         phases = {
+            "switch.started_ahead": 1.0 if self.ahead else 0.0,
             "switch.carry_s": self.carried - self.stopped,
             "switch.start_s": self.started - self.carried,
-            "switch.first_trigger_s": trigger - self.started,
-            "switch.plan_s": took.get("latestOffset", 0) / 1000.0,
+            "switch.first_trigger_s": max(0.0, trigger - self.started),
+            "switch.plan_s": planned - max(trigger, self.started),
             "switch.offset_log_s": took.get("walCommit", 0) / 1000.0,
             "switch.first_batch_s": took.get("triggerExecution", 0) / 1000.0,
             "switch.downtime_s": self.resumed - self.stopped,

@@ -278,6 +278,7 @@ def test_a_live_driver_switches_in_place_with_a_short_measured_downtime(spark: A
     phases = dict(zip(frame["metric"], frame["value"], strict=True))
     assert set(phases) == set(SWITCH_PHASES), phases
     assert phases["switch.downtime_s"] == pytest.approx(result["downtime_s"], abs=0.01)
+    assert phases["switch.started_ahead"] == 1.0, "v2's query started behind its gate while v1 finished"
     assert min(phases["switch.carry_s"], phases["switch.start_s"], phases["switch.plan_s"]) >= 0, phases
     before_the_batch = sum(phases[f"switch.{p}_s"] for p in ("carry", "start", "first_trigger", "plan", "offset_log"))
     assert before_the_batch <= phases["switch.downtime_s"] + 0.05, phases  # the parts fit in the whole

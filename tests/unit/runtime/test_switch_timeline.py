@@ -27,6 +27,7 @@ def test_the_phases_come_from_the_drivers_times_and_the_first_batch_with_data() 
     assert phases is not None and tuple(phases) == SWITCH_PHASES
     assert phases == pytest.approx(
         {
+            "switch.started_ahead": 0.0,
             "switch.carry_s": 0.05,
             "switch.start_s": 0.10,
             "switch.first_trigger_s": 0.35,  # an idle trigger before it counts as the query's start-up
@@ -45,3 +46,15 @@ def test_nothing_is_recorded_before_the_first_batch_with_data_is_reported() -> N
     timeline.resumed = T0 + 0.9
     assert timeline.phases([]) is None
     assert timeline.phases([_report(0, T0 + 0.3)]) is None, "only idle triggers so far"
+
+
+def test_a_query_started_ahead_counts_neither_its_start_up_nor_its_wait_at_the_gate() -> None:
+    """Its first trigger began before the old query stopped and waited at the gate inside latestOffset."""
+    timeline = SwitchTimeline(stopped=T0, carried=T0 + 0.05, started=T0 + 0.06, resumed=T0 + 0.25, ahead=True)
+    first = _report(16, T0 - 0.4, latestOffset=560, walCommit=30, triggerExecution=900)  # waited 0.46 s of it
+    phases = timeline.phases([first])
+    assert phases is not None
+    assert phases["switch.started_ahead"] == 1.0
+    assert phases["switch.first_trigger_s"] == 0.0
+    assert phases["switch.plan_s"] == pytest.approx(0.10, abs=1e-3), "from the gate's opening to the plan"
+    assert phases["switch.downtime_s"] == pytest.approx(0.25, abs=1e-3)
