@@ -74,7 +74,8 @@ class KinesisProducer(threading.Thread):
             key = f"key-{(self.produced + i) % self.keys}"
             seq = self.seq.get(key, 0)
             self.seq[key] = seq + 1
-            value = {"key": key, "seq": seq, "payload": f"{self.produced + i:08x}"}
+            n = self.produced + i
+            value = {"key": key, "seq": seq, "amount": 1 + n * 7919 % 999, "payload": f"{n:08x}"}
             records.append((key.encode(), json.dumps(value, separators=(",", ":")).encode(), None))
         return records
 
@@ -171,6 +172,8 @@ def run_kinesis_demo(
         emulator.stop()
     total = whole_run(results, final)
     say("\n" + table(HEADERS, [r.row() for r in [*results, total]]))
+    for note in total.notes:
+        say(f"FAILED: {note}")
     say(
         f"\n(input: {rate:,} records/s into Kinesis (kinesis-mock). partitions: the model's slots; lag after: "
         "Kinesis lag is time, not a record count, so it shows '-';\n downtime: the old query's stop at a batch "
