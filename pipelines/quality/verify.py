@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from pipelines.backoff import Backoff
 from pipelines.control import ControlPlane
 from pipelines.core import state as rules
 from pipelines.core.ssp import SystemStream, SystemStreamPartition
@@ -88,18 +89,18 @@ class Window:
         return out
 
 
+_READ_AGAIN = Backoff(base_s=0.0, cap_s=0.0)
+"""A window whose state moved on is read again at once: nothing is contended, the newer snapshot is there."""
+
+
 def load_window(home: Home, job: str, event: str | None = None) -> Window:
     """The window's frames; a stateful job's are read again when its state moved past them meanwhile (a compaction
     of a running job retired the changes the check needed)."""
     from pipelines.state.inspect import StateMovedOn
 
-    for attempt in range(3):
-        try:
-            return _load_window(home, job, event)
-        except StateMovedOn:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    return _READ_AGAIN.retry(
+        lambda: _load_window(home, job, event), attempts=3, retriable=lambda e: isinstance(e, StateMovedOn)
+    )
 
 
 def _load_window(home: Home, job: str, event: str | None = None) -> Window:
