@@ -39,18 +39,23 @@ def test_the_stores_time_is_read_from_a_probe_and_the_probe_is_removed(home: Hom
 def test_two_hosts_minutes_apart_measure_one_lease_alike(home: Home) -> None:
     """A holder 20 min ahead with a 3 s lease, a reader 20 min behind: held at first, then taken over after ~3 s."""
     ahead, behind = SkewedHost(home, +1200.0, 5e5), SkewedHost(home, -1200.0, -3e3)
+    asked = time.monotonic()
     with ahead.wall():
         ahead.lock().acquire("job", "run-ahead", "rescale", ttl_s=3.0)
     taken = time.monotonic()
     with behind.wall():
         state = behind.lock().state("job")
-        assert state is not None and state.held and 1.0 < state.remaining_s <= 4.2, state
+        # What is left of the lease is 3 s less the time its acquire and this read took on the store (seconds on a
+        # loaded S3 server), never 20 minutes off either way: the reader judges it on the store's clock.
+        elapsed = time.monotonic() - asked
+        assert state is not None and state.held and 3.0 - elapsed - 0.5 < state.remaining_s <= 4.2, (state, elapsed)
         while time.monotonic() - taken < 30:
             try:
                 state = behind.lock().acquire("job", "run-behind", "rescale")
                 break
             except ScalingInProgressError:
                 time.sleep(0.2)
-    waited = time.monotonic() - taken
+    waited, since_asked = time.monotonic() - taken, time.monotonic() - asked
     assert state.owner == "run-behind" and state.status == "taken over"
-    assert 1.5 < waited < 6.0, f"a 3 s lease was taken over after {waited:.1f}s"
+    # Not before the lease's 3 s from the acquire (less the store clock's rounding), and seconds after, not minutes.
+    assert since_asked > 1.5 and waited < 8.0, f"a 3 s lease was taken over {since_asked:.1f}s after its acquire"
