@@ -536,16 +536,17 @@ def _await(query: Any, seconds: float) -> None:
 def _stop_at_batch_boundary(
     query: Any, home: Home, job: str, version: int, timeout: float = 60.0, meanwhile: Callable[[], None] | None = None
 ) -> None:
-    """Drain the source, wait for the running micro-batch to finish, then stop; ``meanwhile`` runs once the
-    source admits nothing new (a switch starts the next query there, behind its gate).
+    """Drain the source, wait for the running micro-batch to finish, then stop; ``meanwhile`` runs first, while
+    the query still processes (a switch starts the next query there, behind its gate), so no time passes between
+    its last batch and its stop that the switch's downtime would not count.
 
     A batch still running at ``timeout`` is cut short: it is replayed from the
     committed checkpoints, never lost.
     """
+    if meanwhile is not None:
+        meanwhile()
     requests.drain(home, job, version)
     try:
-        if meanwhile is not None:
-            meanwhile()
         end = time.monotonic() + timeout
         while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < end:
             time.sleep(0.05)
