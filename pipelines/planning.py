@@ -214,24 +214,28 @@ def start_positions(
                 f"start: {start} is not available for {stream.system} input {stream.stream!r}: its records carry no "
                 "time a reader can start from; use start: earliest or start: latest"
             )
-        meta = system.describe(stream.stream)
-        first = {p: part.end if start == LATEST else part.earliest for p, part in meta.partitions.items()}
-        if since is not None and isinstance(system, SupportsStartAtTime):  # refused above otherwise
-            first.update({p: o for p, o in system.positions_at(stream.stream, since).items() if p in first})
-        earliest = {SystemStreamPartition(stream.system, stream.stream, p): o for p, o in first.items()}
         mine = [s for s in wholes if s.system_stream == stream]
         previous = CheckpointMap(
             old.factor if old else 1,
             {s: o for s, o in (old.offsets.items() if old else ()) if s.system_stream == stream},
         )
-        old_count = len({s.partition for s in previous.offsets})
-        if isinstance(system, SupportsRelayout) and previous.offsets and old_count != len({s.partition for s in mine}):
+        covered, wanted = {s.partition for s in previous.offsets}, {s.partition for s in mine}
+        relaid = isinstance(system, SupportsRelayout) and bool(covered) and len(covered) != len(wanted)
+        earliest: dict[SystemStreamPartition, str] = {}
+        if not relaid and wanted - covered:
+            # Only a partition the old map does not cover starts at its first position: a rescale of the same
+            # partitions asks its system nothing (an in-place switch's carry-forward runs in its downtime).
+            meta = system.describe(stream.stream)
+            first = {p: part.end if start == LATEST else part.earliest for p, part in meta.partitions.items()}
+            if since is not None and isinstance(system, SupportsStartAtTime):  # refused above otherwise
+                first.update({p: o for p, o in system.positions_at(stream.stream, since).items() if p in first})
+            earliest = {SystemStreamPartition(stream.system, stream.stream, p): o for p, o in first.items()}
+        if relaid and isinstance(system, SupportsRelayout):  # (the check again: for the type checker)
             # Partitions that are slots over a changing set of shards (Kinesis, after a reshard): the system
             # places every shard's state on the new slot count (one slot per open shard), so nothing is read
             # twice or skipped; every key bucket of a slot starts where the slot's slowest bucket stood.
             floors = partition_floor(previous.offsets.items(), system.position_key)
-            count = len({s.partition for s in mine})
-            placed = system.relayout(stream.stream, {s.partition: o for s, o in floors.items()}, count)
+            placed = system.relayout(stream.stream, {s.partition: o for s, o in floors.items()}, len(wanted))
             earliest = {SystemStreamPartition(stream.system, stream.stream, p): o for p, o in placed.items()}
             previous = CheckpointMap(previous.factor, {})
         migrated = migrate_checkpoints(previous, model.elasticity_factor, mine, earliest, system.position_key)
