@@ -33,7 +33,7 @@ from pipelines.jobs.config import job_config
 from pipelines.jobs.output_schema import parse_output_schema
 from pipelines.planning import carry_forward_on_start
 from pipelines.runtime import requests, schemas
-from pipelines.runtime.gate import Gate
+from pipelines.runtime.gate import READY_S, WAIT_S, Gate
 from pipelines.runtime.lifetime import die_with_parent
 from pipelines.runtime.outage import STALL_S, record_outage
 from pipelines.runtime.outputs import ensure_output_tables
@@ -163,7 +163,7 @@ def run_job(
                 query, gate = waiting.go(), waiting.gate
             else:
                 if waiting is not None:  # another version became active than the one started ahead
-                    waiting.cancel()
+                    waiting.cancel(job)
                 query = start_query(spark, home, model, available_now=available_now)
             if timeline is not None:
                 timeline.started, timeline.ahead = time.time(), gate is not None
@@ -194,7 +194,7 @@ def run_job(
         raise
     finally:
         for waiting in ahead:  # started ahead of a switch that did not happen (the old query failed to stop)
-            waiting.cancel()
+            waiting.cancel(job)
         if gate is not None:
             gate.remove()
         heartbeat.halt.set()
@@ -367,14 +367,19 @@ class _Ahead:
     version: int
     query: Any
     gate: Gate
+    progress: Callable[[str], None]
 
     def go(self) -> Any:
         self.gate.open()
         return self.query
 
-    def cancel(self) -> None:
-        with contextlib.suppress(Exception):
+    def cancel(self, job: str) -> None:
+        """Stop it unused; a stop that fails is said, since its source then fails at the gate (``WAIT_S``)."""
+        try:
             self.query.stop()
+        except Exception as error:
+            self.progress(f"[{job}] v{self.version}'s query started ahead did not stop ({type(error).__name__}: "
+                          f"{error}); its source fails at its gate in {WAIT_S:.0f}s at the latest")  # fmt: skip
         self.gate.remove()
 
 
@@ -389,7 +394,11 @@ def _start_ahead(spark: Any, home: Home, job: str, version: int, progress: Calla
         gate.remove()
         progress(f"[{job}] v{version} could not start ahead of the switch ({type(error).__name__}): after the stop")
         return []
-    return [_Ahead(version, query, gate)]
+    # The old query processes meanwhile; one that is not ready in time (or failed: the switch reports it) is let
+    # go all the same, and what is left of its start-up shows in the switch's phases.
+    with contextlib.suppress(Exception):
+        gate.wait_ready(READY_S, lambda: bool(query.isActive))
+    return [_Ahead(version, query, gate, progress)]
 
 
 def _record_switch(control: ControlPlane, model: JobModel, timeline: SwitchTimeline, query: Any) -> None:

@@ -38,7 +38,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -58,6 +58,9 @@ from pipelines.runtime.reading import SspRange, TaskRange, describe
 from pipelines.storage.home import Home
 from pipelines.systems.base import InputSystem, SupportsRelayout, check_not_rewound
 from pipelines.systems.identity import check_same_streams, identities, recorded
+
+if TYPE_CHECKING:
+    from pipelines.jobs.config import JobConfig
 
 _STORES_KEY = "stores"
 """``adjunct.runtime.OFFSET_KEY`` (not imported: the source runner starts light)."""
@@ -126,8 +129,31 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._gate is not None:
             from pipelines.runtime.gate import wait_open
 
+            self._warm_up()
             wait_open(self._gate, f"job {self.job} v{self.version}")
             self._gate = None
+
+    def _warm_up(self) -> None:
+        """Before the gate, what the first plan needs and no position depends on: the model, the inputs' clients,
+        the states' table handles (each access refreshes them: the plan after the gate reads the commits since)."""
+        for stream in self._streams():
+            self._system(stream.system).connect()
+        config = self._config()
+        if config.state:
+            from pipelines.state.runtime import tables_for
+
+            for spec in config.state:
+                tables_for(self.home, config.name, spec).changes()
+        if config.stores:
+            import pipelines.adjunct.runtime  # noqa: F401  (its opening reads the stores' checkpoints: after the gate)
+
+    def _config(self) -> JobConfig:
+        config: JobConfig | None = self.__dict__.get("_job_config")
+        if config is None:
+            from pipelines.jobs.config import job_config
+
+            config = self.__dict__["_job_config"] = job_config(self.model())
+        return config
 
     def initialOffset(self) -> dict[str, Any]:
         """The model's latest checkpoints in the control plane: its start checkpoints, or where it stopped."""
@@ -214,11 +240,7 @@ class ElasticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         An idle main input keeps ``start`` as it is, so a store that moved alone never makes an empty batch.
         """
-        from pipelines.jobs.config import job_config
-
-        config = self.__dict__.get("_config")
-        if config is None:
-            config = self.__dict__["_config"] = job_config(self.model())
+        config = self._config()
         if not config.stores and not config.state:
             return end
         if end == {k: v for k, v in start.items() if k not in (_STORES_KEY, _STATE_KEY)}:

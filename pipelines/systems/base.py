@@ -264,6 +264,15 @@ class InputSystem(SystemAdmin, SystemReader, SystemProducer, Protocol):
         """
         ...
 
+    def connect(self) -> None:
+        """Make this process's clients now (their imports, their connections), asking the system nothing.
+
+        A query started ahead of an in-place switch calls it before its gate, so a fresh source process pays for
+        its clients outside the switch's downtime (docs/operations.md, "Where a switch's time goes"). Nothing it
+        learns may be used by a plan: the plan after the gate must see the stream as it is then.
+        """
+        ...
+
     def close(self) -> None:
         """Release clients and connections; the object must not be used afterwards."""
         ...
@@ -281,6 +290,9 @@ class ComposedSystem:
     admin: SystemAdmin
     reader: SystemReader
     producer: SystemProducer
+
+    def connect(self) -> None:
+        """Nothing to make ahead (the embedded log opens its tables at each read)."""
 
     def describe(self, stream: str) -> StreamMetadata:
         return self.admin.describe(stream)

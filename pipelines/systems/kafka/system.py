@@ -82,5 +82,9 @@ class KafkaSystem(OffsetOrder, ComposedSystem):
         """What a consumer group has committed on a topic (what lag tools read); partitions without a commit omitted."""
         return self._progress.committed(group, stream)
 
+    def connect(self) -> None:
+        """The admin client, which starts bootstrapping from the brokers in librdkafka's own threads."""
+        self.clients.admin()
+
     def close(self) -> None:
         self.clients.close()

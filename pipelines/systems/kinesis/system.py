@@ -54,6 +54,10 @@ class KinesisSystem(ComposedSystem):
         where = self.settings.endpoint_url or self.settings.region or "default region"
         return f"KinesisSystem({where})"
 
+    def connect(self) -> None:
+        """This process's boto3 client: about half a second of botocore's service model, loaded once."""
+        _ = self._client.api  # made on first use, kept for this process
+
     @property
     def client(self) -> Any:
         """This process's boto3 Kinesis client for these settings (tests stub it with botocore's ``Stubber``)."""
