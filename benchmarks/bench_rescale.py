@@ -16,18 +16,26 @@ steps left running instead of a Spark application of its own. The figures are th
 the ratio redeploy / in place. Every in-place rescale is followed by the data-quality checks over its window,
 and the whole run (both modes) by the checks over every record (no loss, no duplicates, order), which must pass.
 
-    python -m benchmarks.bench_rescale [--rate 400] [--steps 4] [--master local[4]]
+``--input kafka`` runs the same on a real Apache Kafka broker (one KRaft node on 127.0.0.1), ``--input kinesis`` on
+kinesis-mock (``testbed.servers``), each started and stopped by the run; the embedded log is the default.
+
+    python -m benchmarks.bench_rescale [--rate 400] [--steps 4] [--master local[4]] [--input deltalog|kafka|kinesis]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from pipelines.control import ControlPlane
 from pipelines.core.metric_names import SWITCH_PHASES
@@ -40,6 +48,7 @@ from pipelines.planning import plan_next, save
 from pipelines.quality.verify import verify_job
 from pipelines.runtime import launcher
 from pipelines.storage.home import Home
+from pipelines.systems.base import InputSystem
 from pipelines.systems.deltalog import DeltaLog
 from pipelines.usage import Parser
 
@@ -50,14 +59,75 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def setup(root: Path, name: str) -> Home:
-    home = Home(root / name)
-    DeltaLog(home.streams).create("events", 2)
-    produce(DeltaLog(home.streams), home, "events", 500, 100, seed=0)
+INPUTS = ("deltalog", "kafka", "kinesis")
+KEYS = 100
+
+
+class Producing(Protocol):
+    """The demos' producers (``demo.run.Producer``, ``demo.kinesis.KinesisProducer``): a thread and its halt."""
+
+    halt: threading.Event
+
+    def start(self) -> None: ...
+
+
+@dataclass
+class Input:
+    """The job's input: its system, the job's ``inputs``/``systems`` sections, and a producer of keyed events."""
+
+    system: InputSystem
+    sections: dict[str, Any]
+    producer: Producing
+
+
+@contextlib.contextmanager
+def job_input(kind: str, home: Home, rate: int) -> Iterator[Input]:
+    """The input ``kind`` with a 2-partition ``events`` stream holding a first 500 records; its server, if any, is
+    started here and stopped on the way out."""
+    if kind == "kinesis":
+        from pipelines.demo.kinesis import KinesisProducer
+        from pipelines.systems.kinesis import KinesisSystem
+        from testbed.servers.kinesis_emulator import KinesisEmulator
+
+        with KinesisEmulator() as endpoint:
+            settings = {"endpoint_url": endpoint, "region": "us-east-1"}
+            kinesis = KinesisSystem(settings)
+            kinesis.create("events", 2)
+            producer = KinesisProducer(kinesis, rate, KEYS)
+            kinesis.produce("events", producer.batch(500))
+            producer.produced += 500
+            sections = {"inputs": [{"system": "kinesis", "stream": "events"}], "systems": {"kinesis": settings}}
+            try:
+                yield Input(kinesis, sections, producer)
+            finally:
+                kinesis.close()
+        return
+    if kind == "kafka":
+        from pipelines.systems.kafka import KafkaSystem
+        from testbed.servers.kafka_broker import KafkaBroker
+
+        with KafkaBroker() as broker:
+            brokers: dict[str, Any] = {"bootstrap_servers": broker.bootstrap, "timeout_ms": 5000}
+            system: InputSystem = KafkaSystem(brokers)
+            sections = {"inputs": [{"system": "kafka", "stream": "events"}], "systems": {"kafka": brokers}}
+            system.create("events", 2)
+            produce(system, home, "events", 500, KEYS, seed=0)
+            try:
+                yield Input(system, sections, Producer(home, rate, KEYS, system))
+            finally:
+                system.close()
+        return
+    system = DeltaLog(home.streams)
+    system.create("events", 2)
+    produce(system, home, "events", 500, KEYS, seed=0)
+    yield Input(system, {}, Producer(home, rate, KEYS, system))
+
+
+def create(home: Home, sections: dict[str, Any]) -> None:
     raw = JobConfig.load(Path(__file__).resolve().parents[1] / "include/jobs/enrichment.yaml").to_dict()
     raw.update(process_options={"latency_ms": 1}, batch={"max_records": 500, "trigger_interval": "0.5 seconds"})
+    raw.update(sections)
     create_job(home, JobConfig.from_dict(raw))
-    return home
 
 
 def wait_live(home: Home, version: int, timeout: float = 240.0) -> None:
@@ -140,16 +210,22 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=400, help="records produced per second")
     parser.add_argument("--steps", type=int, default=4, help="rescales per mode (at most 8)")
     parser.add_argument("--master", default="local[4]")
+    parser.add_argument("--input", choices=INPUTS, default="deltalog", help="the job's input system")
     args = parser.parse_args()
     if not 1 <= args.steps <= len(FACTORS):
         parser.error(f"--steps must be 1 to {len(FACTORS)}")
     factors = [FACTORS[i % len(FACTORS)] for i in range(2 * args.steps)]
     results: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-rescale-") as tmp:
-        home = setup(Path(tmp), "job")
-        producer = Producer(home, args.rate, keys=100, system=DeltaLog(home.streams))
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-rescale-") as tmp,
+        job_input(args.input, Home(Path(tmp) / "job"), args.rate) as source,
+    ):
+        home = Home(Path(tmp) / "job")
+        create(home, source.sections)
+        producer = source.producer
         producer.start()
-        log(f"{args.steps} rescales in place, then {args.steps} redeploys, on {args.master}, {args.rate} records/s ...")
+        log(f"{args.steps} rescales in place, then {args.steps} redeploys, on {args.master}, input {args.input}, "
+            f"{args.rate} records/s ...")  # fmt: skip
         try:
             launcher.run(home, "enrichment", available_now=False, master=args.master, detach=True)
             wait_live(home, 1)
@@ -163,7 +239,7 @@ def main() -> int:
         log(f"  whole run: {verdict.summary().splitlines()[0]}")
         if not verdict.ok:
             return 1
-    print(f"\n{'mode':<10} {'rescales':>8} {'median s':>9} {'worst s':>8}")
+    print(f"\ninput: {args.input}\n{'mode':<10} {'rescales':>8} {'median s':>9} {'worst s':>8}")
     for mode, downtimes in results.items():
         print(f"{mode:<10} {len(downtimes):>8} {statistics.median(downtimes):>9.2f} {max(downtimes):>8.2f}")
     ratio = statistics.median(results["redeploy"]) / statistics.median(results["in place"])
@@ -175,6 +251,7 @@ def main() -> int:
         medians[name.removeprefix("switch.")] = round(statistics.median(values), 3)
         print(f"{name.removeprefix('switch.'):<28} {statistics.median(values):>9.2f} {max(values):>8.2f}")
     figures: dict[str, object] = {
+        "input": args.input,
         "in_place_median_s": round(statistics.median(results["in place"]), 3),
         "in_place_worst_s": round(max(results["in place"]), 3),
         "redeploy_median_s": round(statistics.median(results["redeploy"]), 3),
